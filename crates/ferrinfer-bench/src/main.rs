@@ -1,0 +1,154 @@
+//! `ferrinfer-bench`: the benchmark CLI (the role of FlashInfer's `flashinfer_benchmark.py`).
+//! It times ferrinfer's ops exactly as `../shared/peers/peers.py` times torch and FlashInfer — a
+//! CUDA graph of 50 calls, 3 untimed and `--num-iters` timed replays, the median over 50 — and
+//! prints the peers' CSV columns (`op,dtype,T,H,impl,us,tbps`), so both outputs concatenate into
+//! one table. Without a GPU, `--backend auto` runs the CPU backend and says so.
+//!
+//! The top of the layer stack: it may depend on every ferrinfer crate, and nothing depends on it.
+
+mod norm;
+mod report;
+mod timing;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use ferrinfer_launch::{DType, cuda_device_count};
+
+/// Benchmark ferrinfer's ops: time, bandwidth and (with --refcheck) correctness.
+#[derive(Parser, Debug)]
+#[command(name = "ferrinfer-bench", version)]
+pub struct Args {
+    /// The op to run.
+    #[arg(long, value_enum)]
+    routine: Routine,
+    /// Rows (tokens), T.
+    #[arg(long, required_unless_present = "grid")]
+    batch_size: Option<usize>,
+    /// Row length, H.
+    #[arg(long, required_unless_present = "grid")]
+    hidden_size: Option<usize>,
+    #[arg(long, value_enum, default_value = "bf16")]
+    dtype: DTypeArg,
+    #[arg(long, default_value_t = 1e-6)]
+    eps: f32,
+    /// auto: CUDA when a driver and device are present, else the CPU backend.
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: BackendArg,
+    /// Check every result against an f64 reference; a mismatch fails the run.
+    #[arg(long)]
+    refcheck: bool,
+    /// Timed repetitions (graph replays on CUDA, calls on the CPU); the median is reported.
+    #[arg(long, default_value_t = 15)]
+    num_iters: usize,
+    /// Run the peers' standard grid: H ∈ {4096, 8192} × T ∈ {1, 16, …, 65536}.
+    #[arg(long)]
+    grid: bool,
+    /// Append the CSV rows to this file (the header only when it is new).
+    #[arg(long)]
+    output_path: Option<PathBuf>,
+    /// Seconds of device warm-up before timing (the peers use 3).
+    #[arg(long, default_value_t = 3.0)]
+    warmup_seconds: f64,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Routine {
+    Rmsnorm,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum DTypeArg {
+    #[value(alias = "bfloat16")]
+    Bf16,
+    #[value(alias = "float16")]
+    F16,
+    #[value(alias = "float32")]
+    F32,
+}
+
+impl From<DTypeArg> for DType {
+    fn from(arg: DTypeArg) -> DType {
+        match arg {
+            DTypeArg::Bf16 => DType::Bf16,
+            DTypeArg::F16 => DType::F16,
+            DTypeArg::F32 => DType::F32,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+/// The peers' grid.
+const GRID_HIDDEN: [usize; 2] = [4096, 8192];
+const GRID_TOKENS: [usize; 7] = [1, 16, 128, 1024, 4096, 16384, 65536];
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let executor = timing::Executor::new(resolve_backend(args.backend)?).map_err(|e| e.to_string())?;
+    let cases: Vec<(usize, usize)> = match (args.grid, args.batch_size, args.hidden_size) {
+        (true, _, _) => GRID_HIDDEN.iter().flat_map(|&h| GRID_TOKENS.map(|t| (t, h))).collect(),
+        (false, Some(t), Some(h)) => vec![(t, h)],
+        _ => return Err("give --batch-size and --hidden-size, or --grid".into()),
+    };
+    executor.warm_up(args.warmup_seconds).map_err(|e| e.to_string())?;
+    let mut report = report::Report::new(args.output_path.clone());
+    println!("{}", report::CSV_HEADER);
+    for (tokens, hidden) in cases {
+        let setup = norm::Setup { tokens, hidden, eps: args.eps, refcheck: args.refcheck, iters: args.num_iters };
+        let row = match args.routine {
+            Routine::Rmsnorm => norm::rmsnorm(&executor, args.dtype.into(), &setup),
+        }
+        .map_err(|e| format!("rmsnorm T={tokens} H={hidden}: {e}"))?;
+        report.push(row).map_err(|e| e.to_string())?;
+    }
+    report.print_table();
+    report.failures()
+}
+
+fn resolve_backend(backend: BackendArg) -> Result<timing::Backend, String> {
+    let devices = cuda_device_count();
+    match backend {
+        BackendArg::Cpu => Ok(timing::Backend::Cpu),
+        BackendArg::Cuda if devices == 0 => Err("--backend cuda: no CUDA driver or device found".into()),
+        BackendArg::Cuda => Ok(timing::Backend::Cuda),
+        BackendArg::Auto if devices == 0 => {
+            eprintln!("# backend auto: no CUDA driver or device found, running the CPU backend");
+            Ok(timing::Backend::Cpu)
+        }
+        BackendArg::Auto => Ok(timing::Backend::Cuda),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Args;
+
+    #[test]
+    fn cli_help_is_stable() {
+        insta::assert_snapshot!(Args::command().render_long_help().to_string());
+    }
+
+    #[test]
+    fn cli_arguments_are_consistent() {
+        Args::command().debug_assert();
+    }
+}

@@ -1,0 +1,277 @@
+//! The rustc-nvptx64 builder: compiles the kernels crate to PTX for one architecture and checks
+//! the result. It plays the role `cuda-builder` plays in Rust-CUDA and `nvcc` in FlashInfer.
+//!
+//! The build runs a child `cargo +nightly rustc` with a scrubbed environment: a parent cargo (when
+//! this runs inside a build script) exports `RUSTC`, `RUSTFLAGS`, `CARGO_TARGET_DIR`,
+//! `RUSTUP_TOOLCHAIN` and friends, which would otherwise leak into the child and pick the wrong
+//! compiler, flags or directory.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::arch::CudaArch;
+
+/// The toolchain that compiles device code (nvptx64 needs `-Zbuild-std`, so a nightly).
+pub const NIGHTLY: &str = "nightly";
+
+/// LLVM only keeps small register arrays in registers once loops over them are fully unrolled;
+/// below this threshold the f16 kernels' per-element loops spilled to `.local` memory.
+const UNROLL_THRESHOLD: &str = "-unroll-threshold=5000";
+
+/// One compilation of a kernels crate to PTX.
+#[derive(Clone, Debug)]
+pub struct KernelBuild {
+    /// Directory of the crate to compile (holding its `Cargo.toml`).
+    pub crate_dir: PathBuf,
+    /// Library name of that crate as rustc sees it (`ferrinfer_kernels`).
+    pub lib_name: String,
+    pub arch: CudaArch,
+    /// Cargo target directory for the child build (kept apart from the host's).
+    pub target_dir: PathBuf,
+    /// Keep line info for compute-sanitizer and cuda-gdb (optimisation stays on: unoptimised
+    /// kernels would keep their register arrays in `.local` memory).
+    pub debug: bool,
+}
+
+/// PTX text for one architecture.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ptx {
+    pub arch: CudaArch,
+    pub source: String,
+}
+
+/// Why a kernel build failed, with the command that fixes it where there is one.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(
+        "cannot run `cargo +{NIGHTLY}` ({source}); install Rust with rustup, then: rustup toolchain install {NIGHTLY} --component rust-src"
+    )]
+    CargoNotFound { source: std::io::Error },
+    #[error(
+        "the `{NIGHTLY}` toolchain is not installed (nvptx64 kernels need -Zbuild-std); fix: rustup toolchain install {NIGHTLY} --component rust-src"
+    )]
+    NightlyMissing,
+    #[error(
+        "the `{NIGHTLY}` toolchain lacks rust-src (needed to build `core` for nvptx64); fix: rustup component add rust-src --toolchain {NIGHTLY}"
+    )]
+    RustSrcMissing,
+    #[error("compiling {crate_dir} for {arch} failed:\n{log}")]
+    CompileFailed { crate_dir: PathBuf, arch: String, log: String },
+    #[error("the build succeeded but wrote no PTX under {0}")]
+    NoPtx(PathBuf),
+    #[error("kernel `{entry}` uses .local memory (a register array spilled); the PTX is rejected")]
+    LocalMemory { entry: String },
+    #[error("PTX calls unresolved function `{name}` (device code must be generic or #[inline] and never panic)")]
+    UnresolvedFunction { name: String },
+    #[error("entry point `{0}` is missing from the PTX")]
+    MissingEntryPoint(String),
+    #[error("I/O error on {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+impl KernelBuild {
+    /// Compiles the crate and checks the PTX exports every one of `entry_points`.
+    pub fn run<'a>(&self, entry_points: impl IntoIterator<Item = &'a str>) -> Result<Ptx, BuildError> {
+        let path = match self.compile() {
+            // A fresh rlib whose `.s` was deleted: cargo would not rerun rustc, so clean and redo.
+            Err(BuildError::NoPtx(_)) => {
+                self.cargo("clean")
+                    .args(["--release", "--target", "nvptx64-nvidia-cuda", "-p"])
+                    .arg(&self.package_name())
+                    .output()
+                    .map_err(|source| BuildError::CargoNotFound { source })?;
+                self.compile()?
+            }
+            result => result?,
+        };
+        let source = std::fs::read_to_string(&path).map_err(|source| BuildError::Io { path, source })?;
+        let ptx = Ptx { arch: self.arch, source };
+        ptx.validate(entry_points)?;
+        Ok(ptx)
+    }
+
+    /// Runs the compiler; returns the path of the PTX it wrote.
+    fn compile(&self) -> Result<PathBuf, BuildError> {
+        let output = self.rustc_command().output().map_err(|source| BuildError::CargoNotFound { source })?;
+        if !output.status.success() {
+            return Err(diagnose(&self.crate_dir, self.arch, &String::from_utf8_lossy(&output.stderr)));
+        }
+        self.ptx_path(&String::from_utf8_lossy(&output.stdout))
+    }
+
+    fn package_name(&self) -> String {
+        self.lib_name.replace('_', "-")
+    }
+
+    /// `cargo +nightly <subcommand>` for this crate and target directory, environment scrubbed.
+    fn cargo(&self, subcommand: &str) -> Command {
+        let mut cmd = Command::new("cargo");
+        for (key, _) in std::env::vars_os() {
+            if leaks_into_child(&key) {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.arg(format!("+{NIGHTLY}"))
+            .arg(subcommand)
+            .arg("--manifest-path")
+            .arg(self.crate_dir.join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&self.target_dir);
+        cmd
+    }
+
+    fn rustc_command(&self) -> Command {
+        let mut cmd = self.cargo("rustc");
+        cmd.args(["--release", "--lib", "--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
+            .arg("--message-format=json")
+            .env("CARGO_PROFILE_RELEASE_DEBUG", if self.debug { "line-tables-only" } else { "0" })
+            .env("CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS", "false")
+            .env("CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS", "false")
+            .args(["--", "--emit=asm", "-C"])
+            .arg(format!("target-cpu={}", self.arch.target_cpu()))
+            .args(["-C", &format!("llvm-args={UNROLL_THRESHOLD}")]);
+        cmd
+    }
+}
+
+/// Variables a parent cargo or rustup sets that must not reach the child build.
+fn leaks_into_child(key: &OsString) -> bool {
+    let key = key.to_string_lossy();
+    (key.starts_with("CARGO_") && key != "CARGO_HOME")
+        || key.starts_with("RUSTC")
+        || matches!(key.as_ref(), "RUSTUP_TOOLCHAIN" | "RUSTFLAGS" | "RUSTDOCFLAGS" | "CARGO")
+}
+
+fn diagnose(crate_dir: &Path, arch: CudaArch, stderr: &str) -> BuildError {
+    if stderr.contains("not installed") {
+        BuildError::NightlyMissing
+    } else if stderr.contains("rust-src") || stderr.contains("library/Cargo.lock") {
+        BuildError::RustSrcMissing
+    } else {
+        BuildError::CompileFailed { crate_dir: crate_dir.to_owned(), arch: arch.to_string(), log: stderr.to_owned() }
+    }
+}
+
+impl KernelBuild {
+    /// The `.s` file of this build: rustc writes it beside the rlib/rmeta, under the same hash, which
+    /// cargo reports (even when the build was fresh and rustc did not run).
+    fn ptx_path(&self, cargo_json: &str) -> Result<PathBuf, BuildError> {
+        let rlib_prefix = format!("lib{}-", self.lib_name);
+        let rlib = cargo_json
+            .lines()
+            .filter(|line| line.contains(r#""reason":"compiler-artifact""#))
+            .flat_map(|line| line.split('"'))
+            .map(Path::new)
+            .find(|path| {
+                let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+                name.starts_with(&rlib_prefix) && (name.ends_with(".rlib") || name.ends_with(".rmeta"))
+            });
+        let deps = self.target_dir.join("nvptx64-nvidia-cuda/release/deps");
+        let rlib = rlib.ok_or_else(|| BuildError::NoPtx(deps.clone()))?;
+        let stem = rlib.file_stem().unwrap_or_default().to_string_lossy();
+        let path = rlib.with_file_name(format!("{}.s", &stem[3..]));
+        if path.is_file() { Ok(path) } else { Err(BuildError::NoPtx(path)) }
+    }
+}
+
+impl Ptx {
+    /// Rejects PTX that would load but run badly or not at all: a missing entry point, a kernel
+    /// with `.local` memory, a call to a function the module does not define.
+    pub fn validate<'a>(&self, entry_points: impl IntoIterator<Item = &'a str>) -> Result<(), BuildError> {
+        if let Some(line) = self.source.lines().find(|l| l.trim_start().starts_with(".extern .func")) {
+            let name = line.split_whitespace().last().unwrap_or(line).trim_end_matches(['(', ';']);
+            return Err(BuildError::UnresolvedFunction { name: name.to_owned() });
+        }
+        if let Some(entry) = self.entries_using_local_memory().into_iter().next() {
+            return Err(BuildError::LocalMemory { entry });
+        }
+        let defined = self.entry_points();
+        for name in entry_points {
+            if !defined.iter().any(|d| d == name) {
+                return Err(BuildError::MissingEntryPoint(name.to_owned()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Names of the `.entry` functions, in order.
+    pub fn entry_points(&self) -> Vec<String> {
+        self.source.lines().filter_map(entry_name).map(str::to_owned).collect()
+    }
+
+    fn entries_using_local_memory(&self) -> Vec<String> {
+        let mut current = None;
+        let mut offenders = Vec::new();
+        for line in self.source.lines() {
+            if let Some(name) = entry_name(line) {
+                current = Some(name.to_owned());
+            } else if line.contains(".local") {
+                if let Some(name) = current.take() {
+                    offenders.push(name);
+                }
+            }
+        }
+        offenders
+    }
+}
+
+fn entry_name(line: &str) -> Option<&str> {
+    let rest = line.trim_start().strip_prefix(".visible .entry ")?;
+    Some(rest.split('(').next().unwrap_or(rest).trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ptx(source: &str) -> Ptx {
+        Ptx { arch: CudaArch::HOPPER, source: source.to_owned() }
+    }
+
+    #[test]
+    fn accepts_clean_ptx_with_all_entries() {
+        let p = ptx(".visible .entry k_a(\n.param .b64 x\n)\n{\nret;\n}\n.visible .entry k_b(\n)\n{\n}\n");
+        assert_eq!(p.entry_points(), ["k_a", "k_b"]);
+        p.validate(["k_a", "k_b"]).unwrap();
+    }
+
+    #[test]
+    fn rejects_missing_entry() {
+        let err = ptx(".visible .entry k_a(\n)\n").validate(["k_b"]).unwrap_err();
+        assert!(matches!(err, BuildError::MissingEntryPoint(n) if n == "k_b"));
+    }
+
+    #[test]
+    fn rejects_local_memory_and_names_the_kernel() {
+        let p = ptx(
+            ".visible .entry k_a(\n)\n{\n}\n.visible .entry k_b(\n)\n{\n.local .align 8 .b8 __local_depot0[24];\n}\n",
+        );
+        assert!(matches!(p.validate([]).unwrap_err(), BuildError::LocalMemory { entry } if entry == "k_b"));
+    }
+
+    #[test]
+    fn rejects_unresolved_functions() {
+        let p = ptx(".extern .func _ZN4core9panicking5panic\n(\n);\n.visible .entry k(\n)\n");
+        assert!(
+            matches!(p.validate([]).unwrap_err(), BuildError::UnresolvedFunction { name } if name.contains("panic"))
+        );
+    }
+
+    #[test]
+    fn child_environment_is_scrubbed() {
+        for leaky in [
+            "RUSTC",
+            "RUSTC_WRAPPER",
+            "RUSTUP_TOOLCHAIN",
+            "RUSTFLAGS",
+            "CARGO_TARGET_DIR",
+            "CARGO_ENCODED_RUSTFLAGS",
+            "CARGO",
+        ] {
+            assert!(leaks_into_child(&leaky.into()), "{leaky} would leak");
+        }
+        assert!(!leaks_into_child(&"CARGO_HOME".into()));
+        assert!(!leaks_into_child(&"PATH".into()));
+    }
+}

@@ -1,0 +1,158 @@
+//! Element types and their conversions to and from f32, bit-exact with IEEE round-to-nearest-even.
+//!
+//! The kernels accumulate in f32 whatever the storage type. `Bf16` and `F16` are bare bit
+//! patterns (`#[repr(transparent)]` over `u16`), layout-compatible with `half::bf16`/`half::f16`
+//! on the host, so host buffers can be reinterpreted without copying.
+
+/// The storage types the kernels are instantiated for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F16,
+    Bf16,
+    F32,
+}
+
+impl DType {
+    pub const ALL: [DType; 3] = [DType::F16, DType::Bf16, DType::F32];
+
+    /// Bytes per element.
+    pub const fn size(self) -> usize {
+        match self {
+            DType::F16 | DType::Bf16 => 2,
+            DType::F32 => 4,
+        }
+    }
+
+    /// The short name used in entry-point names, specs and CLIs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F16 => "f16",
+            DType::Bf16 => "bf16",
+            DType::F32 => "f32",
+        }
+    }
+}
+
+/// A storage type the kernels read and write; arithmetic happens in f32.
+pub trait Element: Copy + 'static {
+    const DTYPE: DType;
+    fn to_f32(self) -> f32;
+    fn from_f32(value: f32) -> Self;
+}
+
+/// bfloat16 as its bit pattern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(transparent)]
+pub struct Bf16(pub u16);
+
+/// IEEE binary16 as its bit pattern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(transparent)]
+pub struct F16(pub u16);
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(value: f32) -> Self {
+        value
+    }
+}
+
+impl Element for Bf16 {
+    const DTYPE: DType = DType::Bf16;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f32::from_bits((self.0 as u32) << 16)
+    }
+    #[inline(always)]
+    fn from_f32(value: f32) -> Self {
+        Bf16(f32_to_bf16_bits(value))
+    }
+}
+
+impl Element for F16 {
+    const DTYPE: DType = DType::F16;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16_bits_to_f32(self.0)
+    }
+    #[inline(always)]
+    fn from_f32(value: f32) -> Self {
+        F16(f32_to_f16_bits(value))
+    }
+}
+
+/// f32 → bf16, round to nearest, ties to even; NaN stays a (quiet) NaN.
+#[inline(always)]
+pub fn f32_to_bf16_bits(value: f32) -> u16 {
+    let bits = value.to_bits();
+    if value.is_nan() {
+        return ((bits >> 16) | 0x0040) as u16;
+    }
+    let round_bias = 0x7fff + ((bits >> 16) & 1);
+    (bits.wrapping_add(round_bias) >> 16) as u16
+}
+
+/// f16 → f32, exact (subnormals, infinities and NaN payloads included).
+#[inline(always)]
+pub fn f16_bits_to_f32(half: u16) -> f32 {
+    let sign = ((half as u32) & 0x8000) << 16;
+    let exponent = ((half >> 10) & 0x1f) as u32;
+    let mantissa = (half & 0x03ff) as u32;
+    let bits = match exponent {
+        0 if mantissa == 0 => sign,
+        // Subnormal: magnitude = mantissa · 2^-24, exact in f32.
+        0 => sign | (mantissa as f32 * TWO_POW_MINUS_24).to_bits(),
+        0x1f => sign | 0x7f80_0000 | (mantissa << 13),
+        _ => sign | ((exponent + 112) << 23) | (mantissa << 13),
+    };
+    f32::from_bits(bits)
+}
+
+const TWO_POW_MINUS_24: f32 = 1.0 / (1u32 << 24) as f32;
+
+/// f32 → f16, round to nearest, ties to even; overflow gives ±inf, NaN stays a (quiet) NaN.
+#[inline(always)]
+pub fn f32_to_f16_bits(value: f32) -> u16 {
+    let bits = value.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let abs = bits & 0x7fff_ffff;
+    if abs >= 0x7f80_0000 {
+        let nan = if abs > 0x7f80_0000 { 0x0200 | ((abs >> 13) & 0x03ff) as u16 } else { 0 };
+        return sign | 0x7c00 | nan;
+    }
+    // |value| ≥ 65520 rounds to infinity.
+    if abs >= 0x477f_f000 {
+        return sign | 0x7c00;
+    }
+    // Normal range of f16: |value| ≥ 2^-14.
+    if abs >= 0x3880_0000 {
+        let rebiased = abs - (112 << 23);
+        let round_bias = 0x0fff + ((rebiased >> 13) & 1);
+        return sign | ((rebiased + round_bias) >> 13) as u16;
+    }
+    // Subnormal or zero: shift the full significand into place, rounding half to even.
+    let exponent = abs >> 23;
+    if exponent < 102 {
+        return sign; // below half the smallest subnormal: rounds to ±0
+    }
+    let significand = (abs & 0x007f_ffff) | 0x0080_0000;
+    let shift = 126 - exponent; // 14..=24
+    let half_ulp = 1u32 << (shift - 1);
+    let truncated = significand >> shift;
+    let remainder = significand & ((1u32 << shift) - 1);
+    let round_up = remainder > half_ulp || (remainder == half_ulp && truncated & 1 == 1);
+    sign | (truncated + round_up as u32) as u16
+}
+
+// Host-only: on nvptx64 the formatter machinery would be an unresolved function in the PTX.
+#[cfg(not(target_arch = "nvptx64"))]
+impl core::fmt::Display for DType {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,31 @@
+//! Layer 5 of ferrinfer: the kernels. Device entry points (`extern "ptx-kernel"`, compiled by
+//! rustc's nvptx64 backend) and the per-element and per-row numerics they are built from.
+//!
+//! This crate is `#![no_std]` and has no dependencies at all: never `std`, never `alloc`, never a
+//! host, CUDA or framework crate — not even optionally. Everything here takes raw pointers and
+//! integers. The numerics (dtype conversions and rounding, reductions' combine steps, the op math)
+//! are plain functions compiled for the host too, so the host's CPU backend uses the very same
+//! code and the host's tests cover it. Parameter structs shared with the host are `#[repr(C)]`
+//! and live here, so host and device can never disagree on their layout.
+//!
+//! Device-only code lives behind `cfg(target_arch = "nvptx64")`; it must be generic or
+//! `#[inline]` (see DESIGN.md: non-inline functions of another crate stay unresolved in PTX) and
+//! must contain no panicking path (a panic would be an unresolved `.extern .func`).
+#![no_std]
+#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch))]
+
+pub mod element;
+pub mod math;
+pub mod norm;
+pub mod vector;
+
+#[cfg(target_arch = "nvptx64")]
+pub mod device;
+
+#[cfg(target_arch = "nvptx64")]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // Unreachable by construction (no kernel has a panicking path; the builder rejects PTX with
+    // unresolved functions), but a no_std crate built on its own needs a handler.
+    unsafe { core::arch::nvptx::trap() }
+}

@@ -1,0 +1,90 @@
+//! The conversions and scalar math the kernels share with the host, checked against the `half`
+//! crate and f64 on the host.
+
+use ferrinfer_kernels::element::{Bf16, Element, F16, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits};
+use ferrinfer_kernels::math::rsqrt;
+
+/// Every f32 bit pattern whose low bits are `step`-spaced, plus each neighbourhood of a rounding
+/// boundary: enough to cover every exponent, sign, tie and subnormal case in well under a second.
+fn sampled_f32() -> impl Iterator<Item = f32> {
+    let strided = (0..=u32::MAX).step_by(4099).map(f32::from_bits);
+    let edges = [
+        0x0000_0000u32,
+        0x0000_0001,
+        0x3380_0000,
+        0x3380_0001,
+        0x337f_ffff,
+        0x3300_0000,
+        0x3300_0001,
+        0x387f_ffff,
+        0x3880_0000,
+        0x477f_efff,
+        0x477f_f000,
+        0x477f_e000,
+        0x7f7f_ffff,
+        0x7f80_0000,
+        0x7fc0_0000,
+        0x7f80_0001,
+        0x3f80_8000,
+        0x3f81_8000,
+    ];
+    let ties = (0u32..1 << 16).map(|hi| (hi << 16) | 0x8000);
+    strided
+        .chain(edges.into_iter().flat_map(|e| [e, e | 0x8000_0000].map(f32::from_bits)))
+        .chain(ties.map(f32::from_bits))
+}
+
+fn same_float(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+#[test]
+fn f16_to_f32_is_exact_for_every_f16() {
+    for bits in 0..=u16::MAX {
+        let want = half::f16::from_bits(bits).to_f32();
+        assert!(same_float(f16_bits_to_f32(bits), want), "f16 {bits:#06x}");
+    }
+}
+
+#[test]
+fn f32_to_f16_rounds_to_nearest_even() {
+    for x in sampled_f32() {
+        let (got, want) = (f32_to_f16_bits(x), half::f16::from_f32(x).to_bits());
+        let both_nan = half::f16::from_bits(got).is_nan() && x.is_nan();
+        assert!(got == want || both_nan, "{x:e} ({:#010x}): got {got:#06x}, want {want:#06x}", x.to_bits());
+    }
+}
+
+#[test]
+fn f32_to_bf16_rounds_to_nearest_even() {
+    for x in sampled_f32() {
+        let (got, want) = (f32_to_bf16_bits(x), half::bf16::from_f32(x).to_bits());
+        let both_nan = half::bf16::from_bits(got).is_nan() && x.is_nan();
+        assert!(got == want || both_nan, "{x:e} ({:#010x}): got {got:#06x}, want {want:#06x}", x.to_bits());
+    }
+}
+
+#[test]
+fn element_round_trips_are_identity_on_representable_values() {
+    for bits in (0..=u16::MAX).filter(|&b| !half::bf16::from_bits(b).is_nan()) {
+        assert_eq!(Bf16::from_f32(Bf16(bits).to_f32()), Bf16(bits));
+    }
+    for bits in (0..=u16::MAX).filter(|&b| !half::f16::from_bits(b).is_nan()) {
+        assert_eq!(F16::from_f32(F16(bits).to_f32()), F16(bits));
+    }
+}
+
+#[test]
+fn rsqrt_is_within_two_ulp_over_the_whole_range() {
+    let samples = (1u32..0x7f80_0000).step_by(997).map(f32::from_bits);
+    for v in samples {
+        let want = 1.0 / (v as f64).sqrt();
+        let got = rsqrt(v) as f64;
+        let ulp = (want as f32).to_bits();
+        let ulp = (f32::from_bits(ulp + 1) - f32::from_bits(ulp)) as f64;
+        assert!((got - want).abs() <= 2.0 * ulp, "rsqrt({v:e}) = {got:e}, want {want:e}");
+    }
+    assert_eq!(rsqrt(0.0), f32::INFINITY);
+    assert_eq!(rsqrt(f32::INFINITY), 0.0);
+    assert!(rsqrt(f32::NAN).is_nan());
+}

@@ -1,0 +1,174 @@
+//! Validation shared by every op family: row layouts, dtype/device agreement, alignment, overlap,
+//! and the vector width a set of tensors allows.
+
+use ferrinfer_kernels::element::DType;
+
+use crate::{Device, Error, TensorView};
+
+/// A tensor seen as `rows` rows of `hidden` contiguous elements, `row_stride` elements apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RowLayout {
+    pub rows: u64,
+    pub hidden: u64,
+    pub row_stride: u64,
+}
+
+/// Sees `view` as rows over its last dimension; leading dimensions must collapse into one
+/// (each a whole number of the next), rows must not overlap, strides must not be negative.
+pub(crate) fn row_layout(argument: &'static str, view: &TensorView) -> Result<RowLayout, Error> {
+    let (shape, strides) = (view.shape(), view.strides());
+    let unsupported = |reason: String| Error::UnsupportedLayout { argument, reason };
+    if shape.is_empty() {
+        return Err(unsupported("a 0-dimensional tensor has no rows; expected at least 1 dimension".into()));
+    }
+    if shape.iter().product::<i64>() == 0 {
+        return Err(Error::Empty { argument, shape: shape.to_vec() });
+    }
+    if let Some(&s) = strides.iter().find(|&&s| s < 0) {
+        return Err(unsupported(format!("negative stride {s}; expected strides ≥ 0")));
+    }
+    let last = shape.len() - 1;
+    let hidden = shape[last] as u64;
+    if hidden > 1 && strides[last] != 1 {
+        return Err(Error::LastDimNotContiguous { argument, stride: strides[last] });
+    }
+    // Leading dimensions of size 1 carry no stride information; skip them.
+    let leading: Vec<(u64, u64)> =
+        (0..last).filter(|&i| shape[i] != 1).map(|i| (shape[i] as u64, strides[i] as u64)).collect();
+    let rows = leading.iter().map(|&(d, _)| d).product::<u64>();
+    let row_stride = leading.last().map_or(hidden, |&(_, s)| s);
+    for pair in leading.windows(2) {
+        let ((_, outer_stride), (inner_dim, inner_stride)) = (pair[0], pair[1]);
+        if outer_stride != inner_dim * inner_stride {
+            return Err(unsupported(format!(
+                "leading dimensions of shape {shape:?} with strides {strides:?} do not collapse into rows"
+            )));
+        }
+    }
+    if rows > 1 && row_stride < hidden {
+        return Err(unsupported(format!("row stride {row_stride} < row length {hidden}: rows would overlap")));
+    }
+    Ok(RowLayout { rows, hidden, row_stride })
+}
+
+pub(crate) fn check_dtype(
+    argument: &'static str,
+    view: &TensorView,
+    reference: &'static str,
+    expected: DType,
+) -> Result<(), Error> {
+    match view.dtype() {
+        found if found == expected => Ok(()),
+        found => Err(Error::DTypeMismatch { argument, reference, expected, found }),
+    }
+}
+
+pub(crate) fn check_device(
+    argument: &'static str,
+    view: &TensorView,
+    reference: &'static str,
+    expected: Device,
+) -> Result<(), Error> {
+    match view.device() {
+        found if found == expected => Ok(()),
+        found => Err(Error::DeviceMismatch { argument, reference, expected, found }),
+    }
+}
+
+pub(crate) fn check_aligned(argument: &'static str, view: &TensorView) -> Result<(), Error> {
+    let align = view.dtype().size();
+    match view.address() % align as u64 {
+        0 => Ok(()),
+        _ => Err(Error::Misaligned { argument, address: view.address(), align }),
+    }
+}
+
+pub(crate) fn check_writable(argument: &'static str, view: &TensorView) -> Result<(), Error> {
+    if view.is_writable() { Ok(()) } else { Err(Error::ReadOnly { argument }) }
+}
+
+/// The byte range `[start, end)` a view can touch.
+fn span(view: &TensorView) -> (u64, u64) {
+    let last: u64 = view.shape().iter().zip(view.strides()).map(|(&d, &s)| (d.max(1) as u64 - 1) * s as u64).sum();
+    let size = view.dtype().size() as u64;
+    (view.address(), view.address() + (last + 1) * size)
+}
+
+/// Two views of one device whose byte ranges intersect.
+pub(crate) fn overlaps(a: &TensorView, b: &TensorView) -> bool {
+    let ((a0, a1), (b0, b1)) = (span(a), span(b));
+    a.device() == b.device() && a0 < b1 && b0 < a1
+}
+
+/// The identical view: same device, address, dtype, shape and strides.
+pub(crate) fn same_view(a: &TensorView, b: &TensorView) -> bool {
+    (a.device(), a.address(), a.dtype(), a.shape(), a.strides())
+        == (b.device(), b.address(), b.dtype(), b.shape(), b.strides())
+}
+
+/// The widest vector (in elements) every access allows: FlashInfer's `gcd(16 / size, hidden)`,
+/// narrowed further until it divides every row stride and every address in elements — a tensor
+/// that is not 16-byte aligned still runs, with narrower accesses, rather than failing.
+pub(crate) fn vector_width(dtype: DType, hidden: u64, row_strides: &[u64], addresses: &[u64]) -> u32 {
+    let size = dtype.size() as u64;
+    let mut vec = 16 / size;
+    while vec > 1
+        && (hidden % vec != 0
+            || row_strides.iter().any(|s| s % vec != 0)
+            || addresses.iter().any(|a| a % (vec * size) != 0))
+    {
+        vec /= 2;
+    }
+    vec as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(shape: &[i64], strides: &[i64]) -> TensorView<'static> {
+        unsafe { TensorView::from_raw_parts(4096 as *mut _, 0, DType::F32, shape, strides, Device::Cpu).unwrap() }
+    }
+
+    #[test]
+    fn rows_collapse_over_leading_dims() {
+        let layout = row_layout("x", &view(&[2, 3, 8], &[48, 16, 1])).unwrap();
+        assert_eq!(layout, RowLayout { rows: 6, hidden: 8, row_stride: 16 });
+        assert_eq!(row_layout("x", &view(&[8], &[1])).unwrap().rows, 1);
+        assert_eq!(row_layout("x", &view(&[1, 5, 1, 4], &[0, 4, 99, 1])).unwrap().row_stride, 4);
+    }
+
+    #[test]
+    fn bad_layouts_name_the_argument() {
+        let err = row_layout("input", &view(&[2, 3, 8], &[40, 16, 1])).unwrap_err();
+        assert!(err.to_string().starts_with("`input`: unsupported layout"), "{err}");
+        assert!(matches!(
+            row_layout("w", &view(&[4, 8], &[16, 2])),
+            Err(Error::LastDimNotContiguous { argument: "w", stride: 2 })
+        ));
+        assert!(matches!(row_layout("x", &view(&[4, 0], &[1, 1])), Err(Error::Empty { argument: "x", .. })));
+        assert!(row_layout("x", &view(&[4, 8], &[4, 1])).is_err(), "overlapping rows");
+        assert!(row_layout("x", &view(&[4, 8], &[-8, 1])).is_err(), "negative stride");
+    }
+
+    #[test]
+    fn vector_width_follows_flashinfer_and_narrows_for_alignment() {
+        assert_eq!(vector_width(DType::Bf16, 4096, &[4096], &[0, 256]), 8);
+        assert_eq!(vector_width(DType::Bf16, 1004, &[1004], &[0]), 4);
+        assert_eq!(vector_width(DType::F32, 4096, &[4096], &[0]), 4);
+        assert_eq!(vector_width(DType::F16, 111, &[111], &[0]), 1);
+        assert_eq!(vector_width(DType::Bf16, 4096, &[4100], &[0]), 4, "row stride");
+        assert_eq!(vector_width(DType::Bf16, 4096, &[4096], &[2]), 1, "address");
+        assert_eq!(vector_width(DType::Bf16, 4096, &[4096], &[8]), 4, "address");
+    }
+
+    #[test]
+    fn overlap_and_identity() {
+        let a = view(&[4, 8], &[8, 1]);
+        let b = unsafe { TensorView::from_raw_parts(4096 as *mut _, 64, DType::F32, &[2], &[1], Device::Cpu).unwrap() };
+        let c =
+            unsafe { TensorView::from_raw_parts(4096 as *mut _, 128, DType::F32, &[2], &[1], Device::Cpu).unwrap() };
+        assert!(overlaps(&a, &b) && !overlaps(&a, &c));
+        assert!(same_view(&a, &a.clone()) && !same_view(&a, &b));
+    }
+}

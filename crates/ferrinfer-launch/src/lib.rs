@@ -1,0 +1,32 @@
+//! Layers 1, 2 and 4 of ferrinfer: the Rust API over borrowed tensors and everything between it
+//! and a kernel launch.
+//!
+//! - Layer 1 (API): [`TensorView`] (borrowed and DLPack-shaped: pointer, byte offset, dtype,
+//!   shape, strides in elements, device) and one function per op, e.g. [`rmsnorm`]. Every
+//!   argument is validated first, with a typed [`Error`] naming it; on any error the output is
+//!   untouched.
+//! - Layer 2 (module cache): the embedded PTX is loaded once per process and device.
+//! - Layer 4 (launcher): dtype dispatch, vector width and launch configuration, and the launch
+//!   itself with cudarc on the caller's stream — or the CPU backend for host tensors, which runs
+//!   the same per-row numerics from `ferrinfer-kernels`.
+//!
+//! This crate never names a framework (candle, torch, Python live in `ferrinfer-ffi`, above it),
+//! and nothing needs CUDA installed to build it: without a driver the GPU paths report
+//! [`Error::NoCudaDriver`] and the CPU backend still works.
+
+mod cpu;
+mod cuda;
+mod error;
+mod layout;
+pub mod norm;
+pub mod reference;
+mod tensor;
+
+pub use cuda::{cuda_device_count, embedded_archs};
+pub use error::Error;
+pub use ferrinfer_kernels::element::DType;
+pub use norm::rmsnorm;
+pub use tensor::{Device, HostElement, MAX_DIMS, Stream, TensorView};
+
+/// Re-exported so callers name the same cudarc types this crate launches with.
+pub use cudarc;

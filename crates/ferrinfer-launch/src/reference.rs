@@ -1,0 +1,134 @@
+//! References for correctness checks, shared by tests and the benchmark's `--refcheck`: each op
+//! in f64, DESIGN.md's comparison, and seeded random-normal inputs (never zeros).
+
+use ferrinfer_kernels::element::DType;
+
+use crate::HostElement;
+
+/// rmsnorm in f64 over `rows` contiguous rows of `hidden`.
+pub fn rmsnorm(input: &[f64], weight: &[f64], hidden: usize, eps: f64) -> Vec<f64> {
+    input
+        .chunks_exact(hidden)
+        .flat_map(|row| {
+            let inverse = 1.0 / (row.iter().map(|x| x * x).sum::<f64>() / hidden as f64 + eps).sqrt();
+            row.iter().zip(weight).map(move |(x, w)| x * inverse * w)
+        })
+        .collect()
+}
+
+/// How far a result is from its reference.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Agreement {
+    /// ‖got − want‖ / ‖want‖.
+    pub relative_error: f64,
+    /// Largest |got − want| over its elementwise bound (≤ 1 passes).
+    pub worst_element: f64,
+}
+
+/// DESIGN.md's check: relative error under 1e-5 (f32) or 1e-2 (f16, bf16), and every element
+/// within one unit of the dtype's rounding of the reference (plus a floor for values near 0).
+/// NaN, infinities and unwritten (NaN-poisoned) elements fail.
+pub fn compare(dtype: DType, got: &[f64], want: &[f64]) -> Result<Agreement, String> {
+    if got.len() != want.len() {
+        return Err(format!("length {} vs reference {}", got.len(), want.len()));
+    }
+    let (relative_bound, unit) = match dtype {
+        DType::F32 => (1e-5, 1e-5),
+        DType::F16 => (1e-2, 2f64.powi(-10)),
+        DType::Bf16 => (1e-2, 2f64.powi(-7)),
+    };
+    let scale = want.iter().fold(0f64, |m, w| m.max(w.abs()));
+    let floor = scale * 1e-6 + f64::MIN_POSITIVE;
+    let (mut diff2, mut want2, mut worst) = (0.0, 0.0, 0.0f64);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if !g.is_finite() {
+            return Err(format!("element {i} is {g} (reference {w})"));
+        }
+        let bound = unit * w.abs() + floor;
+        worst = worst.max((g - w).abs() / bound);
+        if (g - w).abs() > bound {
+            return Err(format!("element {i} is {g}, reference {w}: off by {:e} > bound {bound:e}", (g - w).abs()));
+        }
+        diff2 += (g - w) * (g - w);
+        want2 += w * w;
+    }
+    let relative_error = (diff2 / want2.max(f64::MIN_POSITIVE)).sqrt();
+    if relative_error >= relative_bound {
+        return Err(format!("relative error {relative_error:e} ≥ {relative_bound:e}"));
+    }
+    Ok(Agreement { relative_error, worst_element: worst })
+}
+
+/// Values as f64.
+pub fn to_f64<T: HostElement>(values: &[T]) -> Vec<f64> {
+    values.iter().map(|v| v.to_f64()).collect()
+}
+
+/// Values per independently seeded chunk of [`random_normal`].
+const RANDOM_CHUNK: usize = 1 << 20;
+
+/// `len` standard-normal values of type `T` from `seed`: fresh per seed, reproducible, never all
+/// zeros. Chunks of 2^20 values, each seeded from (`seed`, chunk index), fill on all cores, so
+/// billions of values take seconds.
+pub fn random_normal<T: HostElement>(len: usize, seed: u64) -> Vec<T> {
+    let mut values = vec![T::zeroed(); len];
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunks_per_thread = len.div_ceil(RANDOM_CHUNK).div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        for (t, part) in values.chunks_mut(chunks_per_thread * RANDOM_CHUNK).enumerate() {
+            scope.spawn(move || {
+                for (c, chunk) in part.chunks_mut(RANDOM_CHUNK).enumerate() {
+                    fill_normal(chunk, seed, (t * chunks_per_thread + c) as u64);
+                }
+            });
+        }
+    });
+    values
+}
+
+/// splitmix64 seeded from (seed, stream), through Box–Muller.
+fn fill_normal<T: HostElement>(values: &mut [T], seed: u64, stream: u64) {
+    let mut state = seed ^ stream.wrapping_mul(0xd1b5_4a32_d192_ed03);
+    let mut uniform = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    };
+    for value in values {
+        let (u1, u2) = (1.0 - uniform(), uniform());
+        *value = T::from_f64((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_rmsnorm_of_a_known_row() {
+        // mean(x²) = (9 + 16) / 2 = 12.5 → 1/√12.5
+        let y = rmsnorm(&[3.0, 4.0], &[1.0, 2.0], 2, 0.0);
+        let inv = 1.0 / 12.5f64.sqrt();
+        assert_eq!(y, [3.0 * inv, 8.0 * inv]);
+    }
+
+    #[test]
+    fn compare_accepts_rounding_and_rejects_errors() {
+        let want = [1.0, -2.0, 3.0];
+        assert!(compare(DType::Bf16, &[1.0 + 2f64.powi(-8), -2.0, 3.0], &want).is_ok());
+        assert!(compare(DType::Bf16, &[1.02, -2.0, 3.0], &want).is_err(), "beyond one bf16 unit");
+        assert!(compare(DType::F32, &[f64::NAN, -2.0, 3.0], &want).is_err(), "NaN poison");
+        assert!(compare(DType::F32, &[1.0 + 1e-4, -2.0, 3.0], &want).is_err());
+    }
+
+    #[test]
+    fn random_normal_looks_normal_and_depends_on_seed() {
+        let a: Vec<f32> = random_normal(100_000, 1);
+        let mean = a.iter().map(|&v| v as f64).sum::<f64>() / a.len() as f64;
+        let var = a.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / a.len() as f64;
+        assert!(mean.abs() < 0.02 && (var - 1.0).abs() < 0.02, "mean {mean}, var {var}");
+        assert_ne!(a[..8], random_normal::<f32>(8, 2)[..]);
+    }
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs the GPU suite on the GPU machine, from the repository root, with .bundle carried (built by
+# scripts/gpu/bundle.sh). Steps, in the order given:
+#   info      GPU, driver, clocks; ptxas register/spill report of the embedded PTX
+#   tests     every bundled GPU test binary (the correctness grid, > 2^31 elements, ...)
+#   sanitize  compute-sanitizer memcheck and racecheck over the GPU tests (all but > 2^31)
+#   bench     ferrinfer-bench --grid --refcheck (after the peers' install.sh, if sourced)
+# Logs go to $OUT (the device tool brings them back), one file per step.
+set -uo pipefail
+out=${OUT:-/tmp/ferrinfer-gpu-out}
+mkdir -p "$out"
+status=0
+run() { # run NAME CMD...: log to $out/NAME.log, remember failures
+  local name=$1; shift
+  echo "== $name: $*" | tee -a "$out/$name.log"
+  "$@" 2>&1 | tee -a "$out/$name.log"
+  local rc=${PIPESTATUS[0]}
+  echo "== $name: exit $rc" | tee -a "$out/$name.log"
+  [ "$rc" = 0 ] || status=1
+}
+for step in "$@"; do
+  case $step in
+    info)
+      run info nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
+      run info cat .bundle/commit
+      for ptx in .bundle/ptx/*.ptx; do run info ptxas -arch=sm_90 -v "$ptx" -o /dev/null; done ;;
+    tests)
+      for t in .bundle/tests/*; do run tests "$t" --test-threads=1; done ;;
+    sanitize)
+      for t in .bundle/tests/*; do
+        for tool in memcheck racecheck; do
+          run sanitize timeout 220 compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+            "$t" --test-threads=1 --skip over_2_pow_31
+        done
+      done ;;
+    bench)
+      run bench .bundle/ferrinfer-bench --routine rmsnorm --dtype bf16 --grid --refcheck --output-path "$out/ferrinfer.csv" ;;
+    *) echo "unknown step $step (info, tests, sanitize, bench)"; exit 2 ;;
+  esac
+done
+exit $status

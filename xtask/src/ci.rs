@@ -1,0 +1,195 @@
+//! `cargo xtask ci [FAMILY]`: the tests of one op family across all crates, or all tests.
+//!
+//! Families are discovered, not listed: FlashInfer's one-file-per-op-per-layer convention means an
+//! op `F` has `crates/ferrinfer-kernels/src/F.rs` and `crates/ferrinfer-launch/src/F.rs`. Its tests
+//! are the unit tests under a module `F::` and the integration test targets named `F` or `F_*`.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail, ensure};
+
+/// Insta in check mode: a changed snapshot fails the run instead of writing `.snap.new` files.
+const TEST_ENV: &[(&str, &str)] = &[("INSTA_UPDATE", "no"), ("CI", "true")];
+
+/// File stems that are modules in both the kernels and the launch layer.
+pub fn families(root: &Path) -> Result<Vec<String>> {
+    let kernels = module_stems(&root.join("crates/ferrinfer-kernels/src"))?;
+    let launch = module_stems(&root.join("crates/ferrinfer-launch/src"))?;
+    Ok(kernels.intersection(&launch).cloned().collect())
+}
+
+fn module_stems(dir: &Path) -> Result<BTreeSet<String>> {
+    let mut stems = BTreeSet::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let path = entry?.path();
+        let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+        let is_rs = path.is_file() && path.extension().is_some_and(|e| e == "rs");
+        if is_rs && !["lib", "mod", "main"].contains(&stem.as_ref()) {
+            stems.insert(stem.into_owned());
+        }
+    }
+    Ok(stems)
+}
+
+/// The `cargo` argument lists to run, in order.
+pub fn plan(root: &Path, family: Option<&str>, release: bool) -> Result<Vec<Vec<String>>> {
+    let mut runs = match family {
+        None => vec![args("test --workspace")],
+        Some(f) => family_runs(root, f)?,
+    };
+    if release {
+        // Before any `--`, where cargo (not the test binary) reads it.
+        for run in &mut runs {
+            let at = run.iter().position(|a| a == "--").unwrap_or(run.len());
+            run.insert(at, "--release".into());
+        }
+    }
+    Ok(runs)
+}
+
+fn family_runs(root: &Path, family: &str) -> Result<Vec<Vec<String>>> {
+    let known = families(root)?;
+    if !known.iter().any(|f| f == family) {
+        let list = if known.is_empty() { "none".into() } else { known.join(", ") };
+        bail!("unknown op family `{family}`; known families: {list}");
+    }
+    let mut runs = vec![args(&format!("test --workspace --lib --bins -- {family}::"))];
+    for (krate, target) in integration_tests(root, family)? {
+        runs.push(args(&format!("test -p {krate} --test {target}")));
+    }
+    Ok(runs)
+}
+
+/// `(package, test target)` for `crates/*/tests/F*.rs`, `xtask/tests/F*.rs` and their
+/// `tests/F*/main.rs` form. The directory name is the package name (a workspace convention).
+fn integration_tests(root: &Path, family: &str) -> Result<Vec<(String, String)>> {
+    let mut packages = vec![root.join("xtask")];
+    for entry in fs::read_dir(root.join("crates")).context("listing crates/")? {
+        packages.push(entry?.path());
+    }
+    let mut found = Vec::new();
+    for package in packages {
+        let Ok(entries) = fs::read_dir(package.join("tests")) else {
+            continue;
+        };
+        let krate = package.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        for entry in entries {
+            if let Some(target) = test_target(&entry?.path())
+                && belongs_to(&target, family)
+            {
+                found.push((krate.clone(), target));
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The target name cargo gives `tests/NAME.rs` or `tests/NAME/main.rs`.
+fn test_target(path: &Path) -> Option<String> {
+    let is_target =
+        if path.is_dir() { path.join("main.rs").is_file() } else { path.extension().is_some_and(|e| e == "rs") };
+    let stem = path.file_stem()?.to_string_lossy().into_owned();
+    is_target.then_some(stem)
+}
+
+/// `norm` owns `norm` and `norm_gpu` but not `normalize`: a prefix alone would also hand a
+/// family `rope` the tests of a family `rope_scaling`.
+fn belongs_to(target: &str, family: &str) -> bool {
+    target.strip_prefix(family).is_some_and(|rest| rest.is_empty() || rest.starts_with('_'))
+}
+
+fn args(line: &str) -> Vec<String> {
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+/// Runs each planned `cargo` command in `root`, printing it first; stops at the first failure.
+pub fn run(root: &Path, runs: &[Vec<String>]) -> Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let env: Vec<String> = TEST_ENV.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    for run in runs {
+        eprintln!("$ {} cargo {}", env.join(" "), run.join(" "));
+        let status = Command::new(&cargo)
+            .args(run)
+            .envs(TEST_ENV.iter().copied())
+            .current_dir(root)
+            .status()
+            .context("starting cargo")?;
+        ensure!(status.success(), "`cargo {}` failed: {status}", run.join(" "));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(root: &Path, files: &[&str]) {
+        for file in files {
+            let path = root.join(file);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, "").unwrap();
+        }
+    }
+
+    fn layout() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        touch(
+            dir.path(),
+            &[
+                "crates/ferrinfer-kernels/src/lib.rs",
+                "crates/ferrinfer-kernels/src/norm.rs",
+                "crates/ferrinfer-kernels/src/rope.rs",
+                "crates/ferrinfer-kernels/src/math.rs",
+                "crates/ferrinfer-launch/src/lib.rs",
+                "crates/ferrinfer-launch/src/norm.rs",
+                "crates/ferrinfer-launch/src/rope.rs",
+                "crates/ferrinfer-launch/src/tensor.rs",
+                "crates/ferrinfer-launch/tests/norm_gpu.rs",
+                "crates/ferrinfer-launch/tests/normalize.rs",
+                "crates/ferrinfer-ffi/tests/norm/main.rs",
+                "crates/ferrinfer-ffi/tests/rope.rs",
+                "xtask/tests/norm.rs",
+            ],
+        );
+        dir
+    }
+
+    #[test]
+    fn families_are_modules_of_both_kernels_and_launch() {
+        let dir = layout();
+        assert_eq!(families(dir.path()).unwrap(), ["norm", "rope"]);
+    }
+
+    #[test]
+    fn a_family_runs_its_unit_and_integration_tests() {
+        let dir = layout();
+        let runs: Vec<String> = plan(dir.path(), Some("norm"), true).unwrap().iter().map(|r| r.join(" ")).collect();
+        assert_eq!(
+            runs,
+            [
+                "test --workspace --lib --bins --release -- norm::",
+                "test -p ferrinfer-ffi --test norm --release",
+                "test -p ferrinfer-launch --test norm_gpu --release",
+                "test -p xtask --test norm --release",
+            ]
+        );
+    }
+
+    #[test]
+    fn no_family_runs_everything() {
+        let dir = layout();
+        assert_eq!(plan(dir.path(), None, false).unwrap(), [args("test --workspace")]);
+    }
+
+    #[test]
+    fn an_unknown_family_is_an_error_naming_the_known_ones() {
+        let dir = layout();
+        let err = plan(dir.path(), Some("math"), false).unwrap_err().to_string();
+        assert!(err.contains("unknown op family `math`"), "{err}");
+        assert!(err.contains("known families: norm, rope"), "{err}");
+    }
+}

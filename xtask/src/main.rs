@@ -1,0 +1,86 @@
+//! xtask is the project's tooling, run as `cargo xtask <command>` (an alias in
+//! `.cargo/config.toml`): checks and chores written in Rust instead of shell scripts, so they run
+//! wherever cargo does. It sits outside the five layers: it depends on no workspace crate (it reads
+//! them through `cargo metadata` and their files) and no crate depends on it.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use clap::Parser;
+use xtask::{ci, lint_layers};
+
+#[derive(Parser)]
+#[command(bin_name = "cargo xtask", about = "ferrinfer's project tooling")]
+enum Command {
+    /// Check the layer invariants (DESIGN.md, "Layer invariants"); non-zero exit on a violation.
+    LintLayers {
+        /// The workspace's root Cargo.toml (default: this workspace's).
+        #[arg(long)]
+        manifest_path: Option<PathBuf>,
+    },
+    /// Run one op family's tests across all crates, or every test with no FAMILY.
+    Ci {
+        /// An op family: a module of both ferrinfer-kernels and ferrinfer-launch.
+        #[arg(conflicts_with = "list")]
+        family: Option<String>,
+        /// Print the known op families and exit.
+        #[arg(long)]
+        list: bool,
+        /// Test the release build.
+        #[arg(long)]
+        release: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    // Not `main() -> Result`: that prints a backtrace under RUST_BACKTRACE, noise for a user error.
+    match run(Command::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<()> {
+    match command {
+        Command::LintLayers { manifest_path } => lint(&manifest_path.map_or_else(workspace_root, root_of)),
+        Command::Ci { list: true, .. } => {
+            for family in ci::families(&workspace_root())? {
+                println!("{family}");
+            }
+            Ok(())
+        }
+        Command::Ci { family, release, .. } => {
+            let root = workspace_root();
+            ci::run(&root, &ci::plan(&root, family.as_deref(), release)?)
+        }
+    }
+}
+
+fn lint(root: &Path) -> Result<()> {
+    let violations = lint_layers::lint(root)?;
+    for violation in &violations {
+        println!("{violation}");
+    }
+    if !violations.is_empty() {
+        bail!("{} layer violation(s)", violations.len());
+    }
+    eprintln!("lint-layers: ok");
+    Ok(())
+}
+
+/// The workspace this xtask was built in: xtask lives at its root.
+fn workspace_root() -> PathBuf {
+    let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask.parent().expect("xtask has a parent directory").to_path_buf()
+}
+
+fn root_of(manifest: PathBuf) -> PathBuf {
+    match manifest.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
