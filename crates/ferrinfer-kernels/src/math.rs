@@ -14,15 +14,14 @@ pub fn rsqrt(v: f32) -> f32 {
     if v == f32::INFINITY {
         return 0.0;
     }
-    if v < TWO_POW_MINUS_100 {
-        // Tiny or subnormal: the guess and `0.5 · v` need a comfortably normal input; scale by
-        // 2^64, then the result back by 2^32.
-        return rsqrt(v * 18_446_744_073_709_551_616.0) * 4_294_967_296.0;
-    }
+    // Tiny or subnormal v: the bit-level guess and `0.5 · v` need a comfortably normal input, so
+    // scale v by 2^64 and the result back by 2^32 (no recursion: device code must not call).
+    let tiny = v < TWO_POW_MINUS_100;
+    let (v, unscale) = if tiny { (v * 18_446_744_073_709_551_616.0, 4_294_967_296.0) } else { (v, 1.0) };
     let mut y = f32::from_bits(0x5f37_5a86u32.wrapping_sub(v.to_bits() >> 1));
     let half_v = 0.5 * v;
     y *= 1.5 - half_v * y * y;
     y *= 1.5 - half_v * y * y;
     // Last step as a small correction added to y: fewer roundings land on the result.
-    y + y * (0.5 - half_v * y * y)
+    (y + y * (0.5 - half_v * y * y)) * unscale
 }

@@ -30,3 +30,8 @@ pub use tensor::{Device, HostElement, MAX_DIMS, Stream, TensorView};
 
 /// Re-exported so callers name the same cudarc types this crate launches with.
 pub use cudarc;
+
+/// README.md's Rust snippets, compiled and run as doctests so the front page cannot rot.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
