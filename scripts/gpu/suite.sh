@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Runs the GPU suite on the GPU machine, from the repository root, with .bundle carried (built by
 # scripts/gpu/bundle.sh). Steps, in the order given:
-#   info      GPU, driver, clocks; ptxas register/spill report of the embedded PTX
+#   info      GPU, driver, clocks; ptxas register/spill report of every bundled module
 #   tests     every bundled GPU test binary (the correctness grid, > 2^31 elements, ...)
 #   sanitize  compute-sanitizer memcheck and racecheck over the GPU tests (all but > 2^31)
 #   bench     ferrinfer-bench --grid --refcheck (after the peers' install.sh, if sourced)
+#   firstcall first-call latency (module load + launch) from the embedded AOT PTX, with the
+#             driver's PTX JIT cache disabled, then enabled (cold, then warm)
+# Modules are embedded in the binaries; FERRINFER_DISABLE_JIT=1 makes any miss an error.
 # Logs go to $OUT (the device tool brings them back), one file per step.
 set -uo pipefail
 out=${OUT:-/tmp/ferrinfer-gpu-out}
 mkdir -p "$out"
+export FERRINFER_DISABLE_JIT=1
 status=0
 run() { # run NAME CMD...: log to $out/NAME.log, remember failures
   local name=$1; shift
@@ -23,7 +27,7 @@ for step in "$@"; do
     info)
       run info nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
       run info cat .bundle/commit
-      for ptx in .bundle/ptx/*.ptx; do run info ptxas -arch=sm_90 -v "$ptx" -o /dev/null; done ;;
+      for ptx in .bundle/aot/ptx/*/kernels.ptx; do run info ptxas -arch=sm_90 -v "$ptx" -o /dev/null; done ;;
     tests)
       for t in .bundle/tests/*; do run tests "$t" --test-threads=1; done ;;
     sanitize)
@@ -35,7 +39,12 @@ for step in "$@"; do
       done ;;
     bench)
       run bench .bundle/ferrinfer-bench --routine rmsnorm --dtype bf16 --grid --refcheck --output-path "$out/ferrinfer.csv" ;;
-    *) echo "unknown step $step (info, tests, sanitize, bench)"; exit 2 ;;
+    firstcall)
+      first=(.bundle/ferrinfer-bench --routine rmsnorm --batch-size 1 --hidden-size 4096 --num-iters 1 --warmup-seconds 0)
+      rm -rf /tmp/ferrinfer-nv-cache
+      for i in 1 2; do run firstcall env CUDA_CACHE_DISABLE=1 "${first[@]}"; done
+      for i in 1 2; do run firstcall env CUDA_CACHE_PATH=/tmp/ferrinfer-nv-cache "${first[@]}"; done ;;
+    *) echo "unknown step $step (info, tests, sanitize, bench, firstcall)"; exit 2 ;;
   esac
 done
 exit $status

@@ -1,8 +1,10 @@
-//! `cargo xtask ci [FAMILY]`: the tests of one op family across all crates, or all tests.
+//! `cargo xtask ci [NAME]`: the tests of one op family across all crates, of one crate, or all.
 //!
 //! Families are discovered, not listed: FlashInfer's one-file-per-op-per-layer convention means an
 //! op `F` has `crates/ferrinfer-kernels/src/F.rs` and `crates/ferrinfer-launch/src/F.rs`. Its tests
 //! are the unit tests under a module `F::` and the integration test targets named `F` or `F_*`.
+//! A crate is named by its directory without `ferrinfer-` (`jit` for `crates/ferrinfer-jit`): its
+//! tests are all of that crate's, plus integration tests named `jit` or `jit_*` elsewhere.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -50,15 +52,34 @@ pub fn plan(root: &Path, family: Option<&str>, release: bool) -> Result<Vec<Vec<
     Ok(runs)
 }
 
-fn family_runs(root: &Path, family: &str) -> Result<Vec<Vec<String>>> {
-    let known = families(root)?;
-    if !known.iter().any(|f| f == family) {
-        let list = if known.is_empty() { "none".into() } else { known.join(", ") };
-        bail!("unknown op family `{family}`; known families: {list}");
+/// Crates by short name (`jit` → `ferrinfer-jit`, `xtask` → `xtask`).
+pub fn crate_suites(root: &Path) -> Result<Vec<(String, String)>> {
+    let mut suites = vec![("xtask".to_owned(), "xtask".to_owned())];
+    for entry in fs::read_dir(root.join("crates")).context("listing crates/")? {
+        let package = entry?.file_name().to_string_lossy().into_owned();
+        let short = package.strip_prefix("ferrinfer-").unwrap_or(&package).to_owned();
+        suites.push((short, package));
     }
-    let mut runs = vec![args(&format!("test --workspace --lib --bins -- {family}::"))];
-    for (krate, target) in integration_tests(root, family)? {
-        runs.push(args(&format!("test -p {krate} --test {target}")));
+    suites.sort();
+    Ok(suites)
+}
+
+fn family_runs(root: &Path, name: &str) -> Result<Vec<Vec<String>>> {
+    let (known, suites) = (families(root)?, crate_suites(root)?);
+    let mut runs = if known.iter().any(|f| f == name) {
+        vec![args(&format!("test --workspace --lib --bins -- {name}::"))]
+    } else if let Some((_, package)) = suites.iter().find(|(short, _)| short == name) {
+        vec![args(&format!("test -p {package}"))]
+    } else {
+        let list = if known.is_empty() { "none".into() } else { known.join(", ") };
+        let crates: Vec<&str> = suites.iter().map(|(short, _)| short.as_str()).collect();
+        bail!("unknown op family `{name}`; known families: {list}; crates: {}", crates.join(", "));
+    };
+    let own_package = suites.iter().find(|(short, _)| short == name).map(|(_, p)| p.as_str());
+    for (krate, target) in integration_tests(root, name)? {
+        if Some(krate.as_str()) != own_package {
+            runs.push(args(&format!("test -p {krate} --test {target}")));
+        }
     }
     Ok(runs)
 }
@@ -180,6 +201,14 @@ mod tests {
     }
 
     #[test]
+    fn a_crate_runs_all_its_tests_and_its_named_tests_elsewhere() {
+        let dir = layout();
+        touch(dir.path(), &["crates/ferrinfer-jit/tests/jit_cache.rs", "crates/ferrinfer-launch/tests/jit_modules.rs"]);
+        let runs: Vec<String> = plan(dir.path(), Some("jit"), false).unwrap().iter().map(|r| r.join(" ")).collect();
+        assert_eq!(runs, ["test -p ferrinfer-jit", "test -p ferrinfer-launch --test jit_modules"]);
+    }
+
+    #[test]
     fn no_family_runs_everything() {
         let dir = layout();
         assert_eq!(plan(dir.path(), None, false).unwrap(), [args("test --workspace")]);
@@ -190,6 +219,6 @@ mod tests {
         let dir = layout();
         let err = plan(dir.path(), Some("math"), false).unwrap_err().to_string();
         assert!(err.contains("unknown op family `math`"), "{err}");
-        assert!(err.contains("known families: norm, rope"), "{err}");
+        assert!(err.contains("known families: norm, rope; crates: "), "{err}");
     }
 }

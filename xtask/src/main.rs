@@ -19,9 +19,21 @@ enum Command {
         #[arg(long)]
         manifest_path: Option<PathBuf>,
     },
+    /// Build every kernel module of a family (default: all) ahead of time into a directory that
+    /// binaries can embed (FERRINFER_EMBED_AOT_DIR at build time) or read (FERRINFER_AOT_DIR).
+    Aot {
+        /// Target architectures, e.g. "9.0" (default: FERRINFER_CUDA_ARCH_LIST, else 9.0).
+        #[arg(long)]
+        arch: Option<String>,
+        #[arg(long)]
+        family: Option<String>,
+        #[arg(long, default_value = "target/ferrinfer-aot")]
+        out: PathBuf,
+    },
     /// Run one op family's tests across all crates, or every test with no FAMILY.
     Ci {
-        /// An op family: a module of both ferrinfer-kernels and ferrinfer-launch.
+        /// An op family (a module of both ferrinfer-kernels and ferrinfer-launch), or a crate
+        /// by its short name (`jit`).
         #[arg(conflicts_with = "list")]
         family: Option<String>,
         /// Print the known op families and exit.
@@ -47,6 +59,7 @@ fn main() -> ExitCode {
 fn run(command: Command) -> Result<()> {
     match command {
         Command::LintLayers { manifest_path } => lint(&manifest_path.map_or_else(workspace_root, root_of)),
+        Command::Aot { arch, family, out } => aot(arch, family, out),
         Command::Ci { list: true, .. } => {
             for family in ci::families(&workspace_root())? {
                 println!("{family}");
@@ -58,6 +71,20 @@ fn run(command: Command) -> Result<()> {
             ci::run(&root, &ci::plan(&root, family.as_deref(), release)?)
         }
     }
+}
+
+/// Runs `ferrinfer-jit aot` (xtask itself depends on no workspace crate).
+fn aot(arch: Option<String>, family: Option<String>, out: PathBuf) -> Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = std::process::Command::new(cargo);
+    command.args(["run", "--release", "--quiet", "-p", "ferrinfer-jit", "--", "aot", "--out"]).arg(&out);
+    command.args(arch.iter().flat_map(|a| ["--arch", a.as_str()]));
+    command.args(family.iter().flat_map(|f| ["--family", f.as_str()]));
+    let status = command.current_dir(workspace_root()).status()?;
+    if !status.success() {
+        bail!("ferrinfer-jit aot failed: {status}");
+    }
+    Ok(())
 }
 
 fn lint(root: &Path) -> Result<()> {

@@ -43,7 +43,11 @@ fn rmsnorm_typed<T: HostElement>(executor: &Executor, s: &Setup) -> Result<Row, 
             let (xd, wd, mut od) = (stream.clone_htod(&x)?, stream.clone_htod(&w)?, stream.clone_htod(&poison)?);
             let (xv, wv) = (TensorView::from_cuda(&xd, &shape, None)?, TensorView::from_cuda(&wd, &[s.hidden], None)?);
             let ov = TensorView::from_cuda_mut(&mut od, &shape, None)?;
+            let started = std::time::Instant::now();
             launch_rmsnorm(&xv, &wv, &mut ov.clone(), s.eps, executor.stream())?;
+            stream.synchronize()?;
+            // The process's first call includes finding and loading the module (driver PTX JIT).
+            eprintln!("# first call T={} H={}: {:.3} ms", s.tokens, s.hidden, started.elapsed().as_secs_f64() * 1e3);
             let out = if s.refcheck { stream.clone_dtoh(&od)? } else { Vec::new() };
             let ov = TensorView::from_cuda_mut(&mut od, &shape, None)?;
             let us =

@@ -4,8 +4,9 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// A compute capability, e.g. 9.0 for Hopper.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A compute capability, e.g. 9.0 for Hopper. Serialised as `"9.0"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct CudaArch {
     pub major: u32,
     pub minor: u32,
@@ -49,6 +50,19 @@ impl FromStr for CudaArch {
             return Err(invalid());
         }
         Ok(arch)
+    }
+}
+
+impl TryFrom<String> for CudaArch {
+    type Error = ParseArchError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<CudaArch> for String {
+    fn from(arch: CudaArch) -> String {
+        arch.to_string()
     }
 }
 

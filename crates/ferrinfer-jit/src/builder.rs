@@ -10,29 +10,19 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::arch::CudaArch;
+use crate::codegen::GeneratedCrate;
+use crate::sources::KernelSources;
+use crate::{CudaArch, JitSpec};
 
 /// The toolchain that compiles device code (nvptx64 needs `-Zbuild-std`, so a nightly).
 pub const NIGHTLY: &str = "nightly";
 
+/// Flags every build passes to rustc (part of the cache key); the target CPU comes from the spec.
+pub const FIXED_RUSTC_FLAGS: &[&str] = &["--emit=asm", "-C", UNROLL_FLAG];
+
 /// LLVM only keeps small register arrays in registers once loops over them are fully unrolled;
 /// below this threshold the f16 kernels' per-element loops spilled to `.local` memory.
-const UNROLL_THRESHOLD: &str = "-unroll-threshold=5000";
-
-/// One compilation of a kernels crate to PTX.
-#[derive(Clone, Debug)]
-pub struct KernelBuild {
-    /// Directory of the crate to compile (holding its `Cargo.toml`).
-    pub crate_dir: PathBuf,
-    /// Library name of that crate as rustc sees it (`ferrinfer_kernels`).
-    pub lib_name: String,
-    pub arch: CudaArch,
-    /// Cargo target directory for the child build (kept apart from the host's).
-    pub target_dir: PathBuf,
-    /// Keep line info for compute-sanitizer and cuda-gdb (optimisation stays on: unoptimised
-    /// kernels would keep their register arrays in `.local` memory).
-    pub debug: bool,
-}
+const UNROLL_FLAG: &str = "llvm-args=-unroll-threshold=5000";
 
 /// PTX text for one architecture.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,6 +46,8 @@ pub enum BuildError {
         "the `{NIGHTLY}` toolchain lacks rust-src (needed to build `core` for nvptx64); fix: rustup component add rust-src --toolchain {NIGHTLY}"
     )]
     RustSrcMissing,
+    #[error("the `{NIGHTLY}` toolchain cannot compile for nvptx64-nvidia-cuda:\n{0}\nfix: rustup update {NIGHTLY}")]
+    NoNvptxSupport(String),
     #[error("compiling {crate_dir} for {arch} failed:\n{log}")]
     CompileFailed { crate_dir: PathBuf, arch: String, log: String },
     #[error("the build succeeded but wrote no PTX under {0}")]
@@ -68,40 +60,106 @@ pub enum BuildError {
     MissingEntryPoint(String),
     #[error("I/O error on {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error(
+        "cannot query the `{NIGHTLY}` toolchain: {0}; fix: rustup toolchain install {NIGHTLY} --component rust-src"
+    )]
+    Toolchain(String),
+    #[error("ptxas reports {what} in kernel `{entry}`; the PTX is rejected:\n{report}")]
+    Resources { entry: String, what: String, report: String },
+    #[error(
+        "ptxas is required ({REQUIRE}=1) but was not found; install it with `pip install nvidia-cuda-nvcc-cu12` and set {PTXAS} to its bin/ptxas"
+    )]
+    PtxasMissing,
+    #[error("ptxas failed on the PTX of `{spec}`:\n{log}")]
+    PtxasFailed { spec: String, log: String },
 }
 
-impl KernelBuild {
-    /// Compiles the crate and checks the PTX exports every one of `entry_points`.
-    pub fn run<'a>(&self, entry_points: impl IntoIterator<Item = &'a str>) -> Result<Ptx, BuildError> {
-        let path = match self.compile() {
+const REQUIRE: &str = crate::config::REQUIRE_PTXAS_VAR;
+const PTXAS: &str = crate::config::PTXAS_VAR;
+
+/// Compiles generated entry-point crates to PTX, sharing one cargo target directory (so `core`,
+/// built by `-Zbuild-std`, is compiled once per toolchain, not once per module).
+#[derive(Clone, Debug)]
+pub struct Builder {
+    pub target_dir: PathBuf,
+}
+
+/// What a build produced.
+#[derive(Clone, Debug)]
+pub struct BuildOutput {
+    pub ptx: Ptx,
+    /// cargo's stderr, kept as the entry's build log.
+    pub log: String,
+}
+
+impl Builder {
+    /// Writes the kernels crate and `generated` under `build_dir` (replacing what is there),
+    /// compiles it for the spec's arch and checks the PTX exports every entry point.
+    pub fn build(
+        &self,
+        spec: &JitSpec,
+        generated: &GeneratedCrate,
+        sources: &KernelSources,
+        build_dir: &Path,
+    ) -> Result<BuildOutput, BuildError> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| BuildError::Io { path, source }
+        };
+        if build_dir.exists() {
+            std::fs::remove_dir_all(build_dir).map_err(io(build_dir))?;
+        }
+        let crate_dir = build_dir.join("entry");
+        sources.write_crate(&build_dir.join("kernels")).map_err(io(build_dir))?;
+        std::fs::create_dir_all(&crate_dir).map_err(io(&crate_dir))?;
+        std::fs::write(crate_dir.join("Cargo.toml"), &generated.cargo_toml).map_err(io(&crate_dir))?;
+        std::fs::write(crate_dir.join("lib.rs"), &generated.lib_rs).map_err(io(&crate_dir))?;
+        let compile = Compile {
+            crate_dir,
+            lib_name: format!("ferrinfer_jit_{}", spec.name),
+            arch: spec.arch,
+            target_dir: self.target_dir.clone(),
+            flags: spec.flags.clone(),
+        };
+        let (path, log) = compile.run()?;
+        let source = std::fs::read_to_string(&path).map_err(io(&path))?;
+        let ptx = Ptx { arch: spec.arch, source };
+        ptx.validate(spec.entry_points.iter().map(|e| e.name.as_str()))?;
+        Ok(BuildOutput { ptx, log })
+    }
+}
+
+/// One `cargo +nightly rustc` of one crate.
+struct Compile {
+    crate_dir: PathBuf,
+    lib_name: String,
+    arch: CudaArch,
+    target_dir: PathBuf,
+    flags: Vec<String>,
+}
+
+impl Compile {
+    /// Compiles; returns the PTX's path and cargo's stderr.
+    fn run(&self) -> Result<(PathBuf, String), BuildError> {
+        match self.compile() {
             // A fresh rlib whose `.s` was deleted: cargo would not rerun rustc, so clean and redo.
             Err(BuildError::NoPtx(_)) => {
-                self.cargo("clean")
-                    .args(["--release", "--target", "nvptx64-nvidia-cuda", "-p"])
-                    .arg(&self.package_name())
-                    .output()
-                    .map_err(|source| BuildError::CargoNotFound { source })?;
-                self.compile()?
+                let mut clean = self.cargo("clean");
+                clean.args(["--release", "--target", "nvptx64-nvidia-cuda", "-p"]).arg(self.lib_name.replace('_', "-"));
+                clean.output().map_err(|source| BuildError::CargoNotFound { source })?;
+                self.compile()
             }
-            result => result?,
-        };
-        let source = std::fs::read_to_string(&path).map_err(|source| BuildError::Io { path, source })?;
-        let ptx = Ptx { arch: self.arch, source };
-        ptx.validate(entry_points)?;
-        Ok(ptx)
-    }
-
-    /// Runs the compiler; returns the path of the PTX it wrote.
-    fn compile(&self) -> Result<PathBuf, BuildError> {
-        let output = self.rustc_command().output().map_err(|source| BuildError::CargoNotFound { source })?;
-        if !output.status.success() {
-            return Err(diagnose(&self.crate_dir, self.arch, &String::from_utf8_lossy(&output.stderr)));
+            result => result,
         }
-        self.ptx_path(&String::from_utf8_lossy(&output.stdout))
     }
 
-    fn package_name(&self) -> String {
-        self.lib_name.replace('_', "-")
+    fn compile(&self) -> Result<(PathBuf, String), BuildError> {
+        let output = self.rustc_command().output().map_err(|source| BuildError::CargoNotFound { source })?;
+        let log = String::from_utf8_lossy(&output.stderr).into_owned();
+        if !output.status.success() {
+            return Err(diagnose(&self.crate_dir, self.arch, &log));
+        }
+        Ok((self.ptx_path(&String::from_utf8_lossy(&output.stdout))?, log))
     }
 
     /// `cargo +nightly <subcommand>` for this crate and target directory, environment scrubbed.
@@ -125,18 +183,17 @@ impl KernelBuild {
         let mut cmd = self.cargo("rustc");
         cmd.args(["--release", "--lib", "--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
             .arg("--message-format=json")
-            .env("CARGO_PROFILE_RELEASE_DEBUG", if self.debug { "line-tables-only" } else { "0" })
-            .env("CARGO_PROFILE_RELEASE_DEBUG_ASSERTIONS", "false")
-            .env("CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS", "false")
-            .args(["--", "--emit=asm", "-C"])
+            .arg("--")
+            .args(FIXED_RUSTC_FLAGS)
+            .arg("-C")
             .arg(format!("target-cpu={}", self.arch.target_cpu()))
-            .args(["-C", &format!("llvm-args={UNROLL_THRESHOLD}")]);
+            .args(&self.flags);
         cmd
     }
 }
 
 /// Variables a parent cargo or rustup sets that must not reach the child build.
-fn leaks_into_child(key: &OsString) -> bool {
+pub(crate) fn leaks_into_child(key: &OsString) -> bool {
     let key = key.to_string_lossy();
     (key.starts_with("CARGO_") && key != "CARGO_HOME")
         || key.starts_with("RUSTC")
@@ -148,12 +205,14 @@ fn diagnose(crate_dir: &Path, arch: CudaArch, stderr: &str) -> BuildError {
         BuildError::NightlyMissing
     } else if stderr.contains("rust-src") || stderr.contains("library/Cargo.lock") {
         BuildError::RustSrcMissing
+    } else if stderr.contains("nvptx64-nvidia-cuda") && (stderr.contains("target") && stderr.contains("not")) {
+        BuildError::NoNvptxSupport(stderr.to_owned())
     } else {
         BuildError::CompileFailed { crate_dir: crate_dir.to_owned(), arch: arch.to_string(), log: stderr.to_owned() }
     }
 }
 
-impl KernelBuild {
+impl Compile {
     /// The `.s` file of this build: rustc writes it beside the rlib/rmeta, under the same hash, which
     /// cargo reports (even when the build was fresh and rustc did not run).
     fn ptx_path(&self, cargo_json: &str) -> Result<PathBuf, BuildError> {
@@ -206,10 +265,10 @@ impl Ptx {
         for line in self.source.lines() {
             if let Some(name) = entry_name(line) {
                 current = Some(name.to_owned());
-            } else if line.contains(".local") {
-                if let Some(name) = current.take() {
-                    offenders.push(name);
-                }
+            } else if line.contains(".local")
+                && let Some(name) = current.take()
+            {
+                offenders.push(name);
             }
         }
         offenders

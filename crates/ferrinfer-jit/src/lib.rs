@@ -1,17 +1,66 @@
-//! Layer 3 of ferrinfer: describe what to compile and compile it. Turns the kernels of
-//! `ferrinfer-kernels` into PTX for a CUDA architecture with the nightly nvptx64 recipe
-//! (`cargo +nightly rustc --target nvptx64-nvidia-cuda -Zbuild-std=core -- --emit=asm`), checks
-//! the result (every entry point present, no `.local` memory, no unresolved functions) and names
-//! each op family's entry points.
+//! Layer 3 of ferrinfer: what to compile, and compiling it — FlashInfer's JIT, done by content.
+//!
+//! A [`JitSpec`] (one per module; `gen_<family>_spec` per op family, e.g.
+//! [`norm::gen_norm_spec`]) becomes a tiny generated crate that instantiates the generic kernels
+//! of `ferrinfer-kernels` as `extern "ptx-kernel"` entry points ([`codegen`]). Its key is a
+//! SHA-256 over the spec, the generated source, the kernel sources it uses (embedded in this
+//! crate at build time), the builder's flags and the exact nightly toolchain ([`key`]). The
+//! [`Cache`] finds a module in the binary (embedded AOT), an AOT directory, the disk cache, or
+//! builds it with the rustc-nvptx64 [`builder`] — once, under a per-key OS file lock.
 //!
 //! This crate never touches a GPU and never names a framework: it depends on `ferrinfer-kernels`
-//! (for the entry-point tables) and on the standard library, nothing that needs CUDA. Today the
-//! builder runs at build time of `ferrinfer-launch` (the PTX is embedded, AOT); the JIT disk
-//! cache grows from this same builder.
+//! and host crates that need no CUDA. Loading PTX onto a device is `ferrinfer-launch`'s job.
 
+pub mod aot;
 pub mod arch;
 pub mod builder;
+pub mod cache;
+pub mod codegen;
+pub mod config;
+pub mod key;
 pub mod norm;
+pub mod ptxas;
+pub mod sources;
+pub mod spec;
+pub mod toolchain;
+
+use std::path::PathBuf;
 
 pub use arch::CudaArch;
-pub use builder::{BuildError, KernelBuild, Ptx};
+pub use builder::{BuildError, Ptx};
+pub use cache::{Cache, EmbeddedPtx, Module, Origin};
+pub use config::JitConfig;
+pub use spec::{EntrySpec, JitSpec};
+
+/// An op family as layer 3 sees it: its kernel source files and the modules it declares.
+#[derive(Clone, Copy, Debug)]
+pub struct Family {
+    pub name: &'static str,
+    /// Its files in `ferrinfer-kernels/src` (besides [`sources::CORE_SOURCES`]).
+    pub sources: &'static [&'static str],
+    /// Every module of the family for an arch, debug or not (what AOT builds).
+    pub specs: fn(CudaArch, bool) -> Vec<JitSpec>,
+}
+
+/// Every op family. Each kernel source file is a core file or belongs to one of these (a test
+/// checks it, so no file can change without changing the keys that depend on it).
+pub const FAMILIES: &[Family] = &[norm::FAMILY];
+
+/// Why a module could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum JitError {
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    #[error(
+        "kernel module `{spec}` is neither embedded, in an AOT directory nor in the cache, and FERRINFER_DISABLE_JIT=1 forbids building it; build it ahead of time with `cargo xtask aot --arch {arch} --family {family} --out DIR` and run with FERRINFER_AOT_DIR=DIR"
+    )]
+    JitDisabled { spec: String, family: String, arch: CudaArch },
+    #[error(
+        "the kernel cache directory {dir} is not writable ({source}); set FERRINFER_CACHE_DIR to a writable directory"
+    )]
+    CacheNotWritable { dir: PathBuf, source: std::io::Error },
+    #[error("I/O error on {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{var}: {message}")]
+    Config { var: &'static str, message: String },
+}

@@ -2,13 +2,21 @@
 //! shuffles and the block-wide sum. Warp-level `asm!` is never `pure`/`nomem`: rustc does not mark
 //! inline asm convergent, and with `pure` LLVM may move a shuffle under a divergent branch.
 
-use core::arch::{asm, global_asm, nvptx};
+use core::arch::{asm, nvptx};
 
 /// Most warps a block can have (1024 threads).
 const MAX_WARPS: usize = 32;
 
-// One f32 per warp for block reductions. Module-scope `.shared`: every block gets its own copy.
-global_asm!(".shared .align 16 .b8 ferrinfer_block_partials[128];");
+/// Declares the module-scope `.shared` arrays the device code uses (one f32 per warp for block
+/// reductions; every block gets its own copy). Module-level asm is emitted only into the crate
+/// that expands it, so each generated entry-point crate invokes this once
+/// (`ferrinfer_kernels::module_globals!();`) — the kernels crate's own PTX never reaches a GPU.
+#[macro_export]
+macro_rules! module_globals {
+    () => {
+        core::arch::global_asm!(".shared .align 16 .b8 ferrinfer_block_partials[128];");
+    };
+}
 
 #[inline(always)]
 pub fn thread_index() -> u32 {

@@ -10,9 +10,11 @@
 //!
 //! Device-only code lives behind `cfg(target_arch = "nvptx64")`; it must be generic or
 //! `#[inline]` (see DESIGN.md: non-inline functions of another crate stay unresolved in PTX) and
-//! must contain no panicking path (a panic would be an unresolved `.extern .func`).
+//! must contain no panicking path (a panic would be an unresolved `.extern .func`). This crate
+//! declares no entry points: `ferrinfer-jit` generates a tiny crate per spec that instantiates the
+//! generic kernels here as `extern "ptx-kernel"` functions with stable names.
 #![no_std]
-#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch))]
+#![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, asm_experimental_arch))]
 
 pub mod element;
 pub mod math;

@@ -1,10 +1,11 @@
 //! The norm family: rmsnorm (`y = x / √(mean(x²) + eps) · w` per row), accumulating in f32.
 //!
 //! One parameter struct for every norm kernel, shared with the host; the per-row math shared by
-//! the device kernel and the host's CPU backend; the device kernel; and the table of entry points
-//! (one per dtype × vector width), which the host uses to find them by name.
+//! the device kernel and the host's CPU backend; and the device kernel, generic over element type
+//! and vector width. Entry points (`extern "ptx-kernel"` instantiations) are generated per spec by
+//! `ferrinfer-jit`.
 
-use crate::element::{Bf16, DType, Element, F16};
+use crate::element::Element;
 use crate::math::rsqrt;
 
 /// Arguments of every norm kernel, passed by value. Pointers are device (or, for the CPU backend,
@@ -20,15 +21,6 @@ pub struct NormParams {
     pub output_row_stride: u64,
     pub hidden: u32,
     pub eps: f32,
-}
-
-/// A compiled kernel the host can look up by name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EntryPoint {
-    pub name: &'static str,
-    pub dtype: DType,
-    /// Elements per vector access; `hidden`, both row strides and every pointer must be multiples.
-    pub vec: u32,
 }
 
 /// 1/rms of a row from its sum of squares: 1/√(Σx²/hidden + eps).
@@ -104,45 +96,4 @@ pub unsafe fn rmsnorm_block<T: Element, const VEC: usize>(params: &NormParams) {
         }
         row += grid_size() as u64;
     }
-}
-
-/// Declares each rmsnorm instantiation once: its row in the host-visible table and, on nvptx64,
-/// its `extern "ptx-kernel"` entry point.
-macro_rules! rmsnorm_entry_points {
-    ($($name:ident: $ty:ty, $vec:literal;)*) => {
-        /// Every rmsnorm entry point in the PTX, by dtype and vector width.
-        pub const RMSNORM_ENTRY_POINTS: &[EntryPoint] = &[
-            $(EntryPoint { name: stringify!($name), dtype: <$ty as Element>::DTYPE, vec: $vec },)*
-        ];
-
-        #[cfg(target_arch = "nvptx64")]
-        mod entry_points {
-            use super::*;
-            $(
-                #[unsafe(no_mangle)]
-                pub unsafe extern "ptx-kernel" fn $name(params: NormParams) {
-                    unsafe { rmsnorm_block::<$ty, $vec>(&params) }
-                }
-            )*
-        }
-    };
-}
-
-rmsnorm_entry_points! {
-    ferrinfer_rmsnorm_f16_v8: F16, 8;
-    ferrinfer_rmsnorm_f16_v4: F16, 4;
-    ferrinfer_rmsnorm_f16_v2: F16, 2;
-    ferrinfer_rmsnorm_f16_v1: F16, 1;
-    ferrinfer_rmsnorm_bf16_v8: Bf16, 8;
-    ferrinfer_rmsnorm_bf16_v4: Bf16, 4;
-    ferrinfer_rmsnorm_bf16_v2: Bf16, 2;
-    ferrinfer_rmsnorm_bf16_v1: Bf16, 1;
-    ferrinfer_rmsnorm_f32_v4: f32, 4;
-    ferrinfer_rmsnorm_f32_v2: f32, 2;
-    ferrinfer_rmsnorm_f32_v1: f32, 1;
-}
-
-/// The rmsnorm entry point for `dtype` at vector width `vec`, if one was compiled.
-pub fn rmsnorm_entry_point(dtype: DType, vec: u32) -> Option<&'static EntryPoint> {
-    RMSNORM_ENTRY_POINTS.iter().find(|e| e.dtype == dtype && e.vec == vec)
 }

@@ -1,7 +1,8 @@
-//! Layer 2 (the module cache) and the CUDA half of layer 4: the PTX embedded at build time is
-//! loaded once per process and CUDA context, its functions looked up once, and kernels launched
-//! with raw device pointers on the caller's stream. Raw pointers (no `CudaSlice` arguments) keep
-//! cudarc's per-slice event tracking out of every launch, so launches can be graph-captured.
+//! Layer 2 (the module cache) and the CUDA half of layer 4. A module — the PTX of one spec,
+//! found or built by `ferrinfer-jit` (embedded → AOT dir → disk cache → JIT) — is loaded at most
+//! once per CUDA context, even under threads, and its functions looked up once. Kernels are
+//! launched with raw device pointers on the caller's stream: no `CudaSlice` arguments, so
+//! cudarc's per-slice event tracking stays out of every launch and launches can be graph-captured.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -9,69 +10,96 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use ferrinfer_jit::CudaArch;
+use ferrinfer_jit::{Cache, CudaArch, EmbeddedPtx, JitConfig, JitSpec};
+use ferrinfer_kernels::element::DType;
 
 use crate::Error;
 
-/// PTX per architecture, built by `build.rs` with `ferrinfer-jit`'s builder.
-static EMBEDDED_PTX: &[(CudaArch, &str)] = include!(concat!(env!("OUT_DIR"), "/embedded_ptx.rs"));
-
-/// The architectures this build carries PTX for.
-pub fn embedded_archs() -> Vec<CudaArch> {
-    EMBEDDED_PTX.iter().map(|(arch, _)| *arch).collect()
-}
+/// Modules compiled into this binary (see `build.rs`; empty unless FERRINFER_EMBED_AOT_DIR).
+static EMBEDDED_PTX: &[EmbeddedPtx] = include!(concat!(env!("OUT_DIR"), "/embedded_ptx.rs"));
 
 /// Number of CUDA devices; 0 when no driver can be loaded (then nothing here touches CUDA).
 pub fn cuda_device_count() -> usize {
-    if !driver_present() {
+    // SAFETY: only tries to dlopen libcuda.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return 0;
     }
     CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
 }
 
-fn driver_present() -> bool {
-    // SAFETY: only tries to dlopen libcuda.
-    unsafe { cudarc::driver::sys::is_culib_present() }
+/// The process's JIT cache, configured from the environment on first use.
+fn jit() -> Result<&'static Cache, Error> {
+    static JIT: OnceLock<Result<Cache, String>> = OnceLock::new();
+    let cache =
+        JIT.get_or_init(|| JitConfig::from_env().map(|c| Cache::new(c, EMBEDDED_PTX)).map_err(|e| e.to_string()));
+    cache.as_ref().map_err(|message| Error::Config(message.clone()))
 }
 
-/// The kernels of one CUDA context, loaded once.
-struct LoadedKernels {
-    functions: HashMap<String, CudaFunction>,
+/// Which module: a family's op variant for a dtype (cheap to hash; the spec is made on a miss).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ModuleKey {
+    pub family: &'static str,
+    pub variant: u32,
+    pub dtype: DType,
+}
+
+/// A loaded module: its functions by vector width.
+struct LoadedModule {
+    functions: HashMap<u32, CudaFunction>,
+}
+
+/// What a context's device needs to know once.
+#[derive(Clone, Copy)]
+struct DeviceInfo {
+    arch: CudaArch,
     multiprocessors: u32,
 }
 
-/// Module cache: one entry per CUDA context (keyed by its handle), filled at most once.
-fn cache() -> &'static Mutex<HashMap<usize, Arc<LoadedKernels>>> {
-    static CACHE: OnceLock<Mutex<HashMap<usize, Arc<LoadedKernels>>>> = OnceLock::new();
-    CACHE.get_or_init(Default::default)
+type Slot = Arc<Mutex<Option<Arc<LoadedModule>>>>;
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn kernels_for(context: &Arc<CudaContext>) -> Result<Arc<LoadedKernels>, Error> {
-    let mut cache = cache().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+fn device_info(context: &Arc<CudaContext>) -> Result<DeviceInfo, Error> {
+    static DEVICES: OnceLock<Mutex<HashMap<usize, DeviceInfo>>> = OnceLock::new();
+    let devices = DEVICES.get_or_init(Default::default);
     let key = context.cu_ctx() as usize;
-    if let Some(loaded) = cache.get(&key) {
-        return Ok(loaded.clone());
+    if let Some(info) = lock(devices).get(&key) {
+        return Ok(*info);
     }
-    let loaded = Arc::new(load(context)?);
-    cache.insert(key, loaded.clone());
-    Ok(loaded)
-}
-
-/// Loads the newest embedded PTX the device can run (PTX is forward compatible).
-fn load(context: &Arc<CudaContext>) -> Result<LoadedKernels, Error> {
     let (major, minor) = context.compute_capability()?;
     let device = CudaArch { major: major as u32, minor: minor as u32 };
-    let (_, source) = EMBEDDED_PTX
+    let arch = jit()?.config().target_arch(device).map_err(|e| Error::Config(e.to_string()))?;
+    let multiprocessors = context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+    let info = DeviceInfo { arch, multiprocessors };
+    lock(devices).insert(key, info);
+    Ok(info)
+}
+
+/// The module for `key` in `context`, loaded at most once (threads asking meanwhile wait).
+fn loaded_module(
+    context: &Arc<CudaContext>,
+    key: ModuleKey,
+    make_spec: impl FnOnce() -> JitSpec,
+) -> Result<Arc<LoadedModule>, Error> {
+    static MODULES: OnceLock<Mutex<HashMap<(usize, ModuleKey), Slot>>> = OnceLock::new();
+    let slot = lock(MODULES.get_or_init(Default::default)).entry((context.cu_ctx() as usize, key)).or_default().clone();
+    let mut slot = lock(&slot);
+    if let Some(module) = &*slot {
+        return Ok(module.clone());
+    }
+    let spec = make_spec();
+    let module = jit()?.module(&spec)?;
+    let cuda_module = context.load_module(Ptx::from_src(module.ptx.as_ref()))?;
+    let functions = spec
+        .entry_points
         .iter()
-        .filter(|(arch, _)| *arch <= device)
-        .max_by_key(|(arch, _)| *arch)
-        .ok_or_else(|| Error::NoPtxForArch { device, built: embedded_archs() })?;
-    let module = context.load_module(Ptx::from_src(*source))?;
-    let functions = ferrinfer_jit::norm::entry_points()
-        .map(|entry| Ok((entry.name.to_owned(), module.load_function(entry.name)?)))
+        .map(|entry| Ok((entry.vec, cuda_module.load_function(&entry.name)?)))
         .collect::<Result<_, Error>>()?;
-    let multiprocessors = context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-    Ok(LoadedKernels { functions, multiprocessors: multiprocessors as u32 })
+    let loaded = Arc::new(LoadedModule { functions });
+    *slot = Some(loaded.clone());
+    Ok(loaded)
 }
 
 /// A kernel's by-value parameter struct (`#[repr(C)]`, defined in `ferrinfer-kernels`).
@@ -81,20 +109,40 @@ struct KernelParams<P>(P);
 // SAFETY: P is a `#[repr(C)]` plain-data struct shared with the kernel, passed by value.
 unsafe impl<P: Copy> DeviceRepr for KernelParams<P> {}
 
-/// Launches `entry` on `stream` with `params`; `grid` gets the device's multiprocessor count.
-pub(crate) fn launch<P: Copy>(
-    stream: &CudaStream,
-    entry: &str,
-    params: P,
-    grid: impl FnOnce(u32) -> u32,
-    block: u32,
-) -> Result<(), Error> {
-    let kernels = kernels_for(stream.context())?;
-    let function = &kernels.functions[entry];
-    let config =
-        LaunchConfig { grid_dim: (grid(kernels.multiprocessors), 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
-    let params = KernelParams(params);
-    // SAFETY: the caller validated every pointer and size in `params` for this kernel.
-    unsafe { stream.launch_builder(function).arg(&params).launch(config)? };
-    Ok(())
+/// One kernel launch: which module and entry (by vector width), its parameters and geometry.
+pub(crate) struct Launch<P, S, G> {
+    pub module: ModuleKey,
+    /// Makes the module's spec for an arch (debug or not); called only when not yet loaded.
+    pub spec: S,
+    pub vec: u32,
+    pub params: P,
+    /// Blocks for the device's multiprocessor count.
+    pub grid: G,
+    pub block: u32,
+}
+
+impl<P, S, G> Launch<P, S, G>
+where
+    P: Copy,
+    S: FnOnce(CudaArch, bool) -> JitSpec,
+    G: FnOnce(u32) -> u32,
+{
+    /// Launches on `stream` (the caller validated every pointer and size in `params`).
+    pub fn run(self, stream: &CudaStream) -> Result<(), Error> {
+        let context = stream.context();
+        let device = device_info(context)?;
+        let debug = jit()?.config().debug;
+        let module = loaded_module(context, self.module, || (self.spec)(device.arch, debug))?;
+        let function =
+            module.functions.get(&self.vec).ok_or(Error::NoEntryPoint { module: self.module.family, vec: self.vec })?;
+        let config = LaunchConfig {
+            grid_dim: ((self.grid)(device.multiprocessors), 1, 1),
+            block_dim: (self.block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let params = KernelParams(self.params);
+        // SAFETY: see above; the entry point's parameter type is P (same spec, same table).
+        unsafe { stream.launch_builder(function).arg(&params).launch(config)? };
+        Ok(())
+    }
 }

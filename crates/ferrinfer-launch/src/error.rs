@@ -2,7 +2,7 @@
 //! the caller spelled it (`input`, `weight`, `out`, `eps`, `stream`), and says what was expected.
 
 use cudarc::driver::DriverError;
-use ferrinfer_jit::CudaArch;
+use ferrinfer_jit::JitError;
 use ferrinfer_kernels::element::DType;
 
 use crate::Device;
@@ -47,13 +47,14 @@ pub enum Error {
     #[error("`{argument}`: a slice of {len} elements is too short for shape {shape:?} with strides {strides:?}")]
     OutOfBounds { argument: &'static str, len: usize, shape: Vec<usize>, strides: Vec<i64> },
 
-    #[error("no CUDA driver (libcuda) could be loaded; run on the CPU backend or install the NVIDIA driver")]
-    NoCudaDriver,
+    #[error("kernel module unavailable: {0}")]
+    Jit(#[from] JitError),
 
-    #[error(
-        "no embedded PTX runs on compute capability {device}; this build has {built:?} (rebuild with FERRINFER_CUDA_ARCH_LIST=\"{device}\")"
-    )]
-    NoPtxForArch { device: CudaArch, built: Vec<CudaArch> },
+    #[error("configuration: {0}")]
+    Config(String),
+
+    #[error("the `{module}` module has no entry point for vector width {vec}")]
+    NoEntryPoint { module: &'static str, vec: u32 },
 
     #[error("CUDA driver error: {0}")]
     Cuda(#[from] DriverError),

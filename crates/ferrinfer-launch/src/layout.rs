@@ -113,9 +113,9 @@ pub(crate) fn vector_width(dtype: DType, hidden: u64, row_strides: &[u64], addre
     let size = dtype.size() as u64;
     let mut vec = 16 / size;
     while vec > 1
-        && (hidden % vec != 0
-            || row_strides.iter().any(|s| s % vec != 0)
-            || addresses.iter().any(|a| a % (vec * size) != 0))
+        && (!hidden.is_multiple_of(vec)
+            || row_strides.iter().any(|s| !s.is_multiple_of(vec))
+            || addresses.iter().any(|a| !a.is_multiple_of(vec * size)))
     {
         vec /= 2;
     }

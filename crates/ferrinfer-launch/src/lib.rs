@@ -5,14 +5,15 @@
 //!   shape, strides in elements, device) and one function per op, e.g. [`rmsnorm`]. Every
 //!   argument is validated first, with a typed [`Error`] naming it; on any error the output is
 //!   untouched.
-//! - Layer 2 (module cache): the embedded PTX is loaded once per process and device.
+//! - Layer 2 (module cache): each module's PTX (from `ferrinfer-jit`: embedded, AOT directory,
+//!   disk cache or a JIT build) is loaded once per process and CUDA context.
 //! - Layer 4 (launcher): dtype dispatch, vector width and launch configuration, and the launch
 //!   itself with cudarc on the caller's stream — or the CPU backend for host tensors, which runs
 //!   the same per-row numerics from `ferrinfer-kernels`.
 //!
 //! This crate never names a framework (candle, torch, Python live in `ferrinfer-ffi`, above it),
-//! and nothing needs CUDA installed to build it: without a driver the GPU paths report
-//! [`Error::NoCudaDriver`] and the CPU backend still works.
+//! and nothing needs CUDA installed to build it: without a driver
+//! [`cuda_device_count`] is 0 and the CPU backend still works.
 
 mod cpu;
 mod cuda;
@@ -22,7 +23,7 @@ pub mod norm;
 pub mod reference;
 mod tensor;
 
-pub use cuda::{cuda_device_count, embedded_archs};
+pub use cuda::cuda_device_count;
 pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
 pub use norm::rmsnorm;

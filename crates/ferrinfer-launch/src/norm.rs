@@ -1,8 +1,9 @@
 //! The norm family at layers 1 and 4: `rmsnorm` validates its arguments, then runs on the CPU
 //! backend or launches the kernel of `ferrinfer-kernels/src/norm.rs` on the caller's stream.
 
+use ferrinfer_jit::norm::{NormOp, gen_norm_spec};
 use ferrinfer_kernels::element::DType;
-use ferrinfer_kernels::norm::{NormParams, rmsnorm_entry_point};
+use ferrinfer_kernels::norm::NormParams;
 
 use crate::layout::{self, RowLayout};
 use crate::{Device, Error, Stream, TensorView, cpu, cuda};
@@ -38,9 +39,16 @@ pub fn rmsnorm(
             Ok(())
         }
         Stream::Cuda(stream) => {
-            let entry = rmsnorm_entry_point(plan.dtype, plan.vec).expect("every (dtype, width) is compiled");
             let block = plan.block_size();
-            cuda::launch(stream, entry.name, plan.params, |sms| plan.grid_size(block, sms), block)
+            let launch = cuda::Launch {
+                module: cuda::ModuleKey { family: "norm", variant: NormOp::RmsNorm as u32, dtype: plan.dtype },
+                spec: |arch, debug| gen_norm_spec(NormOp::RmsNorm, plan.dtype, arch, debug),
+                vec: plan.vec,
+                params: plan.params,
+                grid: |sms| plan.grid_size(block, sms),
+                block,
+            };
+            launch.run(stream)
         }
     }
 }
@@ -65,7 +73,7 @@ impl NormPlan {
         }
         let (device, dtype) = (input.device(), input.dtype());
         check_stream(stream, device)?;
-        for (argument, view) in [("weight", weight), ("out", &*out)] {
+        for (argument, view) in [("weight", weight), ("out", out)] {
             layout::check_device(argument, view, "input", device)?;
             layout::check_dtype(argument, view, "input", dtype)?;
         }

@@ -1,0 +1,44 @@
+//! Ahead of time: build every module some families declare into a directory with the cache's
+//! layout. A binary can embed such a directory at build time (`ferrinfer-launch` does, given
+//! `FERRINFER_EMBED_AOT_DIR`) or be pointed at one at run time (`FERRINFER_AOT_DIR`).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::cache::{Cache, Module, index_entries, read_entry};
+use crate::{CudaArch, FAMILIES, JitConfig, JitError};
+
+/// Builds (or finds already built) every spec of `family` (all families if `None`) for each of
+/// `archs` into `out`, sharing `config`'s cargo target directory.
+pub fn build(
+    out: &Path,
+    archs: &[CudaArch],
+    family: Option<&str>,
+    config: &JitConfig,
+) -> Result<Vec<Arc<Module>>, JitError> {
+    let families: Vec<_> = FAMILIES.iter().filter(|f| family.is_none_or(|name| f.name == name)).collect();
+    if families.is_empty() {
+        let known: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
+        return Err(JitError::Config {
+            var: "--family",
+            message: format!("unknown family {family:?}; known: {known:?}"),
+        });
+    }
+    let mut aot_config = config.clone();
+    aot_config.cache_dir = out.to_owned();
+    aot_config.aot_dir = None;
+    aot_config.disable_jit = false;
+    let cache = Cache::new(aot_config, &[]);
+    let specs = families.iter().flat_map(|f| archs.iter().flat_map(move |&arch| (f.specs)(arch, config.debug)));
+    specs.map(|spec| cache.module(&spec)).collect()
+}
+
+/// `(source_key, PTX)` of every valid entry in an AOT directory, sorted by key (for embedding).
+pub fn entries(dir: &Path) -> Vec<(String, String)> {
+    let mut entries: Vec<(String, String)> = index_entries(dir)
+        .into_iter()
+        .filter_map(|(source_key, entry)| read_entry(&entry, &source_key).map(|ptx| (source_key, ptx)))
+        .collect();
+    entries.sort();
+    entries
+}

@@ -1,0 +1,58 @@
+//! Cache keys: SHA-256 over everything that determines a module's PTX, nothing else.
+//!
+//! `source_key` covers what is compiled: the spec (canonical TOML), the generated crate, the
+//! kernel sources the spec depends on (core files + the spec's own) and the builder's fixed
+//! flags. `key` adds the exact toolchain (`rustc -vV` of the nightly). An AOT entry is found by
+//! its `source_key` (the machine running it may have no Rust at all); the JIT disk cache by `key`.
+
+use sha2::{Digest, Sha256};
+
+use crate::JitSpec;
+use crate::builder::FIXED_RUSTC_FLAGS;
+use crate::codegen::GeneratedCrate;
+use crate::sources::{CORE_SOURCES, KernelSources};
+
+/// Version of the key derivation itself: bump when what is hashed changes.
+const KEY_VERSION: &str = "ferrinfer-jit key v1";
+
+/// Hex SHA-256 of what `spec` compiles.
+pub fn source_key(spec: &JitSpec, generated: &GeneratedCrate, sources: &KernelSources) -> String {
+    let mut hash = Sha256::new();
+    let mut field = |name: &str, value: &str| {
+        hash.update(format!("{name} {}\n", value.len()));
+        hash.update(value);
+    };
+    field("version", KEY_VERSION);
+    field("spec", &spec.to_toml());
+    field("Cargo.toml", &generated.cargo_toml);
+    field("lib.rs", &generated.lib_rs);
+    field("kernels/Cargo.toml", crate::sources::KERNELS_MANIFEST);
+    for path in relevant_sources(spec) {
+        field(&format!("kernels/src/{path}"), sources.get(&path).unwrap_or("<missing>"));
+    }
+    field("flags", &FIXED_RUSTC_FLAGS.join(" "));
+    hex(&hash.finalize())
+}
+
+/// Hex SHA-256 of a source key built by a given toolchain.
+pub fn key(source_key: &str, toolchain: &str) -> String {
+    hex(&Sha256::new().chain_update(source_key).chain_update("\n").chain_update(toolchain).finalize())
+}
+
+/// Hex SHA-256 of bytes (the PTX's own hash in a manifest).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// Core files then the spec's own, sorted and without duplicates.
+fn relevant_sources(spec: &JitSpec) -> Vec<String> {
+    let mut paths: Vec<String> =
+        CORE_SOURCES.iter().map(|s| s.to_string()).chain(spec.sources.iter().cloned()).collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

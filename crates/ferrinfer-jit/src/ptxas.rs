@@ -1,0 +1,134 @@
+//! PTX validation with `ptxas` (from the PyPI wheel `nvidia-cuda-nvcc-cu12` where there is no
+//! CUDA install): registers, stack and spills per entry point. A kernel that spills or keeps a
+//! stack frame is rejected, like one with `.local` memory.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+use crate::builder::{BuildError, Ptx};
+
+/// What ptxas reports for one entry point.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryResources {
+    pub name: String,
+    pub registers: u32,
+    pub stack_bytes: u32,
+    pub spill_store_bytes: u32,
+    pub spill_load_bytes: u32,
+    pub shared_bytes: u32,
+}
+
+/// Assembles `ptx` with `ptxas -v` (into `scratch`) and returns each entry's resources.
+pub fn report(ptxas: &Path, ptx: &Ptx, spec_name: &str, scratch: &Path) -> Result<Vec<EntryResources>, BuildError> {
+    let input = scratch.join("check.ptx");
+    std::fs::write(&input, &ptx.source).map_err(|source| BuildError::Io { path: input.clone(), source })?;
+    let output = Command::new(ptxas)
+        .arg(format!("-arch={}", ptx.arch.target_cpu()))
+        .arg("-v")
+        .arg(&input)
+        .arg("-o")
+        .arg(scratch.join("check.cubin"))
+        .output()
+        .map_err(|source| BuildError::Io { path: ptxas.to_owned(), source })?;
+    let log = String::from_utf8_lossy(&output.stderr).into_owned() + &String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(BuildError::PtxasFailed { spec: spec_name.to_owned(), log });
+    }
+    Ok(parse(&log))
+}
+
+/// Rejects any entry with spills or a stack frame.
+pub fn check(resources: &[EntryResources]) -> Result<(), BuildError> {
+    for r in resources {
+        let what = match (r.spill_store_bytes + r.spill_load_bytes, r.stack_bytes) {
+            (0, 0) => continue,
+            (0, stack) => format!("a {stack}-byte stack frame"),
+            (spills, _) => format!("{spills} bytes of register spills"),
+        };
+        return Err(BuildError::Resources { entry: r.name.clone(), what, report: format!("{r:?}") });
+    }
+    Ok(())
+}
+
+/// Parses `ptxas -v` output: entry functions only (helper functions are inlined into them).
+fn parse(log: &str) -> Vec<EntryResources> {
+    let mut entries: Vec<EntryResources> = Vec::new();
+    let mut in_entry = false;
+    for line in log.lines() {
+        if let Some(name) = quoted_after(line, "Compiling entry function '") {
+            entries.push(EntryResources {
+                name,
+                registers: 0,
+                stack_bytes: 0,
+                spill_store_bytes: 0,
+                spill_load_bytes: 0,
+                shared_bytes: 0,
+            });
+            in_entry = true;
+        } else if line.contains("Function properties for ") {
+            in_entry = entries.last().is_some_and(|e| line.trim_end().ends_with(&e.name));
+        } else if let (true, Some(entry)) = (in_entry, entries.last_mut()) {
+            entry.stack_bytes += number_before(line, "bytes stack frame").unwrap_or(0);
+            entry.spill_store_bytes += number_before(line, "bytes spill stores").unwrap_or(0);
+            entry.spill_load_bytes += number_before(line, "bytes spill loads").unwrap_or(0);
+            entry.registers = number_before(line, "registers").unwrap_or(entry.registers);
+            entry.shared_bytes = number_before(line, "bytes smem").unwrap_or(entry.shared_bytes);
+        }
+    }
+    entries
+}
+
+fn quoted_after(line: &str, prefix: &str) -> Option<String> {
+    let rest = &line[line.find(prefix)? + prefix.len()..];
+    Some(rest[..rest.find('\'')?].to_owned())
+}
+
+/// The integer right before `unit` in `line` ("36 registers" → 36).
+fn number_before(line: &str, unit: &str) -> Option<u32> {
+    let before = &line[..line.find(unit)?];
+    before.split([' ', ',', ':']).rev().find(|w| !w.is_empty())?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "ptxas info    : 532 bytes gmem
+ptxas info    : Compiling entry function 'k_a' for 'sm_90'
+ptxas info    : Function properties for k_a
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 36 registers, used 1 barriers, 128 bytes smem
+ptxas info    : Function properties for _helper
+    16 bytes stack frame, 12 bytes spill stores, 12 bytes spill loads
+ptxas info    : Compiling entry function 'k_b' for 'sm_90'
+ptxas info    : Function properties for k_b
+    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 255 registers
+";
+
+    #[test]
+    fn parses_entries_and_ignores_helper_functions() {
+        let entries = parse(LOG);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(
+            entries[0],
+            EntryResources {
+                name: "k_a".into(),
+                registers: 36,
+                stack_bytes: 0,
+                spill_store_bytes: 0,
+                spill_load_bytes: 0,
+                shared_bytes: 128
+            }
+        );
+        assert_eq!((entries[1].registers, entries[1].spill_store_bytes, entries[1].stack_bytes), (255, 4, 8));
+    }
+
+    #[test]
+    fn spills_are_rejected_naming_the_kernel() {
+        let err = check(&parse(LOG)).unwrap_err();
+        assert!(matches!(&err, BuildError::Resources { entry, .. } if entry == "k_b"), "{err}");
+    }
+}

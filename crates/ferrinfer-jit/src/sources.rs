@@ -1,0 +1,72 @@
+//! The kernel sources, embedded at build time (see `build.rs`): cache keys hash them and JIT
+//! builds compile them, without the repository.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// `(path relative to ferrinfer-kernels/src, contents)` of every kernel source file.
+static EMBEDDED: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));
+
+/// Files every spec depends on: the crate root and the shared device and element code.
+pub const CORE_SOURCES: &[&str] = &["lib.rs", "element.rs", "math.rs", "vector.rs", "device.rs"];
+
+/// A set of kernel sources (the embedded ones, or an edited copy in tests).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelSources {
+    files: BTreeMap<String, String>,
+}
+
+impl KernelSources {
+    pub fn embedded() -> Self {
+        KernelSources { files: EMBEDDED.iter().map(|(p, s)| (p.to_string(), s.to_string())).collect() }
+    }
+
+    pub fn get(&self, path: &str) -> Option<&str> {
+        self.files.get(path).map(String::as_str)
+    }
+
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.files.keys().map(String::as_str)
+    }
+
+    /// A copy with `path` replaced (tests: a one-character kernel edit).
+    pub fn with_file(mut self, path: &str, contents: &str) -> Self {
+        self.files.insert(path.to_owned(), contents.to_owned());
+        self
+    }
+
+    /// Writes the crate: `Cargo.toml` plus `src/**`.
+    pub fn write_crate(&self, dir: &Path) -> std::io::Result<()> {
+        for (path, contents) in &self.files {
+            let target = dir.join("src").join(path);
+            std::fs::create_dir_all(target.parent().expect("a file has a parent"))?;
+            std::fs::write(target, contents)?;
+        }
+        std::fs::write(dir.join("Cargo.toml"), KERNELS_MANIFEST)
+    }
+}
+
+/// The kernels crate's manifest when built from the embedded sources: no dependencies, no
+/// workspace (the repository's own manifest inherits from the workspace, which is not there).
+pub const KERNELS_MANIFEST: &str = r#"[package]
+name = "ferrinfer-kernels"
+version = "0.0.0"
+edition = "2024"
+
+[lib]
+path = "src/lib.rs"
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_sources_are_embedded() {
+        let sources = KernelSources::embedded();
+        for core in CORE_SOURCES {
+            assert!(sources.get(core).is_some(), "{core} is not embedded");
+        }
+        assert!(sources.get("lib.rs").unwrap().contains("#![no_std]"));
+    }
+}

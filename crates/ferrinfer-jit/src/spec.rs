@@ -1,0 +1,68 @@
+//! `JitSpec`: what one module contains and how it is compiled — FlashInfer's `JitSpec`, as data.
+//! Stored as `spec.toml` beside each cache entry; part of the entry's key.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::CudaArch;
+
+/// One PTX module: a set of entry points of one family, for one arch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JitSpec {
+    /// Unique module name, e.g. `norm_rmsnorm_bf16`; also names the generated crate.
+    pub name: String,
+    /// The op family (`norm`): one file of that name in every layer.
+    pub family: String,
+    pub dtype: String,
+    pub arch: CudaArch,
+    /// Keep line info (for compute-sanitizer, cuda-gdb); optimisation stays on.
+    pub debug: bool,
+    /// Files of `ferrinfer-kernels/src` the entry points' code comes from (besides the core
+    /// files every spec depends on): an edit elsewhere leaves this spec's key unchanged.
+    pub sources: Vec<String>,
+    /// Compile-time constants the kernels are specialised on, by name (e.g. `HIDDEN`).
+    pub constants: BTreeMap<String, u64>,
+    /// rustc flags beyond the builder's fixed ones.
+    pub flags: Vec<String>,
+    pub entry_points: Vec<EntrySpec>,
+}
+
+/// One `extern "ptx-kernel"` function: a generic kernel instantiated with concrete arguments.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EntrySpec {
+    /// The stable exported name, e.g. `ferrinfer_rmsnorm_bf16_v8`.
+    pub name: String,
+    /// Path of the generic kernel in `ferrinfer_kernels`, e.g. `norm::rmsnorm_block`.
+    pub kernel: String,
+    /// Its by-value parameter struct, e.g. `norm::NormParams`.
+    pub params: String,
+    /// Generic arguments, in order, e.g. `["element::Bf16", "8"]`.
+    pub generics: Vec<String>,
+    /// Elements per vector access (the launcher picks the entry by this).
+    pub vec: u32,
+}
+
+/// Hashes the identifying fields only (equal specs still compare in full): an in-process cache
+/// lookup then costs a short string hash, not a walk over every entry point.
+impl std::hash::Hash for JitSpec {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (&self.name, self.arch, self.debug).hash(state);
+    }
+}
+
+impl JitSpec {
+    /// The canonical TOML form (what `spec.toml` holds and the key hashes).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a JitSpec always serialises")
+    }
+
+    pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// The entry point with vector width `vec`.
+    pub fn entry_point(&self, vec: u32) -> Option<&EntrySpec> {
+        self.entry_points.iter().find(|e| e.vec == vec)
+    }
+}

@@ -1,0 +1,193 @@
+//! The disk cache with real builds (needs the nightly with rust-src, as CI has): cold build then
+//! hits, damaged entries rebuilt, AOT and embedded lookups, FERRINFER_DISABLE_JIT misses, an
+//! unwritable cache, 8 processes × 4 threads racing on one spec, and `kill -9` mid-build.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ferrinfer_jit::norm::{NormOp, gen_norm_spec};
+use ferrinfer_jit::{Cache, CudaArch, EmbeddedPtx, JitConfig, JitError, JitSpec, Origin, aot};
+use ferrinfer_kernels::element::DType;
+
+/// Builds of all tests share one cargo target directory, so `core` is compiled once.
+fn shared_target_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jit-target")
+}
+
+fn config(cache_dir: &Path) -> JitConfig {
+    JitConfig { target_dir: shared_target_dir(), ptxas: None, ..JitConfig::new(cache_dir) }
+}
+
+fn spec(dtype: DType) -> JitSpec {
+    gen_norm_spec(NormOp::RmsNorm, dtype, CudaArch::HOPPER, false)
+}
+
+fn entry_of(cache: &Cache, spec: &JitSpec) -> PathBuf {
+    cache.entry_dir(&cache.keys(spec).unwrap().1)
+}
+
+#[test]
+fn jit_cold_build_then_disk_then_in_process_hit() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(DType::Bf16);
+    let first = Cache::new(config(dir.path()), &[]);
+    let built = first.module(&spec).unwrap();
+    assert_eq!(built.origin, Origin::Built);
+    assert!(built.ptx.contains(".visible .entry ferrinfer_rmsnorm_bf16_v8"));
+    assert!(std::sync::Arc::ptr_eq(&built, &first.module(&spec).unwrap()), "in-process hit");
+    let entry = entry_of(&first, &spec);
+    for file in ["kernels.ptx", "spec.toml", "manifest.toml", "build.log"] {
+        assert!(entry.join(file).is_file(), "{file} missing from {}", entry.display());
+    }
+    let again = Cache::new(config(dir.path()), &[]).module(&spec).unwrap();
+    assert_eq!((again.origin, &again.ptx), (Origin::Disk, &built.ptx));
+}
+
+#[test]
+fn jit_truncated_ptx_is_detected_and_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(DType::F16);
+    let cache = Cache::new(config(dir.path()), &[]);
+    let good = cache.module(&spec).unwrap();
+    let ptx_file = entry_of(&cache, &spec).join("kernels.ptx");
+    std::fs::write(&ptx_file, &good.ptx[..good.ptx.len() / 2]).unwrap();
+    let rebuilt = Cache::new(config(dir.path()), &[]).module(&spec).unwrap();
+    assert_eq!(rebuilt.origin, Origin::Built, "a damaged entry must be rebuilt, never loaded");
+    assert_eq!(rebuilt.ptx, good.ptx);
+    assert_eq!(std::fs::read_to_string(ptx_file).unwrap(), *good.ptx);
+}
+
+#[test]
+fn jit_aot_directory_and_embedded_ptx_are_found_first() {
+    let (aot_dir, cache_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let built = aot::build(aot_dir.path(), &[CudaArch::HOPPER], Some("norm"), &config(cache_dir.path())).unwrap();
+    assert_eq!(built.len(), 3, "one module per dtype");
+    // With JIT disabled and an empty cache, only the AOT directory can answer.
+    let mut from_aot = config(cache_dir.path());
+    from_aot.aot_dir = Some(aot_dir.path().to_owned());
+    from_aot.disable_jit = true;
+    let module = Cache::new(from_aot.clone(), &[]).module(&spec(DType::F32)).unwrap();
+    assert_eq!(module.origin, Origin::Aot);
+    // Embedded PTX wins over everything.
+    let (source_key, ptx) = aot::entries(aot_dir.path()).into_iter().next().unwrap();
+    let embedded: &'static [EmbeddedPtx] = Box::leak(Box::new([EmbeddedPtx {
+        source_key: Box::leak(source_key.into_boxed_str()),
+        ptx: Box::leak(ptx.into_boxed_str()),
+    }]));
+    let origins: Vec<Origin> = DType::ALL
+        .into_iter()
+        .map(|d| Cache::new(from_aot.clone(), embedded).module(&spec(d)).unwrap().origin)
+        .collect();
+    assert_eq!(origins.iter().filter(|o| **o == Origin::Embedded).count(), 1, "{origins:?}");
+}
+
+#[test]
+fn jit_disabled_miss_names_the_spec_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = JitConfig { disable_jit: true, ..config(dir.path()) };
+    let err = Cache::new(config, &[]).module(&spec(DType::Bf16)).unwrap_err();
+    assert!(matches!(err, JitError::JitDisabled { .. }), "{err}");
+    let message = err.to_string();
+    for needle in ["norm_rmsnorm_bf16", "FERRINFER_DISABLE_JIT", "cargo xtask aot --arch 9.0 --family norm"] {
+        assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+    }
+    assert!(!dir.path().join("ptx").exists(), "nothing may be built");
+}
+
+#[test]
+fn jit_unwritable_cache_gives_a_clear_error() {
+    // A cache directory below a regular file cannot be created, even by root.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-directory");
+    std::fs::write(&file, "").unwrap();
+    let err = Cache::new(config(&file.join("cache")), &[]).module(&spec(DType::F32)).unwrap_err();
+    assert!(matches!(err, JitError::CacheNotWritable { .. }), "{err}");
+    assert!(err.to_string().contains("FERRINFER_CACHE_DIR"), "{err}");
+}
+
+/// Child side of the race below (a no-op unless that test started this process): 4 threads ask
+/// for one spec from a cache configured by the environment.
+#[test]
+fn jit_race_child() {
+    if std::env::var_os("FERRINFER_TEST_RACE_CHILD").is_none() {
+        return;
+    }
+    let cache = Cache::new(JitConfig::from_env().unwrap(), &[]);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| cache.module(&spec(DType::Bf16)).unwrap());
+        }
+    });
+}
+
+fn child(cache_dir: &Path, target_dir: &Path, test: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env("FERRINFER_TEST_RACE_CHILD", "1")
+        .env("FERRINFER_CACHE_DIR", cache_dir)
+        .env("FERRINFER_JIT_TARGET_DIR", target_dir)
+        .env("FERRINFER_JIT_VERBOSE", "1")
+        .env_remove("FERRINFER_AOT_DIR")
+        .env_remove("FERRINFER_DISABLE_JIT");
+    cmd
+}
+
+#[test]
+fn jit_eight_processes_racing_build_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            child(dir.path(), &shared_target_dir(), "jit_race_child")
+                .stderr(Stdio::piped())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let logs: Vec<String> = children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            assert!(out.status.success(), "a child failed:\n{}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        })
+        .collect();
+    let all = logs.concat();
+    let builds = all.lines().filter(|l| l.starts_with("ferrinfer-jit: built norm_rmsnorm_bf16")).count();
+    let hits = all.lines().filter(|l| l.starts_with("ferrinfer-jit: norm_rmsnorm_bf16: Disk")).count();
+    assert_eq!((builds, hits), (1, 7), "expected one build and 7 disk hits:\n{all}");
+}
+
+#[test]
+fn jit_kill_9_mid_build_leaves_no_lock_and_no_half_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    // A target directory of its own: the child must build `core` first, which takes seconds.
+    let slow_target = dir.path().join("cold-target");
+    let mut victim = child(dir.path(), &slow_target, "jit_race_child");
+    std::os::unix::process::CommandExt::process_group(&mut victim, 0);
+    let mut victim = victim.stderr(Stdio::null()).stdout(Stdio::null()).spawn().unwrap();
+    let build_dir = dir.path().join("build");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !build_dir.read_dir().is_ok_and(|mut d| d.next().is_some()) {
+        assert!(Instant::now() < deadline, "the child never started building");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500)); // cargo is compiling now
+    // SIGKILL the child and the cargo/rustc it started (its process group).
+    let killed = Command::new("kill").args(["-s", "KILL", "--", &format!("-{}", victim.id())]).status().unwrap();
+    assert!(killed.success());
+    victim.wait().unwrap();
+
+    let cache = Cache::new(config(dir.path()), &[]);
+    let spec = spec(DType::Bf16);
+    let key = cache.keys(&spec).unwrap().1;
+    let lock = File::open(dir.path().join("locks").join(format!("{key}.lock"))).unwrap();
+    lock.try_lock().expect("the dead process's lock must be gone");
+    drop(lock);
+    assert!(!cache.entry_dir(&key).exists(), "a half-built entry was left in place");
+    let module = cache.module(&spec).unwrap();
+    assert_eq!(module.origin, Origin::Built);
+    assert!(ferrinfer_jit::cache::read_entry(&cache.entry_dir(&key), &module.source_key).is_some());
+}
