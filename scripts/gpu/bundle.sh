@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Builds what the GPU suite runs into .bundle/ (git-ignored): the GPU test binaries (every
-# integration test named *_gpu.rs) and the benchmark, each with every kernel module embedded
-# (built ahead of time by `cargo xtask aot`), the AOT directory itself, and suite.sh. The GPU
-# machine has no Rust toolchain, so everything is built here; the device tool then carries
-# .bundle and runs `bash .bundle/suite.sh STEP...` there (see docs/perf/README.md).
+# integration test named *_gpu.rs), the benchmark, every kernel module built ahead of time
+# (`cargo xtask aot`, compressed: suite.sh unpacks it and points FERRINFER_AOT_DIR at it), and
+# suite.sh. The GPU machine has no Rust toolchain, so everything is built here; the device tool
+# then carries .bundle and runs `bash .bundle/suite.sh STEP...` there (see docs/perf/README.md).
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 # Small binaries: the device tool carries at most 64 MiB per run, peers included.
 export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols
 rm -rf .bundle && mkdir -p .bundle/tests
-cargo xtask aot --arch "${FERRINFER_CUDA_ARCH_LIST:-9.0}" --out .bundle/aot
-rm -rf .bundle/aot/build .bundle/aot/locks
-export FERRINFER_EMBED_AOT_DIR="$root/.bundle/aot"
+aot=$(mktemp -d)
+cargo xtask aot --arch "${FERRINFER_CUDA_ARCH_LIST:-9.0}" --out "$aot"
+tar cJf .bundle/aot.tar.xz -C "$aot" ptx
+rm -rf "$aot"
 cargo build --release -p ferrinfer-bench
 cp target/release/ferrinfer-bench .bundle/
 cargo test --release --workspace --no-run --message-format=json 2>/dev/null | python3 -c '

@@ -3,16 +3,18 @@
 # scripts/gpu/bundle.sh). Steps, in the order given:
 #   info      GPU, driver, clocks; ptxas register/spill report of every bundled module
 #   tests     every bundled GPU test binary (the correctness grid, > 2^31 elements, ...)
-#   sanitize  compute-sanitizer memcheck and racecheck over the GPU tests (all but > 2^31)
-#   bench     ferrinfer-bench --grid --refcheck (after the peers' install.sh, if sourced)
+#   memcheck  compute-sanitizer memcheck over the GPU tests (all but > 2^31)
+#   racecheck compute-sanitizer racecheck, likewise
+#   bench     ferrinfer-bench --grid --refcheck, rmsnorm and fused_add_rmsnorm, bf16
 #   firstcall first-call latency (module load + launch) from the embedded AOT PTX, with the
 #             driver's PTX JIT cache disabled, then enabled (cold, then warm)
-# Modules are embedded in the binaries; FERRINFER_DISABLE_JIT=1 makes any miss an error.
+# Modules come from the bundled AOT directory; FERRINFER_DISABLE_JIT=1 makes any miss an error.
 # Logs go to $OUT (the device tool brings them back), one file per step.
 set -uo pipefail
 out=${OUT:-/tmp/ferrinfer-gpu-out}
-mkdir -p "$out"
-export FERRINFER_DISABLE_JIT=1
+mkdir -p "$out" /tmp/ferrinfer-aot
+tar xJf .bundle/aot.tar.xz -C /tmp/ferrinfer-aot
+export FERRINFER_DISABLE_JIT=1 FERRINFER_AOT_DIR=/tmp/ferrinfer-aot
 status=0
 run() { # run NAME CMD...: log to $out/NAME.log, remember failures
   local name=$1; shift
@@ -27,24 +29,26 @@ for step in "$@"; do
     info)
       run info nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
       run info cat .bundle/commit
-      for ptx in .bundle/aot/ptx/*/kernels.ptx; do run info ptxas -arch=sm_90 -v "$ptx" -o /dev/null; done ;;
+      for ptx in /tmp/ferrinfer-aot/ptx/*/kernels.ptx; do
+        run info ptxas -arch=sm_90 -v "$ptx" -o /dev/null
+      done 2>&1 | grep -E "entry function|registers|spill" > "$out/ptxas.log" ;;
     tests)
       for t in .bundle/tests/*; do run tests "$t" --test-threads=1; done ;;
-    sanitize)
+    memcheck|racecheck)
       for t in .bundle/tests/*; do
-        for tool in memcheck racecheck; do
-          run sanitize timeout 220 compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-            "$t" --test-threads=1 --skip over_2_pow_31
-        done
+        run "$step" timeout 280 compute-sanitizer --tool "$step" --error-exitcode 99 --print-limit 20 \
+          "$t" --test-threads=1 --skip over_2_pow_31
       done ;;
     bench)
-      run bench .bundle/ferrinfer-bench --routine rmsnorm --dtype bf16 --grid --refcheck --output-path "$out/ferrinfer.csv" ;;
+      for routine in rmsnorm fused_add_rmsnorm; do
+        run bench .bundle/ferrinfer-bench --routine $routine --dtype bf16 --grid --refcheck --output-path "$out/ferrinfer.csv" --warmup-seconds 1
+      done ;;
     firstcall)
       first=(.bundle/ferrinfer-bench --routine rmsnorm --batch-size 1 --hidden-size 4096 --num-iters 1 --warmup-seconds 0)
       rm -rf /tmp/ferrinfer-nv-cache
       for i in 1 2; do run firstcall env CUDA_CACHE_DISABLE=1 "${first[@]}"; done
       for i in 1 2; do run firstcall env CUDA_CACHE_PATH=/tmp/ferrinfer-nv-cache "${first[@]}"; done ;;
-    *) echo "unknown step $step (info, tests, sanitize, bench, firstcall)"; exit 2 ;;
+    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, firstcall)"; exit 2 ;;
   esac
 done
 exit $status

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
+use ferrinfer_launch::norm::NormRoutine;
 use ferrinfer_launch::{DType, cuda_device_count};
 
 /// Benchmark ferrinfer's ops: time, bandwidth and (with --refcheck) correctness.
@@ -21,8 +22,8 @@ use ferrinfer_launch::{DType, cuda_device_count};
 #[command(name = "ferrinfer-bench", version)]
 pub struct Args {
     /// The op to run.
-    #[arg(long, value_enum)]
-    routine: Routine,
+    #[arg(long, value_parser = routine_parser())]
+    routine: String,
     /// Rows (tokens), T.
     #[arg(long, required_unless_present = "grid")]
     batch_size: Option<usize>,
@@ -53,9 +54,9 @@ pub struct Args {
     warmup_seconds: f64,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Routine {
-    Rmsnorm,
+/// FlashInfer's routine names.
+fn routine_parser() -> clap::builder::PossibleValuesParser {
+    NormRoutine::ALL.map(NormRoutine::name).into()
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -111,11 +112,11 @@ fn run(args: &Args) -> Result<(), String> {
     let mut report = report::Report::new(args.output_path.clone());
     println!("{}", report::CSV_HEADER);
     for (tokens, hidden) in cases {
-        let setup = norm::Setup { tokens, hidden, eps: args.eps, refcheck: args.refcheck, iters: args.num_iters };
-        let row = match args.routine {
-            Routine::Rmsnorm => norm::rmsnorm(&executor, args.dtype.into(), &setup),
-        }
-        .map_err(|e| format!("rmsnorm T={tokens} H={hidden}: {e}"))?;
+        let routine = NormRoutine::ALL.into_iter().find(|r| r.name() == args.routine).expect("clap checked the name");
+        let setup =
+            norm::Setup { routine, tokens, hidden, eps: args.eps, refcheck: args.refcheck, iters: args.num_iters };
+        let row = norm::run(&executor, args.dtype.into(), &setup)
+            .map_err(|e| format!("{} T={tokens} H={hidden}: {e}", args.routine))?;
         report.push(row).map_err(|e| e.to_string())?;
     }
     report.print_table();

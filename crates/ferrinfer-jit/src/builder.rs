@@ -22,7 +22,7 @@ pub const FIXED_RUSTC_FLAGS: &[&str] = &["--emit=asm", "-C", UNROLL_FLAG];
 
 /// LLVM only keeps small register arrays in registers once loops over them are fully unrolled;
 /// below this threshold the f16 kernels' per-element loops spilled to `.local` memory.
-const UNROLL_FLAG: &str = "llvm-args=-unroll-threshold=5000";
+const UNROLL_FLAG: &str = "llvm-args=-unroll-threshold=100000";
 
 /// PTX text for one architecture.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,7 +123,7 @@ impl Builder {
         };
         let (path, log) = compile.run()?;
         let source = std::fs::read_to_string(&path).map_err(io(&path))?;
-        let ptx = Ptx { arch: spec.arch, source };
+        let ptx = Ptx { arch: spec.arch, source: with_register_caps(&source, spec) };
         ptx.validate(spec.entry_points.iter().map(|e| e.name.as_str()))?;
         Ok(BuildOutput { ptx, log })
     }
@@ -190,6 +190,26 @@ impl Compile {
             .args(&self.flags);
         cmd
     }
+}
+
+/// Puts each entry's `.maxnreg` between its parameter list and its body, where PTX wants
+/// performance directives (rustc has no attribute for it).
+fn with_register_caps(ptx: &str, spec: &JitSpec) -> String {
+    let mut out = String::with_capacity(ptx.len() + 64 * spec.entry_points.len());
+    let mut cap = None;
+    for line in ptx.lines() {
+        if let Some(name) = entry_name(line) {
+            cap = spec.entry_points.iter().find(|e| e.name == name).and_then(|e| e.max_registers);
+        }
+        if line == "{"
+            && let Some(registers) = cap.take()
+        {
+            out.push_str(&format!(".maxnreg {registers}\n"));
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
 }
 
 /// Variables a parent cargo or rustup sets that must not reach the child build.
@@ -314,6 +334,49 @@ mod tests {
         let p = ptx(".extern .func _ZN4core9panicking5panic\n(\n);\n.visible .entry k(\n)\n");
         assert!(
             matches!(p.validate([]).unwrap_err(), BuildError::UnresolvedFunction { name } if name.contains("panic"))
+        );
+    }
+
+    #[test]
+    fn toolchain_failures_name_the_fix() {
+        let dir = Path::new("/k");
+        let cases = [
+            (
+                "error: toolchain 'nightly-x86_64-unknown-linux-gnu' is not installed",
+                "rustup toolchain install nightly --component rust-src",
+            ),
+            (
+                "error: \"/root/.rustup/toolchains/nightly/lib/rustlib/src/rust/library/Cargo.lock\" does not exist, unable to build with the standard library, try:\n rustup component add rust-src",
+                "rustup component add rust-src --toolchain nightly",
+            ),
+            ("error: target `nvptx64-nvidia-cuda` not found in this toolchain", "rustup update nightly"),
+        ];
+        for (stderr, fix) in cases {
+            let message = diagnose(dir, CudaArch::HOPPER, stderr).to_string();
+            assert!(message.contains(fix), "{stderr:?} → {message:?}");
+        }
+        assert!(matches!(
+            diagnose(dir, CudaArch::HOPPER, "error[E0308]: mismatched types"),
+            BuildError::CompileFailed { .. }
+        ));
+    }
+
+    #[test]
+    fn register_caps_go_between_parameters_and_body() {
+        let mut spec = crate::norm::gen_norm_spec(
+            crate::norm::NormOp::RmsNorm,
+            ferrinfer_kernels::element::DType::F32,
+            ferrinfer_kernels::element::DType::F32,
+            CudaArch::HOPPER,
+            false,
+        );
+        spec.entry_points.truncate(1);
+        spec.entry_points[0].max_registers = Some(96);
+        let name = spec.entry_points[0].name.clone();
+        let ptx = format!(".visible .entry {name}(\n.param .b64 p\n)\n{{\nret;\n}}\n");
+        assert_eq!(
+            with_register_caps(&ptx, &spec),
+            format!(".visible .entry {name}(\n.param .b64 p\n)\n.maxnreg 96\n{{\nret;\n}}\n")
         );
     }
 

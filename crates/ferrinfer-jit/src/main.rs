@@ -105,6 +105,7 @@ fn bench_cache(config: JitConfig, dir: Option<PathBuf>) -> Result<(), JitError> 
     let spec = ferrinfer_jit::norm::gen_norm_spec(
         ferrinfer_jit::norm::NormOp::RmsNorm,
         ferrinfer_kernels::element::DType::Bf16,
+        ferrinfer_kernels::element::DType::Bf16,
         CudaArch::HOPPER,
         false,
     );

@@ -33,14 +33,19 @@ pub struct JitSpec {
 pub struct EntrySpec {
     /// The stable exported name, e.g. `ferrinfer_rmsnorm_bf16_v8`.
     pub name: String,
-    /// Path of the generic kernel in `ferrinfer_kernels`, e.g. `norm::rmsnorm_block`.
+    /// Path of the generic kernel in `ferrinfer_kernels`, e.g. `norm::norm_regs`.
     pub kernel: String,
     /// Its by-value parameter struct, e.g. `norm::NormParams`.
     pub params: String,
     /// Generic arguments, in order, e.g. `["element::Bf16", "8"]`.
     pub generics: Vec<String>,
-    /// Elements per vector access (the launcher picks the entry by this).
+    /// Elements per vector access (the launcher picks the entry by this and `chunks`).
     pub vec: u32,
+    /// Vectors each thread keeps in registers; 0 for a kernel that streams the row instead.
+    pub chunks: u32,
+    /// Register cap (PTX `.maxnreg`) the builder puts on the entry; without one ptxas spends up
+    /// to 255 registers on hoisting loads, and occupancy falls. ptxas checks it causes no spill.
+    pub max_registers: Option<u32>,
 }
 
 /// Hashes the identifying fields only (equal specs still compare in full): an in-process cache
@@ -61,8 +66,8 @@ impl JitSpec {
         toml::from_str(text)
     }
 
-    /// The entry point with vector width `vec`.
-    pub fn entry_point(&self, vec: u32) -> Option<&EntrySpec> {
-        self.entry_points.iter().find(|e| e.vec == vec)
+    /// The entry point with vector width `vec` and `chunks` register vectors (0: streaming).
+    pub fn entry_point(&self, vec: u32, chunks: u32) -> Option<&EntrySpec> {
+        self.entry_points.iter().find(|e| e.vec == vec && e.chunks == chunks)
     }
 }

@@ -21,7 +21,7 @@ fn config(cache_dir: &Path) -> JitConfig {
 }
 
 fn spec(dtype: DType) -> JitSpec {
-    gen_norm_spec(NormOp::RmsNorm, dtype, CudaArch::HOPPER, false)
+    gen_norm_spec(NormOp::RmsNorm, dtype, dtype, CudaArch::HOPPER, false)
 }
 
 fn entry_of(cache: &Cache, spec: &JitSpec) -> PathBuf {
@@ -63,15 +63,17 @@ fn jit_truncated_ptx_is_detected_and_rebuilt() {
 fn jit_aot_directory_and_embedded_ptx_are_found_first() {
     let (aot_dir, cache_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let built = aot::build(aot_dir.path(), &[CudaArch::HOPPER], Some("norm"), &config(cache_dir.path())).unwrap();
-    assert_eq!(built.len(), 3, "one module per dtype");
+    let declared = ferrinfer_jit::norm::declared_specs(CudaArch::HOPPER, false).len();
+    assert_eq!(built.len(), declared, "every module the norm family declares");
     // With JIT disabled and an empty cache, only the AOT directory can answer.
     let mut from_aot = config(cache_dir.path());
     from_aot.aot_dir = Some(aot_dir.path().to_owned());
     from_aot.disable_jit = true;
     let module = Cache::new(from_aot.clone(), &[]).module(&spec(DType::F32)).unwrap();
     assert_eq!(module.origin, Origin::Aot);
-    // Embedded PTX wins over everything.
-    let (source_key, ptx) = aot::entries(aot_dir.path()).into_iter().next().unwrap();
+    // Embedded PTX wins over everything: embed the bf16 rmsnorm module only.
+    let wanted = Cache::new(from_aot.clone(), &[]).keys(&spec(DType::Bf16)).unwrap().0;
+    let (source_key, ptx) = aot::entries(aot_dir.path()).into_iter().find(|(key, _)| *key == wanted).unwrap();
     let embedded: &'static [EmbeddedPtx] = Box::leak(Box::new([EmbeddedPtx {
         source_key: Box::leak(source_key.into_boxed_str()),
         ptx: Box::leak(ptx.into_boxed_str()),
@@ -80,7 +82,7 @@ fn jit_aot_directory_and_embedded_ptx_are_found_first() {
         .into_iter()
         .map(|d| Cache::new(from_aot.clone(), embedded).module(&spec(d)).unwrap().origin)
         .collect();
-    assert_eq!(origins.iter().filter(|o| **o == Origin::Embedded).count(), 1, "{origins:?}");
+    assert_eq!(origins, [Origin::Aot, Origin::Embedded, Origin::Aot], "f16, bf16, f32");
 }
 
 #[test]

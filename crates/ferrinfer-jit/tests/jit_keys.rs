@@ -8,7 +8,7 @@ use ferrinfer_jit::{CudaArch, FAMILIES, JitSpec};
 use ferrinfer_kernels::element::DType;
 
 fn spec(dtype: DType) -> JitSpec {
-    gen_norm_spec(NormOp::RmsNorm, dtype, CudaArch::HOPPER, false)
+    gen_norm_spec(NormOp::RmsNorm, dtype, dtype, CudaArch::HOPPER, false)
 }
 
 fn key_of(spec: &JitSpec, sources: &KernelSources) -> String {

@@ -38,6 +38,13 @@ pub fn grid_size() -> u32 {
     unsafe { nvptx::_grid_dim_x() as u32 }
 }
 
+/// `a / b` without a division-by-zero check (a check would be a panic path: an unresolved
+/// function in the PTX); `b = 0` divides by 1.
+#[inline(always)]
+pub fn divide(a: usize, b: usize) -> usize {
+    a / core::num::NonZeroUsize::new(b).unwrap_or(core::num::NonZeroUsize::MIN)
+}
+
 /// Butterfly exchange within a full warp.
 #[inline(always)]
 fn shuffle_xor(value: f32, lane_mask: u32) -> f32 {

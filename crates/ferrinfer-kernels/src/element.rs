@@ -38,6 +38,16 @@ pub trait Element: Copy + 'static {
     const DTYPE: DType;
     fn to_f32(self) -> f32;
     fn from_f32(value: f32) -> Self;
+    /// The bit pattern, zero-extended.
+    fn to_bits(self) -> u32;
+    /// From the low `8 · size` bits.
+    fn from_bits(bits: u32) -> Self;
+    /// The f32 value of the low (`high` false) or high half of a word packing two 16-bit
+    /// elements (see `vector::Packed`).
+    #[inline(always)]
+    fn half_to_f32(word: u32, high: bool) -> f32 {
+        Self::from_bits(crate::vector::half_of(word, high as usize)).to_f32()
+    }
 }
 
 /// bfloat16 as its bit pattern.
@@ -53,6 +63,14 @@ pub struct F16(pub u16);
 impl Element for f32 {
     const DTYPE: DType = DType::F32;
     #[inline(always)]
+    fn to_bits(self) -> u32 {
+        f32::to_bits(self)
+    }
+    #[inline(always)]
+    fn from_bits(bits: u32) -> Self {
+        f32::from_bits(bits)
+    }
+    #[inline(always)]
     fn to_f32(self) -> f32 {
         self
     }
@@ -65,24 +83,117 @@ impl Element for f32 {
 impl Element for Bf16 {
     const DTYPE: DType = DType::Bf16;
     #[inline(always)]
+    fn to_bits(self) -> u32 {
+        self.0 as u32
+    }
+    #[inline(always)]
+    fn from_bits(bits: u32) -> Self {
+        Bf16(bits as u16)
+    }
+    /// A bf16 is the top half of its f32: mask or shift the packed word, never unpack it.
+    #[inline(always)]
+    fn half_to_f32(word: u32, high: bool) -> f32 {
+        #[cfg(target_arch = "nvptx64")]
+        return hardware::bf16_half_to_f32(word, high);
+        #[cfg(not(target_arch = "nvptx64"))]
+        return f32::from_bits(if high { word & 0xffff_0000 } else { word << 16 });
+    }
+    #[inline(always)]
     fn to_f32(self) -> f32 {
-        f32::from_bits((self.0 as u32) << 16)
+        #[cfg(target_arch = "nvptx64")]
+        return hardware::bf16_to_f32(self.0);
+        #[cfg(not(target_arch = "nvptx64"))]
+        return f32::from_bits((self.0 as u32) << 16);
     }
     #[inline(always)]
     fn from_f32(value: f32) -> Self {
-        Bf16(f32_to_bf16_bits(value))
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+        return Bf16(hardware::f32_to_bf16(value));
+        #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_80")))]
+        return Bf16(f32_to_bf16_bits(value));
     }
 }
 
 impl Element for F16 {
     const DTYPE: DType = DType::F16;
     #[inline(always)]
+    fn to_bits(self) -> u32 {
+        self.0 as u32
+    }
+    #[inline(always)]
+    fn from_bits(bits: u32) -> Self {
+        F16(bits as u16)
+    }
+    #[inline(always)]
     fn to_f32(self) -> f32 {
-        f16_bits_to_f32(self.0)
+        #[cfg(target_arch = "nvptx64")]
+        return hardware::f16_to_f32(self.0);
+        #[cfg(not(target_arch = "nvptx64"))]
+        return f16_bits_to_f32(self.0);
     }
     #[inline(always)]
     fn from_f32(value: f32) -> Self {
-        F16(f32_to_f16_bits(value))
+        #[cfg(target_arch = "nvptx64")]
+        return F16(hardware::f32_to_f16(value));
+        #[cfg(not(target_arch = "nvptx64"))]
+        return F16(f32_to_f16_bits(value));
+    }
+}
+
+/// The GPU's own f16 conversions (`cvt`), IEEE round-to-nearest-even like the software versions
+/// below — which the host tests exhaustively against `half` and the GPU tests against the host —
+/// and bf16 widening as one opaque shift.
+/// Unrolled over 64 elements, the branchy software conversion needed 255 registers and spilled.
+/// Not `pure`: LLVM would then reuse each conversion from the sum for the output and keep every
+/// f32 of the row live across the reduction (255 registers again); re-converting costs one `cvt`.
+#[cfg(target_arch = "nvptx64")]
+mod hardware {
+    use core::arch::asm;
+
+    #[inline(always)]
+    pub fn f16_to_f32(half: u16) -> f32 {
+        let value: f32;
+        unsafe { asm!("cvt.f32.f16 {v}, {h};", v = out(reg32) value, h = in(reg16) half, options(nomem, nostack)) };
+        value
+    }
+
+    /// The same mask or shift as on the host, hidden from LLVM for the reason above.
+    #[inline(always)]
+    pub fn bf16_half_to_f32(word: u32, high: bool) -> f32 {
+        let value: f32;
+        unsafe {
+            if high {
+                asm!("and.b32 {v}, {w}, 0xffff0000;", v = out(reg32) value, w = in(reg32) word, options(nomem, nostack));
+            } else {
+                asm!("shl.b32 {v}, {w}, 16;", v = out(reg32) value, w = in(reg32) word, options(nomem, nostack));
+            }
+        }
+        value
+    }
+
+    /// The same shift as on the host, hidden from LLVM for the reason above.
+    #[inline(always)]
+    pub fn bf16_to_f32(bits: u16) -> f32 {
+        let value: f32;
+        let wide = bits as u32;
+        unsafe { asm!("shl.b32 {v}, {b}, 16;", v = out(reg32) value, b = in(reg32) wide, options(nomem, nostack)) };
+        value
+    }
+
+    /// `cvt.rn.bf16.f32` exists from sm_80; older targets keep the software rounding.
+    #[cfg(target_feature = "sm_80")]
+    #[inline(always)]
+    pub fn f32_to_bf16(value: f32) -> u16 {
+        let bits: u16;
+        unsafe { asm!("cvt.rn.bf16.f32 {h}, {v};", h = out(reg16) bits, v = in(reg32) value, options(nomem, nostack)) };
+        bits
+    }
+
+    #[inline(always)]
+    pub fn f32_to_f16(value: f32) -> u16 {
+        let half: u16;
+        unsafe { asm!("cvt.rn.f16.f32 {h}, {v};", h = out(reg16) half, v = in(reg32) value, options(nomem, nostack)) };
+        half
     }
 }
 

@@ -1,8 +1,8 @@
-//! The norm family's shared numerics on the host: the per-row function the CPU backend runs and
-//! the element math the device kernel runs, against an f64 reference.
+//! The norm family's shared numerics on the host — `norm_row`, which the CPU backend runs, built
+//! from the same element math as the device kernels — against f64 references.
 
 use ferrinfer_kernels::element::{Bf16, Element, F16};
-use ferrinfer_kernels::norm::{inverse_rms, rmsnorm_row};
+use ferrinfer_kernels::norm::{FusedAddRms, Layer, NormKind, NormParams, Rms, norm_row, rms_scale};
 
 fn pseudo_random(len: usize, seed: u32) -> Vec<f32> {
     let mut state = seed.wrapping_mul(2_654_435_761).max(1);
@@ -16,43 +16,113 @@ fn pseudo_random(len: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
-fn check_row<T: Element>(hidden: usize, tolerance: f64) {
-    let x: Vec<T> = pseudo_random(hidden, hidden as u32).into_iter().map(T::from_f32).collect();
-    let w: Vec<T> = pseudo_random(hidden, 7).into_iter().map(T::from_f32).collect();
-    let mut y = vec![T::from_f32(f32::NAN); hidden];
-    unsafe { rmsnorm_row(x.as_ptr(), w.as_ptr(), y.as_mut_ptr(), hidden, 1e-6) };
+fn values<T: Element>(len: usize, seed: u32) -> Vec<T> {
+    pseudo_random(len, seed).into_iter().map(T::from_f32).collect()
+}
 
-    let xf: Vec<f64> = x.iter().map(|v| v.to_f32() as f64).collect();
-    let inverse = 1.0 / (xf.iter().map(|v| v * v).sum::<f64>() / hidden as f64 + 1e-6).sqrt();
-    for i in 0..hidden {
-        let want = xf[i] * inverse * w[i].to_f32() as f64;
-        let got = y[i].to_f32() as f64;
-        assert!((got - want).abs() <= tolerance * want.abs() + 1e-6, "hidden {hidden}, element {i}: {got} vs {want}");
+fn f64s<T: Element>(v: &[T]) -> Vec<f64> {
+    v.iter().map(|x| x.to_f32() as f64).collect()
+}
+
+/// Runs `norm_row::<K>` on one row; returns (output, residual after).
+fn run<K: NormKind, T: Element, W: Element>(x: &[T], r: &[T], w: &[W], b: &[W], offset: f32) -> (Vec<T>, Vec<T>) {
+    let hidden = x.len();
+    let (mut x, mut r) = (x.to_vec(), r.to_vec());
+    let mut out = vec![T::from_f32(f32::NAN); hidden];
+    let output = if K::FUSED_ADD { x.as_mut_ptr() } else { out.as_mut_ptr() };
+    let params = NormParams {
+        input: x.as_mut_ptr() as u64,
+        residual: r.as_mut_ptr() as u64,
+        weight: w.as_ptr() as u64,
+        bias: b.as_ptr() as u64,
+        output: output as u64,
+        rows: 1,
+        input_row_stride: hidden as u64,
+        residual_row_stride: hidden as u64,
+        output_row_stride: hidden as u64,
+        hidden: hidden as u32,
+        eps: 1e-6,
+        weight_offset: offset,
+        warps_per_row: 1,
+    };
+    unsafe { norm_row::<K, T, W>(&params, 0) };
+    (if K::FUSED_ADD { x } else { out }, r)
+}
+
+fn assert_close(got: &[f64], want: &[f64], tolerance: f64, what: &str) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= tolerance * w.abs() + 1e-5, "{what}, element {i}: {g} vs {w}");
+    }
+}
+
+fn rms_reference(x: &[f64], w: &[f64], offset: f64) -> Vec<f64> {
+    let inverse = 1.0 / (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + 1e-6).sqrt();
+    x.iter().zip(w).map(|(x, w)| x * inverse * (w + offset)).collect()
+}
+
+fn check_all<T: Element, W: Element>(tolerance: f64) {
+    for hidden in [1, 3, 111, 1004, 4096] {
+        let (x, r, w, b) = (
+            values::<T>(hidden, hidden as u32),
+            values::<T>(hidden, 9),
+            values::<W>(hidden, 7),
+            values::<W>(hidden, 8),
+        );
+        let what = format!("{} hidden {hidden}", std::any::type_name::<T>());
+        for offset in [0.0, 1.0] {
+            let (y, _) = run::<Rms, T, W>(&x, &r, &w, &b, offset);
+            assert_close(&f64s(&y), &rms_reference(&f64s(&x), &f64s(&w), offset as f64), tolerance, &what);
+        }
+        let (y, r_after) = run::<FusedAddRms, T, W>(&x, &r, &w, &b, 0.0);
+        let sums: Vec<T> = x.iter().zip(&r).map(|(x, r)| T::from_f32(x.to_f32() + r.to_f32())).collect();
+        assert_eq!(f64s(&r_after), f64s(&sums), "{what}: the residual holds x + r, rounded");
+        assert_close(&f64s(&y), &rms_reference(&f64s(&sums), &f64s(&w), 0.0), tolerance, &what);
+        let (y, _) = run::<Layer, T, W>(&x, &r, &w, &b, 0.0);
+        let xs = f64s(&x);
+        let mean = xs.iter().sum::<f64>() / hidden as f64;
+        let inverse = 1.0 / (xs.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / hidden as f64 + 1e-6).sqrt();
+        let want: Vec<f64> = (0..hidden).map(|i| (xs[i] - mean) * inverse * f64s(&w)[i] + f64s(&b)[i]).collect();
+        // Layernorm of a 1-element row is exactly β: absolute, not relative, tolerance.
+        assert_close(&f64s(&y), &want, tolerance, &format!("{what} layernorm"));
     }
 }
 
 #[test]
-fn norm_row_matches_f64_for_every_dtype() {
-    for hidden in [1, 3, 111, 1004, 4096] {
-        check_row::<f32>(hidden, 1e-5);
-        check_row::<F16>(hidden, 2f64.powi(-10));
-        check_row::<Bf16>(hidden, 2f64.powi(-7));
-    }
+fn norm_rows_match_f64_for_every_op_and_dtype() {
+    check_all::<f32, f32>(1e-5);
+    check_all::<F16, F16>(2f64.powi(-10));
+    check_all::<Bf16, Bf16>(2f64.powi(-7));
+    check_all::<Bf16, f32>(2f64.powi(-7));
+    check_all::<F16, f32>(2f64.powi(-10));
 }
 
 #[test]
 fn norm_in_place_row_equals_out_of_place() {
     let x: Vec<f32> = pseudo_random(500, 3);
     let w: Vec<f32> = pseudo_random(500, 4);
-    let mut y = vec![0.0; 500];
-    unsafe { rmsnorm_row(x.as_ptr(), w.as_ptr(), y.as_mut_ptr(), 500, 1e-5) };
+    let (y, _) = run::<Rms, f32, f32>(&x, &x, &w, &w, 0.0);
     let mut z = x.clone();
-    unsafe { rmsnorm_row(z.as_ptr(), w.as_ptr(), z.as_mut_ptr(), 500, 1e-5) };
+    let params = NormParams {
+        input: z.as_mut_ptr() as u64,
+        residual: 0,
+        weight: w.as_ptr() as u64,
+        bias: 0,
+        output: z.as_mut_ptr() as u64,
+        rows: 1,
+        input_row_stride: 500,
+        residual_row_stride: 0,
+        output_row_stride: 500,
+        hidden: 500,
+        eps: 1e-6,
+        weight_offset: 0.0,
+        warps_per_row: 1,
+    };
+    unsafe { norm_row::<Rms, f32, f32>(&params, 0) };
     assert_eq!(y, z);
 }
 
 #[test]
-fn norm_inverse_rms_uses_mean_plus_eps() {
-    let got = inverse_rms(8.0, 2, 0.5) as f64; // 1/√(4 + 0.5)
+fn norm_rms_scale_uses_mean_plus_eps() {
+    let got = rms_scale(8.0, 2, 0.5).scale as f64; // 1/√(4 + 0.5)
     assert!((got - 1.0 / 4.5f64.sqrt()).abs() < 1e-7);
 }

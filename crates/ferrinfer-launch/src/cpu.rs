@@ -1,15 +1,16 @@
-//! The CPU backend: the kernels' own per-row numerics (`ferrinfer_kernels::norm::rmsnorm_row`)
+//! The CPU backend: the kernels' own per-row numerics (`ferrinfer_kernels::norm::norm_row`)
 //! over host memory, rows split across threads.
 
 use std::ops::Range;
 
-use ferrinfer_kernels::element::{Bf16, DType, Element, F16};
-use ferrinfer_kernels::norm::{NormParams, rmsnorm_row};
+use ferrinfer_jit::norm::NormOp;
+use ferrinfer_kernels::element::{Bf16, DType, F16};
+use ferrinfer_kernels::norm::{FusedAddRms, Layer, NormParams, Rms, norm_row};
 
 /// Below this many elements per thread, spawning costs more than it saves.
 const ELEMENTS_PER_THREAD: u64 = 1 << 16;
 
-/// Runs `f` over `T`, the kernels' element type for `dtype`.
+/// Runs `$body` with `$t` naming the kernels' element type for `$dtype`.
 macro_rules! with_element_type {
     ($dtype:expr, $t:ident => $body:expr) => {
         match $dtype {
@@ -29,19 +30,28 @@ macro_rules! with_element_type {
     };
 }
 
-/// rmsnorm over validated host pointers (see `crate::norm`).
-pub(crate) fn rmsnorm(dtype: DType, params: &NormParams) {
-    with_element_type!(dtype, T => for_row_chunks(params.rows, params.hidden as u64, |rows| {
-        for row in rows {
-            unsafe { rmsnorm_one_row::<T>(params, row) }
-        }
+/// Any norm over validated host pointers (see `crate::norm`).
+pub(crate) fn norm(op: NormOp, dtype: DType, weight: DType, params: &NormParams) {
+    with_element_type!(dtype, T => with_element_type!(weight, W => match op {
+        NormOp::RmsNorm => rows::<Rms, T, W>(params),
+        NormOp::FusedAddRmsNorm => rows::<FusedAddRms, T, W>(params),
+        NormOp::LayerNorm => rows::<Layer, T, W>(params),
     }))
 }
 
-unsafe fn rmsnorm_one_row<T: Element>(p: &NormParams, row: u64) {
-    let input = (p.input as *const T).wrapping_add((row * p.input_row_stride) as usize);
-    let output = (p.output as *mut T).wrapping_add((row * p.output_row_stride) as usize);
-    unsafe { rmsnorm_row(input, p.weight as *const T, output, p.hidden as usize, p.eps) }
+fn rows<
+    K: ferrinfer_kernels::norm::NormKind,
+    T: ferrinfer_kernels::element::Element,
+    W: ferrinfer_kernels::element::Element,
+>(
+    params: &NormParams,
+) {
+    for_row_chunks(params.rows, params.hidden as u64, |rows| {
+        for row in rows {
+            // SAFETY: the launcher validated every pointer, stride and overlap in `params`.
+            unsafe { norm_row::<K, T, W>(params, row) }
+        }
+    });
 }
 
 /// Splits `0..rows` into one contiguous chunk per thread (as many threads as the machine has and

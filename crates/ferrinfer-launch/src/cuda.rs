@@ -35,17 +35,20 @@ fn jit() -> Result<&'static Cache, Error> {
     cache.as_ref().map_err(|message| Error::Config(message.clone()))
 }
 
-/// Which module: a family's op variant for a dtype (cheap to hash; the spec is made on a miss).
+/// Which module: a family's op variant for a dtype and weight dtype (cheap to hash; the spec is
+/// made only on a miss).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct ModuleKey {
     pub family: &'static str,
     pub variant: u32,
     pub dtype: DType,
+    pub weight: DType,
 }
 
-/// A loaded module: its functions by vector width.
+/// A loaded module: its functions, and the most threads a block of each can have (registers
+/// permitting), by (vector width, register chunks).
 struct LoadedModule {
-    functions: HashMap<u32, CudaFunction>,
+    functions: HashMap<(u32, u32), (CudaFunction, u32)>,
 }
 
 /// What a context's device needs to know once.
@@ -95,7 +98,11 @@ fn loaded_module(
     let functions = spec
         .entry_points
         .iter()
-        .map(|entry| Ok((entry.vec, cuda_module.load_function(&entry.name)?)))
+        .map(|entry| {
+            let function = cuda_module.load_function(&entry.name)?;
+            let max_threads = function.max_threads_per_block()? as u32;
+            Ok(((entry.vec, entry.chunks), (function, max_threads)))
+        })
         .collect::<Result<_, Error>>()?;
     let loaded = Arc::new(LoadedModule { functions });
     *slot = Some(loaded.clone());
@@ -109,40 +116,48 @@ struct KernelParams<P>(P);
 // SAFETY: P is a `#[repr(C)]` plain-data struct shared with the kernel, passed by value.
 unsafe impl<P: Copy> DeviceRepr for KernelParams<P> {}
 
-/// One kernel launch: which module and entry (by vector width), its parameters and geometry.
-pub(crate) struct Launch<P, S, G> {
-    pub module: ModuleKey,
-    /// Makes the module's spec for an arch (debug or not); called only when not yet loaded.
-    pub spec: S,
+/// What to launch, decided once the device's multiprocessor count is known.
+pub(crate) struct KernelLaunch<P> {
+    /// The entry point, by vector width and register chunks (0: streaming).
     pub vec: u32,
+    pub chunks: u32,
     pub params: P,
-    /// Blocks for the device's multiprocessor count.
-    pub grid: G,
+    pub grid: u32,
     pub block: u32,
 }
 
-impl<P, S, G> Launch<P, S, G>
-where
-    P: Copy,
-    S: FnOnce(CudaArch, bool) -> JitSpec,
-    G: FnOnce(u32) -> u32,
-{
-    /// Launches on `stream` (the caller validated every pointer and size in `params`).
-    pub fn run(self, stream: &CudaStream) -> Result<(), Error> {
-        let context = stream.context();
-        let device = device_info(context)?;
-        let debug = jit()?.config().debug;
-        let module = loaded_module(context, self.module, || (self.spec)(device.arch, debug))?;
-        let function =
-            module.functions.get(&self.vec).ok_or(Error::NoEntryPoint { module: self.module.family, vec: self.vec })?;
-        let config = LaunchConfig {
-            grid_dim: ((self.grid)(device.multiprocessors), 1, 1),
-            block_dim: (self.block, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let params = KernelParams(self.params);
-        // SAFETY: see above; the entry point's parameter type is P (same spec, same table).
-        unsafe { stream.launch_builder(function).arg(&params).launch(config)? };
-        Ok(())
+/// What a launch configuration may use of a device and module.
+pub(crate) struct Limits<'m> {
+    pub multiprocessors: u32,
+    module: &'m LoadedModule,
+}
+
+impl Limits<'_> {
+    /// Most threads per block of the entry (vector width, chunks); 0 if there is none.
+    pub fn max_threads(&self, vec: u32, chunks: u32) -> u32 {
+        self.module.functions.get(&(vec, chunks)).map_or(0, |(_, threads)| *threads)
     }
+}
+
+/// Launches a kernel of module `module` on `stream` (the caller validated every pointer and
+/// size): `spec` makes the module's spec for an arch (debug or not) if it is not loaded yet,
+/// `configure` picks entry point, parameters and geometry within the device's and module's limits.
+pub(crate) fn launch<P: Copy>(
+    stream: &CudaStream,
+    module: ModuleKey,
+    spec: impl FnOnce(CudaArch, bool) -> JitSpec,
+    configure: impl FnOnce(&Limits) -> KernelLaunch<P>,
+) -> Result<(), Error> {
+    let context = stream.context();
+    let device = device_info(context)?;
+    let debug = jit()?.config().debug;
+    let loaded = loaded_module(context, module, || spec(device.arch, debug))?;
+    let kernel = configure(&Limits { multiprocessors: device.multiprocessors, module: &loaded });
+    let missing = Error::NoEntryPoint { module: module.family, vec: kernel.vec, chunks: kernel.chunks };
+    let (function, _) = loaded.functions.get(&(kernel.vec, kernel.chunks)).ok_or(missing)?;
+    let config = LaunchConfig { grid_dim: (kernel.grid, 1, 1), block_dim: (kernel.block, 1, 1), shared_mem_bytes: 0 };
+    let params = KernelParams(kernel.params);
+    // SAFETY: the caller validated `params`; the entry point's parameter type is P (same spec).
+    unsafe { stream.launch_builder(function).arg(&params).launch(config)? };
+    Ok(())
 }

@@ -53,8 +53,8 @@ pub enum Error {
     #[error("configuration: {0}")]
     Config(String),
 
-    #[error("the `{module}` module has no entry point for vector width {vec}")]
-    NoEntryPoint { module: &'static str, vec: u32 },
+    #[error("the `{module}` module has no entry point for vector width {vec}, {chunks} register chunks")]
+    NoEntryPoint { module: &'static str, vec: u32, chunks: u32 },
 
     #[error("CUDA driver error: {0}")]
     Cuda(#[from] DriverError),

@@ -26,7 +26,7 @@ mod tensor;
 pub use cuda::cuda_device_count;
 pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
-pub use norm::rmsnorm;
+pub use norm::{fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm};
 pub use tensor::{Device, HostElement, MAX_DIMS, Stream, TensorView};
 
 /// Re-exported so callers name the same cudarc types this crate launches with.

@@ -1,30 +1,28 @@
-//! The norm family at layers 1 and 4: `rmsnorm` validates its arguments, then runs on the CPU
-//! backend or launches the kernel of `ferrinfer-kernels/src/norm.rs` on the caller's stream.
+//! The norm family at layers 1 and 4: each op validates its arguments, then runs on the CPU
+//! backend or launches a kernel of `ferrinfer-kernels/src/norm.rs` on the caller's stream.
+//!
+//! Common rules, checked before anything is written (so on error no output is touched):
+//! - `input`: f16, bf16 or f32, any rank ≥ 1 (e.g. tokens × heads × head_dim for QK-norm), the
+//!   last dimension contiguous, leading dimensions collapsible into rows whose stride is ≥ the
+//!   row length (rows of a larger buffer are fine);
+//! - `weight` (and layernorm's `beta`): one contiguous row `[hidden]`, of `input`'s dtype (layernorm
+//!   also accepts f32 `gamma`/`beta` with f16/bf16 input);
+//! - `eps`: finite, ≥ 0; `stream`: [`Stream::Cpu`] for host tensors or the CUDA stream to launch
+//!   on (ferrinfer never picks one) for tensors on its device;
+//! - addresses need only element alignment: the vector width narrows (to 1) until every address
+//!   and row stride allows it.
 
-use ferrinfer_jit::norm::{NormOp, gen_norm_spec};
+use ferrinfer_jit::norm::{CHUNK_COUNTS, NormOp, gen_norm_spec};
 use ferrinfer_kernels::element::DType;
 use ferrinfer_kernels::norm::NormParams;
 
+use crate::cuda::{self, KernelLaunch, ModuleKey};
 use crate::layout::{self, RowLayout};
-use crate::{Device, Error, Stream, TensorView, cpu, cuda};
+use crate::{Device, Error, Stream, TensorView, cpu};
 
-/// Most threads a norm block may have (the kernel's reduction holds one slot per warp).
-const MAX_BLOCK: u64 = 1024;
-
-/// `out = input / √(mean(input²) + eps) · weight` over the last dimension, accumulating in f32.
-///
-/// - `input`: f16, bf16 or f32, any rank ≥ 1, the last dimension contiguous, leading dimensions
-///   collapsible into rows (a row stride ≥ the row length, e.g. rows of a larger buffer).
-/// - `weight`: one contiguous row, `[hidden]`, of `input`'s dtype.
-/// - `out`: writable, `input`'s shape and dtype, its own row stride. It may be `input` itself (the
-///   identical view: in place) but must not otherwise overlap `input`, nor overlap `weight`.
-/// - `eps`: finite, ≥ 0.
-/// - `stream`: [`Stream::Cpu`] for host tensors, or the CUDA stream to launch on (never a stream
-///   ferrinfer picks) for tensors on that stream's device.
-///
-/// Addresses need only element alignment: the vector width narrows (down to 1) until every
-/// address and row stride allows it. Every check runs before anything is written, so on error
-/// `out` is untouched.
+/// `out = input / √(mean(input²) + eps) · weight` over the last dimension, in f32.
+/// `out`: writable, `input`'s shape and dtype; it may be `input` itself (the identical view: in
+/// place) but must not otherwise overlap `input`, nor overlap `weight`.
 pub fn rmsnorm(
     input: &TensorView,
     weight: &TensorView,
@@ -32,63 +30,218 @@ pub fn rmsnorm(
     eps: f32,
     stream: Stream,
 ) -> Result<(), Error> {
-    let plan = NormPlan::new(input, weight, out, eps, &stream)?;
-    match stream {
-        Stream::Cpu => {
-            cpu::rmsnorm(plan.dtype, &plan.params);
-            Ok(())
+    NormCall::rms(NormOp::RmsNorm, 0.0, input, weight, out, eps).run(stream)
+}
+
+/// Gemma's rmsnorm: as [`rmsnorm`] with `(1 + weight)`.
+pub fn gemma_rmsnorm(
+    input: &TensorView,
+    weight: &TensorView,
+    out: &mut TensorView,
+    eps: f32,
+    stream: Stream,
+) -> Result<(), Error> {
+    NormCall::rms(NormOp::RmsNorm, 1.0, input, weight, out, eps).run(stream)
+}
+
+/// `residual += input; input = rmsnorm(residual) · weight`, both in place, as FlashInfer does.
+/// The norm is of the residual as stored (rounded to the dtype). `input` and `residual`: writable,
+/// one shape and dtype, disjoint, and neither may overlap `weight`.
+pub fn fused_add_rmsnorm(
+    input: &mut TensorView,
+    residual: &mut TensorView,
+    weight: &TensorView,
+    eps: f32,
+    stream: Stream,
+) -> Result<(), Error> {
+    NormCall::fused(0.0, input, residual, weight, eps).run(stream)
+}
+
+/// Gemma's fused add + rmsnorm: as [`fused_add_rmsnorm`] with `(1 + weight)`.
+pub fn gemma_fused_add_rmsnorm(
+    input: &mut TensorView,
+    residual: &mut TensorView,
+    weight: &TensorView,
+    eps: f32,
+    stream: Stream,
+) -> Result<(), Error> {
+    NormCall::fused(1.0, input, residual, weight, eps).run(stream)
+}
+
+/// `out = (input − mean) / √(var + eps) · gamma + beta` over the last dimension, in f32 (biased
+/// variance). `gamma` and `beta`: `[hidden]`, both of `input`'s dtype or both f32. `out` as in
+/// [`rmsnorm`], also disjoint from `beta`.
+pub fn layernorm(
+    input: &TensorView,
+    gamma: &TensorView,
+    beta: &TensorView,
+    out: &mut TensorView,
+    eps: f32,
+    stream: Stream,
+) -> Result<(), Error> {
+    let call = NormCall { bias: Some(("beta", beta)), ..NormCall::rms(NormOp::LayerNorm, 0.0, input, gamma, out, eps) };
+    NormCall { weight: ("gamma", gamma), ..call }.run(stream)
+}
+
+/// The norm ops by name, for callers that pick one at run time (benchmarks, adapters, tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NormRoutine {
+    RmsNorm,
+    GemmaRmsNorm,
+    FusedAddRmsNorm,
+    GemmaFusedAddRmsNorm,
+    LayerNorm,
+}
+
+impl NormRoutine {
+    pub const ALL: [NormRoutine; 5] = [
+        NormRoutine::RmsNorm,
+        NormRoutine::GemmaRmsNorm,
+        NormRoutine::FusedAddRmsNorm,
+        NormRoutine::GemmaFusedAddRmsNorm,
+        NormRoutine::LayerNorm,
+    ];
+
+    /// FlashInfer's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            NormRoutine::RmsNorm => "rmsnorm",
+            NormRoutine::GemmaRmsNorm => "gemma_rmsnorm",
+            NormRoutine::FusedAddRmsNorm => "fused_add_rmsnorm",
+            NormRoutine::GemmaFusedAddRmsNorm => "gemma_fused_add_rmsnorm",
+            NormRoutine::LayerNorm => "layernorm",
         }
-        Stream::Cuda(stream) => {
-            let block = plan.block_size();
-            let launch = cuda::Launch {
-                module: cuda::ModuleKey { family: "norm", variant: NormOp::RmsNorm as u32, dtype: plan.dtype },
-                spec: |arch, debug| gen_norm_spec(NormOp::RmsNorm, plan.dtype, arch, debug),
-                vec: plan.vec,
-                params: plan.params,
-                grid: |sms| plan.grid_size(block, sms),
-                block,
-            };
-            launch.run(stream)
+    }
+
+    /// Updates `input` and `residual` in place instead of writing `out`.
+    pub fn is_fused(self) -> bool {
+        matches!(self, NormRoutine::FusedAddRmsNorm | NormRoutine::GemmaFusedAddRmsNorm)
+    }
+
+    /// What is added to every weight (1 for Gemma's `1 + w`).
+    pub fn weight_offset(self) -> f32 {
+        match self {
+            NormRoutine::GemmaRmsNorm | NormRoutine::GemmaFusedAddRmsNorm => 1.0,
+            _ => 0.0,
+        }
+    }
+
+    /// Runs the op: fused ops update `input` and `residual`; the others write `out`. Arguments an
+    /// op does not take (`residual`, `bias`, or `out` for fused ops) are ignored.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        self,
+        input: &mut TensorView,
+        residual: &mut TensorView,
+        weight: &TensorView,
+        bias: &TensorView,
+        out: &mut TensorView,
+        eps: f32,
+        stream: Stream,
+    ) -> Result<(), Error> {
+        match self {
+            NormRoutine::RmsNorm => rmsnorm(input, weight, out, eps, stream),
+            NormRoutine::GemmaRmsNorm => gemma_rmsnorm(input, weight, out, eps, stream),
+            NormRoutine::FusedAddRmsNorm => fused_add_rmsnorm(input, residual, weight, eps, stream),
+            NormRoutine::GemmaFusedAddRmsNorm => gemma_fused_add_rmsnorm(input, residual, weight, eps, stream),
+            NormRoutine::LayerNorm => layernorm(input, weight, bias, out, eps, stream),
         }
     }
 }
 
-/// A validated norm call: the kernel's parameters, dtype and vector width.
-struct NormPlan {
-    params: NormParams,
-    dtype: DType,
-    vec: u32,
+/// The arguments of one norm call, named as the caller named them.
+struct NormCall<'c, 'v> {
+    op: NormOp,
+    weight_offset: f32,
+    input: &'c TensorView<'v>,
+    residual: Option<&'c TensorView<'v>>,
+    weight: (&'static str, &'c TensorView<'v>),
+    bias: Option<(&'static str, &'c TensorView<'v>)>,
+    /// Written: `out`, or for the fused op `input` itself.
+    output: (&'static str, &'c TensorView<'v>),
+    eps: f32,
 }
 
-impl NormPlan {
-    fn new(
-        input: &TensorView,
-        weight: &TensorView,
-        out: &TensorView,
+impl<'c, 'v> NormCall<'c, 'v> {
+    fn rms(
+        op: NormOp,
+        weight_offset: f32,
+        input: &'c TensorView<'v>,
+        weight: &'c TensorView<'v>,
+        out: &'c TensorView<'v>,
         eps: f32,
-        stream: &Stream,
-    ) -> Result<Self, Error> {
-        if !eps.is_finite() || eps < 0.0 {
-            return Err(Error::InvalidEps(eps));
+    ) -> Self {
+        NormCall {
+            op,
+            weight_offset,
+            input,
+            residual: None,
+            weight: ("weight", weight),
+            bias: None,
+            output: ("out", out),
+            eps,
         }
-        let (device, dtype) = (input.device(), input.dtype());
+    }
+
+    fn fused(
+        weight_offset: f32,
+        input: &'c TensorView<'v>,
+        residual: &'c TensorView<'v>,
+        weight: &'c TensorView<'v>,
+        eps: f32,
+    ) -> Self {
+        let call = NormCall::rms(NormOp::FusedAddRmsNorm, weight_offset, input, weight, input, eps);
+        NormCall { residual: Some(residual), output: ("input", input), ..call }
+    }
+
+    fn run(self, stream: Stream) -> Result<(), Error> {
+        let plan = self.plan(&stream)?;
+        match stream {
+            Stream::Cpu => {
+                cpu::norm(self.op, plan.dtype, plan.weight_dtype, &plan.params);
+                Ok(())
+            }
+            Stream::Cuda(stream) => {
+                let module =
+                    ModuleKey { family: "norm", variant: self.op as u32, dtype: plan.dtype, weight: plan.weight_dtype };
+                let spec = |arch, debug| gen_norm_spec(self.op, plan.dtype, plan.weight_dtype, arch, debug);
+                cuda::launch(stream, module, spec, |limits| {
+                    plan.kernel(limits.multiprocessors, |chunks| limits.max_threads(plan.vec, chunks))
+                })
+            }
+        }
+    }
+
+    /// Every check, in the order a caller would fix them; the kernel parameters if all pass.
+    fn plan(&self, stream: &Stream) -> Result<Plan, Error> {
+        if !self.eps.is_finite() || self.eps < 0.0 {
+            return Err(Error::InvalidEps(self.eps));
+        }
+        let (device, dtype) = (self.input.device(), self.input.dtype());
         check_stream(stream, device)?;
-        for (argument, view) in [("weight", weight), ("out", out)] {
+        let weight_dtype = self.weight_dtype()?;
+        for (argument, view) in self.tensors() {
             layout::check_device(argument, view, "input", device)?;
-            layout::check_dtype(argument, view, "input", dtype)?;
-        }
-        for (argument, view) in [("input", input), ("weight", weight), ("out", out)] {
             layout::check_aligned(argument, view)?;
         }
-        layout::check_writable("out", out)?;
-        let x = layout::row_layout("input", input)?;
-        check_weight(weight, x.hidden)?;
-        if out.shape() != input.shape() {
-            let expected = format!("{:?} (the shape of `input`)", input.shape());
-            return Err(Error::ShapeMismatch { argument: "out", expected, found: out.shape().to_vec() });
+        for (argument, view) in self.residual.map(|r| ("residual", r)).into_iter().chain([self.output]) {
+            layout::check_dtype(argument, view, "input", dtype)?;
+            layout::check_writable(argument, view)?;
         }
-        let y = layout::row_layout("out", out)?;
-        check_aliasing(input, weight, out)?;
+        let x = layout::row_layout("input", self.input)?;
+        for (argument, view) in [Some(self.weight), self.bias].into_iter().flatten() {
+            check_weight(argument, view, x.hidden)?;
+        }
+        let rows_of = |(argument, view): (&'static str, &TensorView)| -> Result<RowLayout, Error> {
+            if view.shape() != self.input.shape() {
+                let expected = format!("{:?} (the shape of `input`)", self.input.shape());
+                return Err(Error::ShapeMismatch { argument, expected, found: view.shape().to_vec() });
+            }
+            layout::row_layout(argument, view)
+        };
+        let y = rows_of(self.output)?;
+        let r = self.residual.map(|r| rows_of(("residual", r))).transpose()?;
+        self.check_aliasing()?;
         if x.hidden > u32::MAX as u64 {
             return Err(Error::TooLarge {
                 argument: "input",
@@ -97,21 +250,84 @@ impl NormPlan {
                 limit: u32::MAX as u64,
             });
         }
-        let addresses = [input.address(), weight.address(), out.address()];
-        let vec = layout::vector_width(dtype, x.hidden, &[x.row_stride, y.row_stride], &addresses);
-        Ok(Self { params: params(input, weight, out, x, y, eps), dtype, vec })
+        let row_strides = [Some(x.row_stride), Some(y.row_stride), r.map(|r| r.row_stride)];
+        let vec = layout::vector_width(
+            dtype,
+            x.hidden,
+            &row_strides.into_iter().flatten().collect::<Vec<_>>(),
+            &self.addresses(),
+        );
+        Ok(Plan { params: self.params(x, y, r), dtype, weight_dtype, vec })
     }
 
-    /// One thread per vector of the row, in whole warps, at most 1024.
-    fn block_size(&self) -> u32 {
-        let vectors = self.params.hidden as u64 / self.vec as u64;
-        (vectors.div_ceil(32) * 32).clamp(32, MAX_BLOCK) as u32
+    /// The weight dtype: the input's, or (layernorm) f32; β must match γ.
+    fn weight_dtype(&self) -> Result<DType, Error> {
+        let dtype = self.input.dtype();
+        let (argument, weight) = self.weight;
+        let allowed = self.op.weight_dtypes(dtype);
+        if !allowed.contains(&weight.dtype()) {
+            return Err(Error::DTypeMismatch { argument, reference: "input", expected: dtype, found: weight.dtype() });
+        }
+        if let Some((bias_name, bias)) = self.bias {
+            layout::check_dtype(bias_name, bias, argument, weight.dtype())?;
+        }
+        Ok(weight.dtype())
     }
 
-    /// A block per row, but no more blocks than the device holds at once (they stride over rows).
-    fn grid_size(&self, block: u32, multiprocessors: u32) -> u32 {
-        let resident_per_sm = (2048 / block).clamp(1, 32);
-        self.params.rows.min((multiprocessors * resident_per_sm) as u64) as u32
+    /// Every tensor of the call, by argument name.
+    fn tensors(&self) -> Vec<(&'static str, &TensorView<'v>)> {
+        let mut tensors = vec![("input", self.input), self.weight, self.output];
+        tensors.extend(self.residual.map(|r| ("residual", r)));
+        tensors.extend(self.bias);
+        tensors
+    }
+
+    /// Writes may not race with any other tensor's reads or writes; the only sharing allowed is
+    /// an output that is exactly `input` (in place).
+    fn check_aliasing(&self) -> Result<(), Error> {
+        let written: Vec<(&str, &TensorView)> =
+            self.residual.map(|r| ("residual", r)).into_iter().chain([self.output]).collect();
+        for (argument, view) in written {
+            for (other, other_view) in self.tensors() {
+                let same_tensor = std::ptr::eq(view, other_view);
+                let in_place = other == "input" && layout::same_view(view, other_view) && self.residual.is_none();
+                if !same_tensor && !in_place && other != argument && layout::overlaps(view, other_view) {
+                    return Err(Error::Overlap { argument, other });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Addresses in units of their own element size, for the vector width.
+    fn addresses(&self) -> Vec<u64> {
+        let dtype_size = self.input.dtype().size() as u64;
+        self.tensors()
+            .into_iter()
+            .map(|(_, view)| {
+                // In elements of the input's dtype: f32 weights need twice the byte alignment.
+                let scale = view.dtype().size() as u64 / dtype_size;
+                view.address() / scale.max(1)
+            })
+            .collect()
+    }
+
+    fn params(&self, x: RowLayout, y: RowLayout, r: Option<RowLayout>) -> NormParams {
+        NormParams {
+            input: self.input.address(),
+            residual: self.residual.map_or(0, |r| r.address()),
+            weight: self.weight.1.address(),
+            bias: self.bias.map_or(0, |(_, b)| b.address()),
+            output: self.output.1.address(),
+            rows: x.rows,
+            input_row_stride: x.row_stride,
+            residual_row_stride: r.map_or(0, |r| r.row_stride),
+            output_row_stride: y.row_stride,
+            hidden: x.hidden as u32,
+            eps: self.eps,
+            weight_offset: self.weight_offset,
+            warps_per_row: 1,
+        }
     }
 }
 
@@ -122,42 +338,145 @@ fn check_stream(stream: &Stream, device: Device) -> Result<(), Error> {
     }
 }
 
-fn check_weight(weight: &TensorView, hidden: u64) -> Result<(), Error> {
-    let w = layout::row_layout("weight", weight)?;
+fn check_weight(argument: &'static str, weight: &TensorView, hidden: u64) -> Result<(), Error> {
+    let w = layout::row_layout(argument, weight)?;
     if weight.shape() != [hidden as i64] || w.rows != 1 {
         let expected = format!("[{hidden}] (the last dimension of `input`)");
-        return Err(Error::ShapeMismatch { argument: "weight", expected, found: weight.shape().to_vec() });
+        return Err(Error::ShapeMismatch { argument, expected, found: weight.shape().to_vec() });
     }
     Ok(())
 }
 
-/// `out` may be `input` itself, nothing else it could race with.
-fn check_aliasing(input: &TensorView, weight: &TensorView, out: &TensorView) -> Result<(), Error> {
-    if layout::overlaps(out, weight) {
-        return Err(Error::Overlap { argument: "out", other: "weight" });
-    }
-    if layout::overlaps(out, input) && !layout::same_view(out, input) {
-        return Err(Error::Overlap { argument: "out", other: "input" });
-    }
-    Ok(())
+/// A validated call: kernel parameters, dtypes and vector width.
+struct Plan {
+    params: NormParams,
+    dtype: DType,
+    weight_dtype: DType,
+    vec: u32,
 }
 
-fn params(
-    input: &TensorView,
-    weight: &TensorView,
-    out: &TensorView,
-    x: RowLayout,
-    y: RowLayout,
-    eps: f32,
-) -> NormParams {
-    NormParams {
-        input: input.address(),
-        weight: weight.address(),
-        output: out.address(),
-        rows: x.rows,
-        input_row_stride: x.row_stride,
-        output_row_stride: y.row_stride,
-        hidden: x.hidden as u32,
-        eps,
+/// Most register chunks a kernel has (see `ferrinfer_jit::norm::CHUNK_COUNTS`).
+const MAX_CHUNKS: u64 = CHUNK_COUNTS[CHUNK_COUNTS.len() - 1] as u64;
+/// Warps worth keeping busy per multiprocessor before spreading rows over more warps stops paying.
+const WARPS_PER_SM: u64 = 16;
+/// Most threads per block.
+const MAX_BLOCK: u64 = 1024;
+
+impl Plan {
+    /// The launch for a device with `sms` multiprocessors, given the most threads per block of
+    /// each register kernel (by chunk count; registers limit it). Rows that fit in registers use
+    /// the register kernel: as few warps per row as large batches need (one pass over memory,
+    /// many rows in flight), as many as small batches can use (a shorter serial path per thread);
+    /// two single-warp rows per 64-thread block. Longer rows — or more rows than one launch's
+    /// grid holds — stream, a block per row.
+    fn kernel(&self, sms: u32, max_threads: impl Fn(u32) -> u32) -> KernelLaunch<NormParams> {
+        let (rows, vectors) = (self.params.rows, self.params.hidden as u64 / self.vec as u64);
+        let max_warps = MAX_BLOCK / 32;
+        let fewest = vectors.div_ceil(32 * MAX_CHUNKS);
+        if fewest > max_warps {
+            return self.streaming(sms, max_threads(0));
+        }
+        let wanted = (sms as u64 * WARPS_PER_SM).div_ceil(rows);
+        let warps = wanted.clamp(fewest, vectors.div_ceil(32).min(max_warps)).max(1);
+        let mut chunks = vectors.div_ceil(32 * warps).next_power_of_two();
+        // Fewer, fuller threads until a block fits the kernel's registers.
+        while chunks <= MAX_CHUNKS && vectors.div_ceil(32 * chunks) * 32 > max_threads(chunks as u32) as u64 {
+            chunks *= 2;
+        }
+        let warps = vectors.div_ceil(32 * chunks);
+        let rows_per_block = if warps == 1 { 2 } else { 1 };
+        let grid = rows.div_ceil(rows_per_block);
+        if chunks > MAX_CHUNKS || grid > i32::MAX as u64 {
+            return self.streaming(sms, max_threads(0));
+        }
+        self.launch(chunks as u32, warps as u32, grid, (rows_per_block * warps * 32) as u32)
+    }
+
+    /// A block per row, at most as many blocks as the device holds at once (they stride over rows).
+    fn streaming(&self, sms: u32, max_threads: u32) -> KernelLaunch<NormParams> {
+        let vectors = self.params.hidden as u64 / self.vec as u64;
+        let most = MAX_BLOCK.min(max_threads as u64 / 32 * 32).max(32);
+        let block = (vectors.div_ceil(32) * 32).clamp(32, most) as u32;
+        let resident = sms as u64 * (2048 / block as u64).clamp(1, 32);
+        self.launch(0, 1, self.params.rows.min(resident), block)
+    }
+
+    fn launch(&self, chunks: u32, warps_per_row: u32, grid: u64, block: u32) -> KernelLaunch<NormParams> {
+        let params = NormParams { warps_per_row, ..self.params };
+        KernelLaunch { vec: self.vec, chunks, params, grid: grid as u32, block }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(rows: u64, hidden: u32, vec: u32) -> Plan {
+        let params = NormParams {
+            input: 0,
+            residual: 0,
+            weight: 0,
+            bias: 0,
+            output: 0,
+            rows,
+            input_row_stride: hidden as u64,
+            residual_row_stride: 0,
+            output_row_stride: hidden as u64,
+            hidden,
+            eps: 1e-6,
+            weight_offset: 0.0,
+            warps_per_row: 1,
+        };
+        Plan { params, dtype: DType::Bf16, weight_dtype: DType::Bf16, vec }
+    }
+
+    /// The H200's limits for the bf16 rmsnorm module as ptxas built it (177 registers at 16
+    /// chunks → 320 threads per block; the others allow 512 or 1024).
+    fn h200_max_threads(chunks: u32) -> u32 {
+        match chunks {
+            16 => 320,
+            8 => 512,
+            _ => 1024,
+        }
+    }
+
+    /// (chunks, warps per row, grid, block) on an H200 (132 SMs).
+    fn shape(rows: u64, hidden: u32, vec: u32) -> (u32, u32, u32, u32) {
+        let k = plan(rows, hidden, vec).kernel(132, h200_max_threads);
+        (k.chunks, k.params.warps_per_row, k.grid, k.block)
+    }
+
+    #[test]
+    fn norm_launch_shapes_cover_small_and_large_batches() {
+        assert_eq!(shape(65536, 4096, 8), (16, 1, 32768, 64), "large T: a warp per row, two per block");
+        assert_eq!(shape(65536, 8192, 8), (16, 2, 65536, 64));
+        assert_eq!(shape(1, 4096, 8), (1, 16, 1, 512), "T = 1: a vector per thread");
+        assert_eq!(shape(4096, 1024, 8), (4, 1, 2048, 64), "enough rows to fill the GPU with one warp each");
+        assert_eq!(shape(65536, 256, 8), (1, 1, 32768, 64), "single-warp rows, two per block");
+        assert_eq!(shape(7, 111, 1), (1, 4, 7, 128));
+    }
+
+    #[test]
+    fn norm_every_register_launch_covers_its_row_within_limits() {
+        for hidden in [1u32, 3, 111, 500, 1004, 4096, 8192, 16384, 65536, 131072] {
+            for rows in [1u64, 19, 989, 65536] {
+                for vec in [1u32, 2, 4, 8].into_iter().filter(|v| hidden.is_multiple_of(*v)) {
+                    let k = plan(rows, hidden, vec).kernel(132, h200_max_threads);
+                    assert!(
+                        k.block.is_multiple_of(32) && k.block <= 1024 && k.grid >= 1,
+                        "{hidden} {rows} {vec}: {}",
+                        k.block
+                    );
+                    assert!(k.block <= h200_max_threads(k.chunks), "{hidden} {rows} {vec}: registers");
+                    if k.chunks > 0 {
+                        let covered = k.chunks as u64 * 32 * k.params.warps_per_row as u64 * vec as u64;
+                        assert!(covered >= hidden as u64 && CHUNK_COUNTS.contains(&k.chunks), "{hidden} {rows} {vec}");
+                        let rows_per_block = k.block / 32 / k.params.warps_per_row;
+                        assert!(k.params.warps_per_row == 1 || rows_per_block == 1, "barriers need one row per block");
+                        assert!(k.grid as u64 * rows_per_block as u64 >= rows.min(i32::MAX as u64));
+                    }
+                }
+            }
+        }
     }
 }

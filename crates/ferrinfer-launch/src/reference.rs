@@ -5,13 +5,40 @@ use ferrinfer_kernels::element::DType;
 
 use crate::HostElement;
 
-/// rmsnorm in f64 over `rows` contiguous rows of `hidden`.
-pub fn rmsnorm(input: &[f64], weight: &[f64], hidden: usize, eps: f64) -> Vec<f64> {
+/// rmsnorm in f64 over contiguous rows of `hidden`, with `(weight + offset)` (offset 1: Gemma).
+pub fn rmsnorm(input: &[f64], weight: &[f64], hidden: usize, eps: f64, offset: f64) -> Vec<f64> {
     input
         .chunks_exact(hidden)
         .flat_map(|row| {
             let inverse = 1.0 / (row.iter().map(|x| x * x).sum::<f64>() / hidden as f64 + eps).sqrt();
-            row.iter().zip(weight).map(move |(x, w)| x * inverse * w)
+            row.iter().zip(weight).map(move |(x, w)| x * inverse * (w + offset))
+        })
+        .collect()
+}
+
+/// Fused add + rmsnorm: `(output, new residual)`. The new residual is `input + residual` rounded
+/// to `T` (what the residual tensor stores), and the output its rmsnorm.
+pub fn fused_add_rmsnorm<T: HostElement>(
+    input: &[f64],
+    residual: &[f64],
+    weight: &[f64],
+    hidden: usize,
+    eps: f64,
+    offset: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let sums: Vec<f64> = input.iter().zip(residual).map(|(x, r)| T::from_f64(x + r).to_f64()).collect();
+    (rmsnorm(&sums, weight, hidden, eps, offset), sums)
+}
+
+/// layernorm in f64 (biased variance) over contiguous rows of `hidden`.
+pub fn layernorm(input: &[f64], gamma: &[f64], beta: &[f64], hidden: usize, eps: f64) -> Vec<f64> {
+    input
+        .chunks_exact(hidden)
+        .flat_map(|row| {
+            let mean = row.iter().sum::<f64>() / hidden as f64;
+            let var = row.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / hidden as f64;
+            let inverse = 1.0 / (var + eps).sqrt();
+            row.iter().zip(gamma.iter().zip(beta)).map(move |(x, (g, b))| (x - mean) * inverse * g + b)
         })
         .collect()
 }
@@ -109,9 +136,23 @@ mod tests {
     #[test]
     fn reference_rmsnorm_of_a_known_row() {
         // mean(x²) = (9 + 16) / 2 = 12.5 → 1/√12.5
-        let y = rmsnorm(&[3.0, 4.0], &[1.0, 2.0], 2, 0.0);
+        let y = rmsnorm(&[3.0, 4.0], &[1.0, 2.0], 2, 0.0, 0.0);
         let inv = 1.0 / 12.5f64.sqrt();
         assert_eq!(y, [3.0 * inv, 8.0 * inv]);
+        assert_eq!(rmsnorm(&[3.0, 4.0], &[1.0, 2.0], 2, 0.0, 1.0), [6.0 * inv, 12.0 * inv], "Gemma: 1 + w");
+    }
+
+    #[test]
+    fn reference_layernorm_of_a_known_row() {
+        // mean 2, variance ((−1)² + 1²)/2 = 1
+        assert_eq!(layernorm(&[1.0, 3.0], &[2.0, 2.0], &[0.5, 0.5], 2, 0.0), [-1.5, 2.5]);
+    }
+
+    #[test]
+    fn reference_fused_add_rounds_the_new_residual() {
+        let (out, residual) = fused_add_rmsnorm::<half::bf16>(&[1.0], &[1.0 / 512.0], &[1.0], 1, 0.0, 0.0);
+        assert_eq!(residual, [1.0], "1 + 2^-9 rounds to 1 in bf16");
+        assert_eq!(out, [1.0]);
     }
 
     #[test]

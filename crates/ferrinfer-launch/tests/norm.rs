@@ -3,35 +3,65 @@
 
 mod support;
 
-use ferrinfer_launch::reference::random_normal;
+use ferrinfer_launch::reference::{random_normal, to_f64};
 use ferrinfer_launch::{DType, Device, Error, HostElement, Stream, TensorView, rmsnorm};
 use half::bf16;
-use support::{Case, Runner, run_grid};
+use support::{Case, Op, Runner, run_grid};
 
 struct Cpu;
 
 impl Runner for Cpu {
-    fn rmsnorm<T: HostElement>(&self, case: &Case, x: &[T], w: &[T], out: &mut [T], eps: f32) -> Result<(), Error> {
-        let x = TensorView::from_slice_strided(x, &case.shape(), &case.in_strides())?;
-        let w = TensorView::from_slice(w, &[case.hidden])?;
-        let mut out = TensorView::from_slice_strided_mut(out, &case.shape(), &case.out_strides())?;
-        rmsnorm(&x, &w, &mut out, eps, Stream::Cpu)
+    fn norm<T: HostElement, W: HostElement>(
+        &self,
+        op: Op,
+        case: &Case,
+        x: &mut [T],
+        r: &mut [T],
+        w: &[W],
+        b: &[W],
+        out: &mut [T],
+    ) -> Result<(), Error> {
+        let mut xv = TensorView::from_slice_strided_mut(x, &case.shape(), &case.in_strides())?;
+        let mut rv = TensorView::from_slice_strided_mut(r, &case.shape(), &case.out_strides())?;
+        let (wv, bv) = (TensorView::from_slice(w, &[case.hidden])?, TensorView::from_slice(b, &[case.hidden])?);
+        let mut ov = TensorView::from_slice_strided_mut(out, &case.shape(), &case.out_strides())?;
+        support::call(op, &mut xv, &mut rv, &wv, &bv, &mut ov, Stream::Cpu)
     }
 }
 
 #[test]
-fn norm_cpu_grid_f32() {
-    run_grid(&Cpu, DType::F32, 1000);
+fn norm_cpu_grid_rmsnorm() {
+    for dtype in DType::ALL {
+        run_grid(&Cpu, Op::RmsNorm, dtype, false, 1000);
+    }
 }
 
 #[test]
-fn norm_cpu_grid_f16() {
-    run_grid(&Cpu, DType::F16, 2000);
+fn norm_cpu_grid_gemma_rmsnorm() {
+    for dtype in DType::ALL {
+        run_grid(&Cpu, Op::GemmaRmsNorm, dtype, false, 2000);
+    }
 }
 
 #[test]
-fn norm_cpu_grid_bf16() {
-    run_grid(&Cpu, DType::Bf16, 3000);
+fn norm_cpu_grid_fused_add_rmsnorm() {
+    for dtype in DType::ALL {
+        run_grid(&Cpu, Op::FusedAddRmsNorm, dtype, false, 3000);
+    }
+}
+
+#[test]
+fn norm_cpu_grid_gemma_fused_add_rmsnorm() {
+    for dtype in DType::ALL {
+        run_grid(&Cpu, Op::GemmaFusedAddRmsNorm, dtype, false, 4000);
+    }
+}
+
+#[test]
+fn norm_cpu_grid_layernorm() {
+    for (op, dtype, f32_weights) in support::every_op_and_dtype().into_iter().filter(|(op, ..)| *op == Op::LayerNorm) {
+        run_grid(&Cpu, op, dtype, f32_weights, 5000);
+    }
 }
 
 #[test]
@@ -45,8 +75,8 @@ fn norm_cpu_three_dims_normalise_the_last() {
     let wv = TensorView::from_slice(&w, &[dim]).unwrap();
     let mut ov = TensorView::from_slice_mut(&mut out, &[tokens, heads, dim]).unwrap();
     rmsnorm(&xv, &wv, &mut ov, 1e-6, Stream::Cpu).unwrap();
-    let case = Case::contiguous(tokens * heads, dim);
-    support::check(&case, &x, &w, &out).unwrap();
+    let want = ferrinfer_launch::reference::rmsnorm(&to_f64(&x), &to_f64(&w), dim, 1e-6, 0.0);
+    ferrinfer_launch::reference::compare(DType::F32, &to_f64(&out), &want).unwrap();
 }
 
 #[test]
@@ -59,7 +89,8 @@ fn norm_cpu_in_place_on_the_identical_view() {
     };
     let wv = TensorView::from_slice(&w, &[64]).unwrap();
     rmsnorm(&view, &wv, &mut view.clone(), 1e-6, Stream::Cpu).unwrap();
-    support::check(&Case::contiguous(3, 64), &x, &w, &data).unwrap();
+    let want = ferrinfer_launch::reference::rmsnorm(&to_f64(&x), &to_f64(&w), 64, 1e-6, 0.0);
+    ferrinfer_launch::reference::compare(DType::Bf16, &to_f64(&data), &want).unwrap();
 }
 
 #[test]
@@ -72,7 +103,8 @@ fn norm_cpu_misaligned_for_vectors_still_runs_narrower() {
     let wv = TensorView::from_slice(&w, &[256]).unwrap();
     let mut ov = TensorView::from_slice_mut(&mut out[1..], &[4, 256]).unwrap();
     rmsnorm(&xv, &wv, &mut ov, 1e-6, Stream::Cpu).unwrap();
-    support::check(&Case::contiguous(4, 256), &x[1..], &w, &out[1..]).unwrap();
+    let want = ferrinfer_launch::reference::rmsnorm(&to_f64(&x[1..]), &to_f64(&w), 256, 1e-6, 0.0);
+    ferrinfer_launch::reference::compare(DType::F32, &to_f64(&out[1..]), &want).unwrap();
 }
 
 /// Calls rmsnorm with one thing wrong and checks the error and that `out` kept its poison.

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use ferrinfer_launch::cudarc::driver::{
     CudaContext, CudaStream, sys::CUgraphInstantiate_flags, sys::CUstreamCaptureMode,
 };
-use ferrinfer_launch::reference::random_normal;
+use ferrinfer_launch::reference::{self, random_normal};
 use ferrinfer_launch::{DType, Error, HostElement, Stream, TensorView, cuda_device_count, rmsnorm};
 use half::bf16;
-use support::{Case, Runner, run_grid};
+use support::{Case, Op, Runner, run_grid};
 
 struct Gpu {
     stream: Arc<CudaStream>,
@@ -31,37 +31,39 @@ fn gpu(test: &str) -> Option<Gpu> {
 }
 
 impl Runner for Gpu {
-    fn rmsnorm<T: HostElement>(&self, case: &Case, x: &[T], w: &[T], out: &mut [T], eps: f32) -> Result<(), Error> {
+    fn norm<T: HostElement, W: HostElement>(
+        &self,
+        op: Op,
+        case: &Case,
+        x: &mut [T],
+        r: &mut [T],
+        w: &[W],
+        b: &[W],
+        out: &mut [T],
+    ) -> Result<(), Error> {
         let s = &self.stream;
-        let (xd, wd, mut od) = (s.clone_htod(x)?, s.clone_htod(w)?, s.clone_htod(out)?);
-        let xv = TensorView::from_cuda(&xd, &case.shape(), Some(&case.in_strides()))?;
-        let wv = TensorView::from_cuda(&wd, &[case.hidden], None)?;
+        let (mut xd, mut rd, mut od) = (s.clone_htod(x)?, s.clone_htod(r)?, s.clone_htod(out)?);
+        let (wd, bd) = (s.clone_htod(w)?, s.clone_htod(b)?);
+        let mut xv = TensorView::from_cuda_mut(&mut xd, &case.shape(), Some(&case.in_strides()))?;
+        let mut rv = TensorView::from_cuda_mut(&mut rd, &case.shape(), Some(&case.out_strides()))?;
+        let (wv, bv) =
+            (TensorView::from_cuda(&wd, &[case.hidden], None)?, TensorView::from_cuda(&bd, &[case.hidden], None)?);
         let mut ov = TensorView::from_cuda_mut(&mut od, &case.shape(), Some(&case.out_strides()))?;
-        rmsnorm(&xv, &wv, &mut ov, eps, Stream::Cuda(s))?;
+        support::call(op, &mut xv, &mut rv, &wv, &bv, &mut ov, Stream::Cuda(s))?;
+        s.memcpy_dtoh(&xd, x)?;
+        s.memcpy_dtoh(&rd, r)?;
         s.memcpy_dtoh(&od, out)?;
         s.synchronize()?;
         Ok(())
     }
 }
 
+/// DESIGN.md's grid for every op, dtype and weight dtype.
 #[test]
-fn norm_gpu_grid_f32() {
-    if let Some(gpu) = gpu("norm_gpu_grid_f32") {
-        run_grid(&gpu, DType::F32, 11_000);
-    }
-}
-
-#[test]
-fn norm_gpu_grid_f16() {
-    if let Some(gpu) = gpu("norm_gpu_grid_f16") {
-        run_grid(&gpu, DType::F16, 12_000);
-    }
-}
-
-#[test]
-fn norm_gpu_grid_bf16() {
-    if let Some(gpu) = gpu("norm_gpu_grid_bf16") {
-        run_grid(&gpu, DType::Bf16, 13_000);
+fn norm_gpu_grid() {
+    let Some(gpu) = gpu("norm_gpu_grid") else { return };
+    for (i, (op, dtype, f32_weights)) in support::every_op_and_dtype().into_iter().enumerate() {
+        run_grid(&gpu, op, dtype, f32_weights, 100_000 * i as u64);
     }
 }
 
@@ -70,9 +72,9 @@ fn norm_gpu_narrow_vectors_from_odd_strides_and_offsets() {
     let Some(gpu) = gpu("norm_gpu_narrow_vectors_from_odd_strides_and_offsets") else { return };
     for (hidden, in_stride, out_stride) in [(4096, 4097, 4099), (1024, 1026, 1028), (3584, 3588, 3584)] {
         let case = Case { rows: 33, hidden, in_stride, out_stride };
-        for seed in 0..2 {
-            support::run_case::<bf16>(&gpu, &case, seed).unwrap();
-            support::run_case::<f32>(&gpu, &case, seed).unwrap();
+        for op in Op::ALL {
+            support::run_case::<bf16, bf16>(&gpu, op, &case, 1).unwrap();
+            support::run_case::<f32, f32>(&gpu, op, &case, 2).unwrap();
         }
     }
 }
@@ -89,7 +91,8 @@ fn norm_gpu_in_place_and_three_dims() {
     let wv = TensorView::from_cuda(&wd, &[dim], None).unwrap();
     rmsnorm(&view, &wv, &mut view.clone(), 1e-6, Stream::Cuda(s)).unwrap();
     let out = s.clone_dtoh(&data).unwrap();
-    support::check(&Case::contiguous(tokens * heads, dim), &x, &w, &out).unwrap();
+    let want = reference::rmsnorm(&reference::to_f64(&x), &reference::to_f64(&w), dim, 1e-6, 0.0);
+    reference::compare(DType::Bf16, &reference::to_f64(&out), &want).unwrap();
 }
 
 #[test]
@@ -112,35 +115,53 @@ fn norm_gpu_launches_replay_inside_a_cuda_graph() {
     let graph = s.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
     graph.launch().unwrap();
     let out = s.clone_dtoh(&od).unwrap();
-    support::check(&case, &x, &w, &out).unwrap();
+    let want = reference::rmsnorm(&reference::to_f64(&x), &reference::to_f64(&w), 4096, 1e-6, 0.0);
+    reference::compare(DType::Bf16, &reference::to_f64(&out), &want).unwrap();
 }
 
-/// More than 2^31 elements: every offset must be 64-bit. The check runs on all cores, a chunk of
-/// rows per thread.
+/// More than 2^31 elements, for rmsnorm and the fused op: every offset must be 64-bit. Inputs
+/// are made and checked on all cores.
 #[test]
 fn norm_gpu_over_2_pow_31_elements() {
     let Some(gpu) = gpu("norm_gpu_over_2_pow_31_elements") else { return };
-    let (rows, hidden) = (524_289usize, 4096usize);
-    assert!(rows * hidden > 1 << 31);
-    let chunk_rows = rows.div_ceil(std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let x: Vec<bf16> = random_normal(rows * hidden, 41);
-    let w: Vec<bf16> = random_normal(hidden, 40);
-    let mut out = vec![bf16::NAN; rows * hidden];
-    gpu.rmsnorm(&Case::contiguous(rows, hidden), &x, &w, &mut out, support::EPS).unwrap();
-    // Each thread checks its rows 1024 at a time, so the f64 copies stay small.
-    let check_rows = |xc: &[bf16], oc: &[bf16]| -> Vec<String> {
-        let pieces = xc.chunks(1024 * hidden).zip(oc.chunks(1024 * hidden));
-        pieces
-            .filter_map(|(xp, op)| support::check(&Case::contiguous(xp.len() / hidden, hidden), xp, &w, op).err())
-            .collect()
-    };
+    let case = Case::contiguous(524_289, 4096);
+    assert!(case.rows * case.hidden > 1 << 31);
+    for op in [Op::RmsNorm, Op::FusedAddRmsNorm] {
+        check_in_parallel(&gpu, op, &case);
+    }
+}
+
+/// Runs `op` on the GPU over all of `case`, then checks slices of 1024 rows on all cores (the f64
+/// copies of the whole tensor would not fit in memory).
+fn check_in_parallel(gpu: &Gpu, op: Op, case: &Case) {
+    let n = case.rows * case.hidden;
+    let (x0, r0): (Vec<bf16>, Vec<bf16>) = (random_normal(n, 41), random_normal(n, 42));
+    let w: Vec<bf16> = random_normal(case.hidden, 40);
+    let (mut x, mut r, mut out) = (x0.clone(), r0.clone(), vec![bf16::NAN; n]);
+    gpu.norm(op, case, &mut x, &mut r, &w, &w, &mut out).unwrap();
+    let slice = 1024 * case.hidden;
     let failures: Vec<String> = std::thread::scope(|scope| {
-        let handles: Vec<_> = x
-            .chunks(chunk_rows * hidden)
-            .zip(out.chunks(chunk_rows * hidden))
-            .map(|(xc, oc)| scope.spawn(move || check_rows(xc, oc)))
+        let handles: Vec<_> = (0..n.div_ceil(slice))
+            .map(|i| {
+                let range = i * slice..((i + 1) * slice).min(n);
+                let (x0, r0, x, r, out, w) =
+                    (&x0[range.clone()], &r0[range.clone()], &x[range.clone()], &r[range.clone()], &out[range], &w);
+                scope.spawn(move || {
+                    let (xf, wf) = (reference::to_f64(x0), reference::to_f64(w));
+                    let (got, want) = if op.is_fused() {
+                        let residual = reference::to_f64(r);
+                        let (_, sums) =
+                            reference::fused_add_rmsnorm::<bf16>(&xf, &reference::to_f64(r0), &wf, 4096, 1e-6, 0.0);
+                        reference::compare(DType::Bf16, &residual, &sums).map_err(|e| format!("residual: {e}"))?;
+                        (reference::to_f64(x), reference::rmsnorm(&residual, &wf, 4096, 1e-6, 0.0))
+                    } else {
+                        (reference::to_f64(out), reference::rmsnorm(&xf, &wf, 4096, 1e-6, 0.0))
+                    };
+                    reference::compare(DType::Bf16, &got, &want).map(|_| ())
+                })
+            })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        handles.into_iter().filter_map(|h| h.join().unwrap().err()).collect()
     });
-    assert!(failures.is_empty(), "{failures:?}");
+    assert!(failures.is_empty(), "{op:?}: {failures:?}");
 }
