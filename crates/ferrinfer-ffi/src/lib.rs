@@ -4,7 +4,9 @@
 //! own stream and reports errors the framework's way.
 //!
 //! Nothing but `ferrinfer-bench` (and a Python cdylib, part of this layer) may depend on this
-//! crate. No adapter exists yet (tracked as the FFI issue); until then this crate re-exports the
-//! launch API it will wrap.
+//! crate. Today: DLPack (`dlpack`), the exchange format the adapters build on; the candle,
+//! torch and Python adapters are still to come.
+
+pub mod dlpack;
 
 pub use ferrinfer_launch as launch;

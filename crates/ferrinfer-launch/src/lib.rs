@@ -27,7 +27,7 @@ pub use cuda::cuda_device_count;
 pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
 pub use norm::{fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm};
-pub use tensor::{Device, HostElement, MAX_DIMS, Stream, TensorView};
+pub use tensor::{Device, HostElement, MAX_DIMS, Stream, TensorView, contiguous_strides};
 
 /// Re-exported so callers name the same cudarc types this crate launches with.
 pub use cudarc;

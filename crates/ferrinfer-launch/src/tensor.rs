@@ -95,8 +95,8 @@ pub struct TensorView<'a> {
 unsafe impl Send for TensorView<'_> {}
 unsafe impl Sync for TensorView<'_> {}
 
-/// Row-major strides for `shape`.
-pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
+/// Row-major strides (in elements) for `shape`.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
     let mut strides = vec![1i64; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
         strides[i] = strides[i + 1] * shape[i + 1] as i64;
