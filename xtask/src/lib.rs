@@ -3,3 +3,4 @@
 
 pub mod ci;
 pub mod lint_layers;
+pub mod python;

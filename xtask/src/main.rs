@@ -68,7 +68,12 @@ fn run(command: Command) -> Result<()> {
         }
         Command::Ci { family, release, .. } => {
             let root = workspace_root();
-            ci::run(&root, &ci::plan(&root, family.as_deref(), release)?)
+            ci::run(&root, &ci::plan(&root, family.as_deref(), release)?)?;
+            // The Python module's tests need a wheel, not `cargo test`.
+            match family.as_deref() {
+                None | Some("py") => xtask::python::run(&root),
+                Some(_) => Ok(()),
+            }
         }
     }
 }

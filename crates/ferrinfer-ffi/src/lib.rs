@@ -4,9 +4,11 @@
 //! own stream and reports errors the framework's way.
 //!
 //! Nothing but `ferrinfer-bench` (and a Python cdylib, part of this layer) may depend on this
-//! crate. Today: DLPack (`dlpack`), the exchange format the adapters build on; the candle,
-//! torch and Python adapters are still to come.
+//! crate. Today: DLPack (`dlpack`), the exchange format the adapters build on, and the Python
+//! module (`python` feature, host tensors); the candle and torch adapters are still to come.
 
 pub mod dlpack;
+#[cfg(feature = "python")]
+pub mod python;
 
 pub use ferrinfer_launch as launch;
