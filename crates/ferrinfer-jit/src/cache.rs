@@ -63,6 +63,16 @@ struct Manifest {
 
 type Slot = Arc<Mutex<Option<Arc<Module>>>>;
 
+/// One spec on its way through the disk cache: what it is, its keys, the toolchain.
+#[derive(Clone, Copy)]
+struct Request<'r> {
+    spec: &'r JitSpec,
+    generated: &'r GeneratedCrate,
+    source_key: &'r str,
+    key: &'r str,
+    toolchain: &'r str,
+}
+
 /// The module cache (one per process is typical; tests make their own).
 pub struct Cache {
     config: JitConfig,
@@ -152,18 +162,13 @@ impl Cache {
         }
         let toolchain = toolchain::nightly_version()?;
         let key = key::key(&source_key, toolchain);
-        let (ptx, origin) = self.disk_or_build(spec, &generated, &source_key, &key, toolchain)?;
+        let request = Request { spec, generated: &generated, source_key: &source_key, key: &key, toolchain };
+        let (ptx, origin) = self.disk_or_build(&request)?;
         Ok(found(origin, ptx.into()))
     }
 
-    fn disk_or_build(
-        &self,
-        spec: &JitSpec,
-        generated: &GeneratedCrate,
-        source_key: &str,
-        key: &str,
-        toolchain: &str,
-    ) -> Result<(String, Origin), JitError> {
+    fn disk_or_build(&self, request: &Request) -> Result<(String, Origin), JitError> {
+        let Request { spec, source_key, key, .. } = *request;
         let entry = self.entry_dir(key);
         if let Some(ptx) = read_entry(&entry, source_key) {
             return Ok((ptx, Origin::Disk));
@@ -177,7 +182,7 @@ impl Cache {
             self.log(&format!("{}: entry {} does not match its manifest; rebuilding", spec.name, entry.display()));
             std::fs::remove_dir_all(&entry).map_err(|e| io_error(&entry, e))?;
         }
-        let ptx = self.build(spec, generated, source_key, key, toolchain, &entry)?;
+        let ptx = self.build(request, &entry)?;
         Ok((ptx, Origin::Built))
     }
 
@@ -197,15 +202,8 @@ impl Cache {
     }
 
     /// Builds under the lock: compile, check, write a temporary entry, rename it into place.
-    fn build(
-        &self,
-        spec: &JitSpec,
-        generated: &GeneratedCrate,
-        source_key: &str,
-        key: &str,
-        toolchain: &str,
-        entry: &Path,
-    ) -> Result<String, JitError> {
+    fn build(&self, request: &Request, entry: &Path) -> Result<String, JitError> {
+        let Request { spec, generated, source_key, key, toolchain } = *request;
         let started = Instant::now();
         let build_dir = self.config.cache_dir.join("build").join(key);
         let progress = Progress::start(format!(
