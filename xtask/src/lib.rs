@@ -3,4 +3,5 @@
 
 pub mod ci;
 pub mod lint_layers;
+pub mod precommit;
 pub mod python;

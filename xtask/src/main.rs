@@ -30,6 +30,9 @@ enum Command {
         #[arg(long, default_value = "target/ferrinfer-aot")]
         out: PathBuf,
     },
+    /// Everything a PR must pass: rustfmt check, clippy -D warnings, cargo-deny, lint-layers,
+    /// no pending insta snapshots.
+    Precommit,
     /// Run one op family's tests across all crates, or every test with no FAMILY.
     Ci {
         /// An op family (a module of both ferrinfer-kernels and ferrinfer-launch), or a crate
@@ -60,6 +63,7 @@ fn run(command: Command) -> Result<()> {
     match command {
         Command::LintLayers { manifest_path } => lint(&manifest_path.map_or_else(workspace_root, root_of)),
         Command::Aot { arch, family, out } => aot(arch, family, out),
+        Command::Precommit => xtask::precommit::run(&workspace_root()),
         Command::Ci { list: true, .. } => {
             for family in ci::families(&workspace_root())? {
                 println!("{family}");
