@@ -36,6 +36,30 @@ fn module_stems(dir: &Path) -> Result<BTreeSet<String>> {
     Ok(stems)
 }
 
+/// The op families a change touches: a family's own files (`<F>.rs` in a crate's `src/`, its
+/// tests `<F>.rs`/`<F>_*.rs`) select it; any other code or build file under `crates/`, `xtask/`
+/// or the root manifests is shared, and selects every family; docs and other files select none.
+pub fn changed_families(root: &Path, changed: &[&str]) -> Result<Vec<String>> {
+    let known = families(root)?;
+    let mut chosen = BTreeSet::new();
+    for file in changed {
+        let path = Path::new(file);
+        let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+        let code = path.extension().is_some_and(|e| e == "rs" || e == "toml" || e == "lock" || e == "snap");
+        let in_code_tree = file.starts_with("crates/") || file.starts_with("xtask/") || !file.contains('/');
+        if !code || !in_code_tree {
+            continue;
+        }
+        match known.iter().find(|f| belongs_to(&stem, f) || file.contains(&format!("__{f}_"))) {
+            Some(family) if file.starts_with("crates/") => {
+                chosen.insert(family.clone());
+            }
+            _ => return Ok(known),
+        }
+    }
+    Ok(chosen.into_iter().collect())
+}
+
 /// The `cargo` argument lists to run, in order.
 pub fn plan(root: &Path, family: Option<&str>, release: bool) -> Result<Vec<Vec<String>>> {
     let mut runs = match family {
@@ -206,6 +230,20 @@ mod tests {
         touch(dir.path(), &["crates/ferrinfer-jit/tests/jit_cache.rs", "crates/ferrinfer-launch/tests/jit_modules.rs"]);
         let runs: Vec<String> = plan(dir.path(), Some("jit"), false).unwrap().iter().map(|r| r.join(" ")).collect();
         assert_eq!(runs, ["test -p ferrinfer-jit", "test -p ferrinfer-launch --test jit_modules"]);
+    }
+
+    #[test]
+    fn changed_files_select_their_family_or_all() {
+        let dir = layout();
+        let changed = |files: &[&str]| changed_families(dir.path(), files).unwrap();
+        assert_eq!(
+            changed(&["crates/ferrinfer-kernels/src/norm.rs", "crates/ferrinfer-launch/tests/norm_gpu.rs"]),
+            ["norm"]
+        );
+        assert_eq!(changed(&["crates/ferrinfer-jit/src/rope.rs", "docs/perf/norm.md"]), ["rope"]);
+        assert_eq!(changed(&["crates/ferrinfer-kernels/src/math.rs"]), ["norm", "rope"], "shared code: every family");
+        assert_eq!(changed(&["Cargo.toml"]), ["norm", "rope"]);
+        assert!(changed(&["README.md", "docs/jit.md"]).is_empty(), "docs only: nothing to test");
     }
 
     #[test]

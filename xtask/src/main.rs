@@ -39,9 +39,13 @@ enum Command {
         /// by its short name (`jit`).
         #[arg(conflicts_with = "list")]
         family: Option<String>,
-        /// Print the known op families and exit.
+        /// Print the known op families (with --changed: the ones the change touches) and exit.
         #[arg(long)]
         list: bool,
+        /// Test only the families that files changed since this git revision touch (all of them
+        /// when shared code changed; none for docs only).
+        #[arg(long, value_name = "BASE", conflicts_with = "family")]
+        changed: Option<String>,
         /// Test the release build.
         #[arg(long)]
         release: bool,
@@ -64,9 +68,21 @@ fn run(command: Command) -> Result<()> {
         Command::LintLayers { manifest_path } => lint(&manifest_path.map_or_else(workspace_root, root_of)),
         Command::Aot { arch, family, out } => aot(arch, family, out),
         Command::Precommit => xtask::precommit::run(&workspace_root()),
-        Command::Ci { list: true, .. } => {
-            for family in ci::families(&workspace_root())? {
+        Command::Ci { list: true, changed, .. } => {
+            let root = workspace_root();
+            let families = match changed {
+                Some(base) => changed_families(&root, &base)?,
+                None => ci::families(&root)?,
+            };
+            for family in families {
                 println!("{family}");
+            }
+            Ok(())
+        }
+        Command::Ci { changed: Some(base), release, .. } => {
+            let root = workspace_root();
+            for family in changed_families(&root, &base)? {
+                ci::run(&root, &ci::plan(&root, Some(&family), release)?)?;
             }
             Ok(())
         }
@@ -80,6 +96,16 @@ fn run(command: Command) -> Result<()> {
             }
         }
     }
+}
+
+/// Families touched by the files changed since `base` (committed or not).
+fn changed_families(root: &Path, base: &str) -> Result<Vec<String>> {
+    let output = std::process::Command::new("git").args(["diff", "--name-only", base]).current_dir(root).output()?;
+    if !output.status.success() {
+        bail!("git diff --name-only {base} failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let files = String::from_utf8_lossy(&output.stdout).into_owned();
+    ci::changed_families(root, &files.lines().collect::<Vec<_>>())
 }
 
 /// Runs `ferrinfer-jit aot` (xtask itself depends on no workspace crate).
