@@ -11,6 +11,9 @@
 //!   itself with cudarc on the caller's stream — or the CPU backend for host tensors, which runs
 //!   the same per-row numerics from `ferrinfer-kernels`.
 //!
+//! Every public op logs itself according to `FERRINFER_LOGLEVEL` / `FERRINFER_LOGDEST`
+//! ([`logging`]).
+//!
 //! This crate never names a framework (candle, torch, Python live in `ferrinfer-ffi`, above it),
 //! and nothing needs CUDA installed to build it: without a driver
 //! [`cuda_device_count`] is 0 and the CPU backend still works.
@@ -19,6 +22,7 @@ mod cpu;
 mod cuda;
 mod error;
 mod layout;
+pub mod logging;
 pub mod norm;
 pub mod reference;
 mod tensor;

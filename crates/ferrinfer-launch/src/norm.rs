@@ -18,7 +18,7 @@ use ferrinfer_kernels::norm::NormParams;
 
 use crate::cuda::{self, KernelLaunch, ModuleKey};
 use crate::layout::{self, RowLayout};
-use crate::{Device, Error, Stream, TensorView, cpu};
+use crate::{Device, Error, Stream, TensorView, cpu, logging};
 
 /// `out = input / √(mean(input²) + eps) · weight` over the last dimension, in f32.
 /// `out`: writable, `input`'s shape and dtype; it may be `input` itself (the identical view: in
@@ -194,8 +194,27 @@ impl<'c, 'v> NormCall<'c, 'v> {
         NormCall { residual: Some(residual), output: ("input", input), ..call }
     }
 
+    /// FlashInfer's name of the call (Gemma's variants are the rms ops with offset 1).
+    fn name(&self) -> &'static str {
+        match (self.op, self.weight_offset != 0.0) {
+            (NormOp::RmsNorm, false) => "rmsnorm",
+            (NormOp::RmsNorm, true) => "gemma_rmsnorm",
+            (NormOp::FusedAddRmsNorm, false) => "fused_add_rmsnorm",
+            (NormOp::FusedAddRmsNorm, true) => "gemma_fused_add_rmsnorm",
+            (NormOp::LayerNorm, _) => "layernorm",
+        }
+    }
+
     fn run(self, stream: Stream) -> Result<(), Error> {
+        logging::begin(self.name(), &self.tensors(), &[("eps", self.eps)]);
         let plan = self.plan(&stream)?;
+        logging::input_statistics(&self.inputs(), &stream);
+        self.launch(&plan, stream)?;
+        logging::end(self.name(), &self.written());
+        Ok(())
+    }
+
+    fn launch(&self, plan: &Plan, stream: Stream) -> Result<(), Error> {
         match stream {
             Stream::Cpu => {
                 cpu::norm(self.op, plan.dtype, plan.weight_dtype, &plan.params);
@@ -272,6 +291,19 @@ impl<'c, 'v> NormCall<'c, 'v> {
             layout::check_dtype(bias_name, bias, argument, weight.dtype())?;
         }
         Ok(weight.dtype())
+    }
+
+    /// The tensors the call reads (fused ops read their residual too).
+    fn inputs(&self) -> Vec<(&'static str, &TensorView<'v>)> {
+        let mut inputs = vec![("input", self.input), self.weight];
+        inputs.extend(self.residual.map(|r| ("residual", r)));
+        inputs.extend(self.bias);
+        inputs
+    }
+
+    /// The tensors the call writes.
+    fn written(&self) -> Vec<(&'static str, &TensorView<'v>)> {
+        self.residual.map(|r| ("residual", r)).into_iter().chain([self.output]).collect()
     }
 
     /// Every tensor of the call, by argument name.
