@@ -125,6 +125,10 @@ fn fused(
 
 /// The CPU backend for host tensors; CUDA tensors are not supported here yet (see module docs).
 fn host_stream(input: &TensorView) -> PyResult<Stream<'static>> {
+    ferrinfer_launch::logging::experimental(
+        "the ferrinfer Python module",
+        "host (CPU) tensors only; CUDA support is tracked in the FFI issue",
+    );
     match input.device() {
         Device::Cpu => Ok(Stream::Cpu),
         Device::Cuda(_) => Err(PyNotImplementedError::new_err(

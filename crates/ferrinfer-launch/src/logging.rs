@@ -7,6 +7,7 @@
 //!   copied to the host first, and deferred (reported as such) while the stream captures a graph.
 //!
 //! `FERRINFER_LOGDEST` = `stderr` (default), `stdout` or a file path (`%i` = process id).
+//! Experimental APIs call [`experimental`], which warns once per process at any level.
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -46,6 +47,17 @@ fn sink(dest: Option<&str>) -> Box<dyn Write + Send> {
                 }
             }
         }
+    }
+}
+
+/// Marks a call of an experimental API: the first call of each `api` in a process warns (on the
+/// log destination, whatever the level), later calls are silent.
+pub fn experimental(api: &'static str, why: &str) {
+    static WARNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !warned.contains(&api) {
+        warned.push(api);
+        write_line(&format!("warning: {api} is experimental: {why}"));
     }
 }
 

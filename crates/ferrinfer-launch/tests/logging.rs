@@ -19,6 +19,8 @@ fn logging_child() {
     let mut out = vec![0.0f32; 16];
     let (xv, wv) = (TensorView::from_slice(&x, &[2, 8]).unwrap(), TensorView::from_slice(&w, &[8]).unwrap());
     rmsnorm(&xv, &wv, &mut TensorView::from_slice_mut(&mut out, &[2, 8]).unwrap(), 1e-6, Stream::Cpu).unwrap();
+    ferrinfer_launch::logging::experimental("test_api", "only for this test");
+    ferrinfer_launch::logging::experimental("test_api", "only for this test");
     let short = TensorView::from_slice(&w[..4], &[4]).unwrap();
     assert!(
         rmsnorm(&xv, &short, &mut TensorView::from_slice_mut(&mut out, &[2, 8]).unwrap(), 1e-6, Stream::Cpu).is_err()
@@ -49,16 +51,21 @@ fn lines_with<'a>(log: &'a str, needle: &str) -> Vec<&'a str> {
 }
 
 #[test]
-fn logging_level_0_writes_nothing() {
+fn logging_level_0_writes_only_experimental_warnings_once() {
     let (log, stdout) = run_child("0", "DIR/log-%i.txt");
-    assert_eq!(log, "");
+    assert_eq!(log, "[ferrinfer] warning: test_api is experimental: only for this test\n");
     assert!(!stdout.contains("[ferrinfer]"));
 }
 
 #[test]
 fn logging_level_1_names_every_call_even_failing_ones() {
     let (log, _) = run_child("1", "DIR/log-%i.txt");
-    assert_eq!(log.lines().collect::<Vec<_>>(), ["[ferrinfer] rmsnorm", "[ferrinfer] rmsnorm"], "{log}");
+    let calls = [
+        "[ferrinfer] rmsnorm",
+        "[ferrinfer] warning: test_api is experimental: only for this test",
+        "[ferrinfer] rmsnorm",
+    ];
+    assert_eq!(log.lines().collect::<Vec<_>>(), calls, "{log}");
 }
 
 #[test]
@@ -83,6 +90,7 @@ fn logging_level_5_adds_input_statistics() {
 fn logging_to_stdout_and_file_names_with_the_process_id() {
     let (log, stdout) = run_child("1", "stdout");
     assert_eq!((log.as_str(), lines_with(&stdout, "[ferrinfer] rmsnorm").len()), ("", 2));
+    assert_eq!(lines_with(&stdout, "experimental").len(), 1);
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "logging_child", "--test-threads=1"])
