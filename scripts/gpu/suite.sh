@@ -3,8 +3,8 @@
 # scripts/gpu/bundle.sh). Steps, in the order given:
 #   info      GPU, driver, clocks; ptxas register/spill report of every bundled module
 #   tests     every bundled GPU test binary (the correctness grid, > 2^31 elements, ...)
-#   memcheck  compute-sanitizer memcheck over the GPU tests (all but > 2^31)
-#   racecheck compute-sanitizer racecheck, likewise
+#   memcheck  compute-sanitizer memcheck over the GPU tests (all but > 2^31), one test at a time
+#   racecheck compute-sanitizer racecheck, likewise (SANITIZER_TIMEOUT seconds each, default 240)
 #   bench     ferrinfer-bench --grid --refcheck, rmsnorm and fused_add_rmsnorm, bf16
 #   firstcall first-call latency (module load + launch) from the embedded AOT PTX, with the
 #             driver's PTX JIT cache disabled, then enabled (cold, then warm)
@@ -35,9 +35,12 @@ for step in "$@"; do
     tests)
       for t in .bundle/tests/*; do run tests "$t" --test-threads=1; done ;;
     memcheck|racecheck)
+      # One test at a time, each with its own time limit (the all-op grid at once outran one).
       for t in .bundle/tests/*; do
-        run "$step" timeout 280 compute-sanitizer --tool "$step" --error-exitcode 99 --print-limit 20 \
-          "$t" --test-threads=1 --skip over_2_pow_31
+        for name in $("$t" --list 2>/dev/null | sed -n 's/: test$//p' | grep -v over_2_pow_31); do
+          run "$step" timeout "${SANITIZER_TIMEOUT:-240}" compute-sanitizer --tool "$step" --error-exitcode 99 \
+            --print-limit 20 "$t" --exact "$name" --test-threads=1
+        done
       done ;;
     bench)
       for routine in rmsnorm fused_add_rmsnorm; do

@@ -58,13 +58,39 @@ impl Runner for Gpu {
     }
 }
 
-/// DESIGN.md's grid for every op, dtype and weight dtype.
-#[test]
-fn norm_gpu_grid() {
-    let Some(gpu) = gpu("norm_gpu_grid") else { return };
-    for (i, (op, dtype, f32_weights)) in support::every_op_and_dtype().into_iter().enumerate() {
-        run_grid(&gpu, op, dtype, f32_weights, 100_000 * i as u64);
+/// DESIGN.md's grid for `op`, every dtype and weight dtype. One test per op, so a sanitizer
+/// run can take them one at a time.
+fn grid_of(test: &str, op: Op, seed: u64) {
+    let Some(gpu) = gpu(test) else { return };
+    for (i, (_, dtype, f32_weights)) in support::every_op_and_dtype().into_iter().filter(|(o, ..)| *o == op).enumerate()
+    {
+        run_grid(&gpu, op, dtype, f32_weights, seed + 100_000 * i as u64);
     }
+}
+
+#[test]
+fn norm_gpu_grid_rmsnorm() {
+    grid_of("norm_gpu_grid_rmsnorm", Op::RmsNorm, 1_000_000);
+}
+
+#[test]
+fn norm_gpu_grid_gemma_rmsnorm() {
+    grid_of("norm_gpu_grid_gemma_rmsnorm", Op::GemmaRmsNorm, 2_000_000);
+}
+
+#[test]
+fn norm_gpu_grid_fused_add_rmsnorm() {
+    grid_of("norm_gpu_grid_fused_add_rmsnorm", Op::FusedAddRmsNorm, 3_000_000);
+}
+
+#[test]
+fn norm_gpu_grid_gemma_fused_add_rmsnorm() {
+    grid_of("norm_gpu_grid_gemma_fused_add_rmsnorm", Op::GemmaFusedAddRmsNorm, 4_000_000);
+}
+
+#[test]
+fn norm_gpu_grid_layernorm() {
+    grid_of("norm_gpu_grid_layernorm", Op::LayerNorm, 5_000_000);
 }
 
 #[test]
