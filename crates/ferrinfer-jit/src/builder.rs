@@ -164,14 +164,8 @@ impl Compile {
 
     /// `cargo +nightly <subcommand>` for this crate and target directory, environment scrubbed.
     fn cargo(&self, subcommand: &str) -> Command {
-        let mut cmd = Command::new("cargo");
-        for (key, _) in std::env::vars_os() {
-            if leaks_into_child(&key) {
-                cmd.env_remove(key);
-            }
-        }
-        cmd.arg(format!("+{NIGHTLY}"))
-            .arg(subcommand)
+        let mut cmd = nightly_command("cargo");
+        cmd.arg(subcommand)
             .arg("--manifest-path")
             .arg(self.crate_dir.join("Cargo.toml"))
             .arg("--target-dir")
@@ -212,8 +206,21 @@ fn with_register_caps(ptx: &str, spec: &JitSpec) -> String {
     out
 }
 
+/// `program +nightly` (a rustup proxy: cargo, rustc) with every variable a parent cargo or rustup
+/// set removed, so the outer build's compiler, flags and directories do not leak into it.
+pub(crate) fn nightly_command(program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    for (key, _) in std::env::vars_os() {
+        if leaks_into_child(&key) {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.arg(format!("+{NIGHTLY}"));
+    cmd
+}
+
 /// Variables a parent cargo or rustup sets that must not reach the child build.
-pub(crate) fn leaks_into_child(key: &OsString) -> bool {
+fn leaks_into_child(key: &OsString) -> bool {
     let key = key.to_string_lossy();
     (key.starts_with("CARGO_") && key != "CARGO_HOME")
         || key.starts_with("RUSTC")
