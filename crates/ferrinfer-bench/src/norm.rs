@@ -3,7 +3,7 @@
 
 use ferrinfer_launch::norm::NormRoutine;
 use ferrinfer_launch::reference::{self, Agreement};
-use ferrinfer_launch::{DType, Error, HostElement, TensorView};
+use ferrinfer_launch::{DType, Error, HostElement, Stream, TensorView};
 
 use crate::report::Row;
 use crate::timing::Executor;
@@ -58,13 +58,10 @@ fn typed<T: HostElement>(executor: &Executor, s: &Setup) -> Result<Row, Error> {
         Executor::Cpu => {
             // Timing repeats the op (fused ops keep updating their buffers): time on a working
             // copy, check a single run on another.
-            let mut work = host.clone();
-            let mut x = TensorView::from_slice_mut(&mut work.x, &shape)?;
-            let mut r = TensorView::from_slice_mut(&mut work.r, &shape)?;
-            let (w, b) = (TensorView::from_slice(&work.w, &[s.hidden])?, TensorView::from_slice(&work.b, &[s.hidden])?);
-            let mut out = TensorView::from_slice_mut(&mut work.out, &shape)?;
-            let us = executor.time_us(s.iters, || s.routine.run(&mut x, &mut r, &w, &b, &mut out, s.eps, stream))?;
-            (us, single_run(executor, s, &host)?)
+            let us = with_host_op(&mut host.clone(), s, stream, |op| executor.time_us(s.iters, op))?;
+            let mut after = host.clone();
+            with_host_op(&mut after, s, stream, |op| op())?;
+            (us, after)
         }
         Executor::Cuda(cuda) => {
             let (mut x, mut r, mut out) =
@@ -106,16 +103,19 @@ fn typed<T: HostElement>(executor: &Executor, s: &Setup) -> Result<Row, Error> {
     Ok(Row::new(s.routine.name(), T::DTYPE, s.tokens, s.hidden, executor.impl_name(), us, bytes::<T>(s), refcheck))
 }
 
-/// On the CPU, one untimed run on fresh copies, for the refcheck.
-fn single_run<T: HostElement>(executor: &Executor, s: &Setup, host: &Buffers<T>) -> Result<Buffers<T>, Error> {
+/// Hands `use_op` a closure that runs the routine once on host views of `buffers`.
+fn with_host_op<T: HostElement, R>(
+    buffers: &mut Buffers<T>,
+    s: &Setup,
+    stream: Stream,
+    use_op: impl FnOnce(&mut dyn FnMut() -> Result<(), Error>) -> Result<R, Error>,
+) -> Result<R, Error> {
     let shape = [s.tokens, s.hidden];
-    let mut after = host.clone();
-    let mut x = TensorView::from_slice_mut(&mut after.x, &shape)?;
-    let mut r = TensorView::from_slice_mut(&mut after.r, &shape)?;
-    let (w, b) = (TensorView::from_slice(&host.w, &[s.hidden])?, TensorView::from_slice(&host.b, &[s.hidden])?);
-    let mut out = TensorView::from_slice_mut(&mut after.out, &shape)?;
-    s.routine.run(&mut x, &mut r, &w, &b, &mut out, s.eps, executor.stream())?;
-    Ok(after)
+    let mut x = TensorView::from_slice_mut(&mut buffers.x, &shape)?;
+    let mut r = TensorView::from_slice_mut(&mut buffers.r, &shape)?;
+    let (w, b) = (TensorView::from_slice(&buffers.w, &[s.hidden])?, TensorView::from_slice(&buffers.b, &[s.hidden])?);
+    let mut out = TensorView::from_slice_mut(&mut buffers.out, &shape)?;
+    use_op(&mut || s.routine.run(&mut x, &mut r, &w, &b, &mut out, s.eps, stream))
 }
 
 /// Inputs read once + outputs written once, as the peers count.
