@@ -11,7 +11,7 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, bail};
 
 /// Insta in check mode: a changed snapshot fails the run instead of writing `.snap.new` files.
 const TEST_ENV: &[(&str, &str)] = &[("INSTA_UPDATE", "no"), ("CI", "true")];
@@ -155,15 +155,9 @@ fn args(line: &str) -> Vec<String> {
 pub fn run(root: &Path, runs: &[Vec<String>]) -> Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let env: Vec<String> = TEST_ENV.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    eprintln!("(environment: {})", env.join(" "));
     for run in runs {
-        eprintln!("$ {} cargo {}", env.join(" "), run.join(" "));
-        let status = Command::new(&cargo)
-            .args(run)
-            .envs(TEST_ENV.iter().copied())
-            .current_dir(root)
-            .status()
-            .context("starting cargo")?;
-        ensure!(status.success(), "`cargo {}` failed: {status}", run.join(" "));
+        crate::run_echoed(Command::new(&cargo).args(run).envs(TEST_ENV.iter().copied()).current_dir(root))?;
     }
     Ok(())
 }

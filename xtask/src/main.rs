@@ -115,11 +115,7 @@ fn aot(arch: Option<String>, family: Option<String>, out: PathBuf) -> Result<()>
     command.args(["run", "--release", "--quiet", "-p", "ferrinfer-jit", "--", "aot", "--out"]).arg(&out);
     command.args(arch.iter().flat_map(|a| ["--arch", a.as_str()]));
     command.args(family.iter().flat_map(|f| ["--family", f.as_str()]));
-    let status = command.current_dir(workspace_root()).status()?;
-    if !status.success() {
-        bail!("ferrinfer-jit aot failed: {status}");
-    }
-    Ok(())
+    xtask::run_echoed(command.current_dir(workspace_root()))
 }
 
 fn lint(root: &Path) -> Result<()> {

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Result, bail, ensure};
 
 /// The cargo invocations, in the order they run (cheapest first).
 pub const STEPS: &[&[&str]] = &[
@@ -20,9 +20,7 @@ pub fn run(root: &Path) -> Result<()> {
         if step[0] == "deny" && !has_cargo_deny(&cargo) {
             bail!("cargo-deny is not installed; install it with `cargo install cargo-deny --locked`");
         }
-        eprintln!("$ cargo {}", step.join(" "));
-        let status = Command::new(&cargo).args(*step).current_dir(root).status().context("starting cargo")?;
-        ensure!(status.success(), "`cargo {}` failed: {status}", step.join(" "));
+        crate::run_echoed(Command::new(&cargo).args(*step).current_dir(root))?;
     }
     eprintln!("$ cargo xtask lint-layers");
     let violations = crate::lint_layers::lint(root)?;

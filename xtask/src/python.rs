@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result};
 
 const PACKAGES: &[&str] = &["maturin>=1.9,<2", "numpy", "pytest"];
 
@@ -43,9 +43,5 @@ pub fn run(root: &Path) -> Result<()> {
 }
 
 fn step(root: &Path, python: &str, args: &[&str]) -> Result<()> {
-    eprintln!("$ {python} {}", args.join(" "));
-    let status =
-        Command::new(python).args(args).current_dir(root).status().with_context(|| format!("starting {python}"))?;
-    ensure!(status.success(), "`{python} {}` failed: {status}", args.join(" "));
-    Ok(())
+    crate::run_echoed(Command::new(python).args(args).current_dir(root))
 }
