@@ -6,6 +6,10 @@
 #   memcheck  compute-sanitizer memcheck over the GPU tests (all but > 2^31), one test at a time
 #   racecheck compute-sanitizer racecheck, likewise (SANITIZER_TIMEOUT seconds each, default 240)
 #   bench     ferrinfer-bench --grid --refcheck, rmsnorm and fused_add_rmsnorm, bf16
+#   python    the Python wheel's tests (crates/ferrinfer-py/tests) on torch CUDA tensors: every op,
+#             the current-stream rule, torch.cuda.graph capture, the adapters.md CUDA snippet
+#   pybench   crates/ferrinfer-py/bench/norm.py: the Python module beside torch eager, torch.compile
+#             and FlashInfer in one process (FlashInfer only if importable: source .peers/b/install.sh)
 #   firstcall first-call latency (module load + launch) from the embedded AOT PTX, with the
 #             driver's PTX JIT cache disabled, then enabled (cold, then warm)
 # Modules come from the bundled AOT directory; FERRINFER_DISABLE_JIT=1 makes any miss an error.
@@ -16,6 +20,10 @@ mkdir -p "$out" /tmp/ferrinfer-aot
 tar xJf .bundle/aot.tar.xz -C /tmp/ferrinfer-aot
 export FERRINFER_DISABLE_JIT=1 FERRINFER_AOT_DIR=/tmp/ferrinfer-aot
 status=0
+python_path() { # installs the bundled wheel once; prints the PYTHONPATH that finds it
+  [ -d /tmp/ferrinfer-site ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ferrinfer-site .bundle/wheels/*.whl >&2
+  echo "/tmp/ferrinfer-site${PYTHONPATH:+:$PYTHONPATH}"
+}
 run() { # run NAME CMD...: log to $out/NAME.log, remember failures
   local name=$1; shift
   echo "== $name: $*" | tee -a "$out/$name.log"
@@ -46,12 +54,17 @@ for step in "$@"; do
       for routine in rmsnorm fused_add_rmsnorm; do
         run bench .bundle/ferrinfer-bench --routine $routine --dtype bf16 --grid --refcheck --output-path "$out/ferrinfer.csv" --warmup-seconds 1
       done ;;
+    python)
+      run python env PYTHONPATH="$(python_path)" python3 -m pytest -q -rs -p no:cacheprovider crates/ferrinfer-py/tests ;;
+    pybench)
+      run pybench env PYTHONPATH="$(python_path)" PYTHONUNBUFFERED=1 python3 crates/ferrinfer-py/bench/norm.py \
+        --dtype bfloat16 --out "$out/ferrinfer-py.csv" ;;
     firstcall)
       first=(.bundle/ferrinfer-bench --routine rmsnorm --batch-size 1 --hidden-size 4096 --num-iters 1 --warmup-seconds 0)
       rm -rf /tmp/ferrinfer-nv-cache
       for i in 1 2; do run firstcall env CUDA_CACHE_DISABLE=1 "${first[@]}"; done
       for i in 1 2; do run firstcall env CUDA_CACHE_PATH=/tmp/ferrinfer-nv-cache "${first[@]}"; done ;;
-    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, firstcall)"; exit 2 ;;
+    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, python, pybench, firstcall)"; exit 2 ;;
   esac
 done
 exit $status

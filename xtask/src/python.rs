@@ -39,7 +39,7 @@ pub fn run(root: &Path) -> Result<()> {
         &python,
         &["-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps", "--disable-pip-version-check", &wheel],
     )?;
-    step(root, &python, &["-m", "pytest", "-q", "crates/ferrinfer-py/tests"])
+    step(root, &python, &["-m", "pytest", "-q", "-rs", "crates/ferrinfer-py/tests"])
 }
 
 fn step(root: &Path, python: &str, args: &[&str]) -> Result<()> {

@@ -1,19 +1,24 @@
 //! The `python` feature: FlashInfer's Python norm API (`ferrinfer.rmsnorm(x, w, eps=1e-6,
-//! out=None)` and the rest) over any DLPack producer — NumPy, PyTorch, JAX — without copying.
-//! Errors are raised as Python exceptions carrying the Rust error's message (`TypeError` for a
-//! dtype mismatch, `ValueError` otherwise).
+//! out=None)` and the rest) over any DLPack producer — NumPy, PyTorch, CuPy, JAX — without
+//! copying. Errors are raised as Python exceptions carrying the Rust error's message (`TypeError`
+//! for a dtype mismatch, `ValueError` otherwise).
 //!
-//! Host (CPU) tensors run on the CPU backend. CUDA tensors are refused with a clear error for
-//! now: running on the producer's current stream needs the DLPack stream protocol, which is not
-//! implemented (and could not be tested on a GPU yet).
+//! Host (CPU) tensors run on the CPU backend. CUDA tensors run on the producer's *current*
+//! stream, as FlashInfer runs on `torch.cuda.current_stream()`: the stream is asked of the
+//! producer's framework (torch, CuPy; any other producer: the legacy default stream), and every
+//! argument is exported with `__dlpack__(stream=that stream)` — the DLPack stream protocol, under
+//! which the producer makes its pending work visible to that stream before handing the tensor over.
+//! Launches are asynchronous and can be captured in a CUDA graph (`torch.cuda.graph`).
 
 use std::ptr::NonNull;
+use std::sync::Arc;
 
+use ferrinfer_launch::cudarc::driver::CudaStream;
 use ferrinfer_launch::norm::NormRoutine;
-use ferrinfer_launch::{Device, Error, Stream, TensorView};
-use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
+use ferrinfer_launch::{Error, Stream, TensorView, borrowed_stream};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
+use pyo3::types::{IntoPyDict, PyCapsule};
 
 use crate::dlpack::{DLManagedTensor, view_from_dlpack};
 
@@ -95,17 +100,17 @@ fn normalize<'py>(
     eps: f32,
     out: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let (x, w) = (Imported::new("input", input)?, Imported::new("weight", weight)?);
+    let target = Target::of(input)?;
+    let (x, w) = (target.import("input", input)?, target.import("weight", weight)?);
     let out = match out {
         Some(out) => out,
         None => empty_like(input)?,
     };
-    let o = Imported::new("out", &out)?;
-    let b = bias.map(|b| Imported::new("beta", b)).transpose()?;
+    let o = target.import("out", &out)?;
+    let b = bias.map(|b| target.import("beta", b)).transpose()?;
     let (mut xv, wv, mut ov) = (x.view()?, w.view()?, o.view()?);
     let bv = b.as_ref().map(Imported::view).transpose()?.unwrap_or_else(|| wv.clone());
-    let stream = host_stream(&xv)?;
-    routine.run(&mut xv.clone(), &mut xv, &wv, &bv, &mut ov, eps, stream).map_err(to_python)?;
+    routine.run(&mut xv.clone(), &mut xv, &wv, &bv, &mut ov, eps, target.stream()).map_err(to_python)?;
     Ok(out)
 }
 
@@ -116,25 +121,85 @@ fn fused(
     weight: &Bound<'_, PyAny>,
     eps: f32,
 ) -> PyResult<()> {
+    let target = Target::of(input)?;
     let (x, r, w) =
-        (Imported::new("input", input)?, Imported::new("residual", residual)?, Imported::new("weight", weight)?);
+        (target.import("input", input)?, target.import("residual", residual)?, target.import("weight", weight)?);
     let (mut xv, mut rv, wv) = (x.view()?, r.view()?, w.view()?);
-    let stream = host_stream(&xv)?;
-    routine.run(&mut xv.clone(), &mut rv, &wv, &wv, &mut xv, eps, stream).map_err(to_python)
+    routine.run(&mut xv.clone(), &mut rv, &wv, &wv, &mut xv, eps, target.stream()).map_err(to_python)
 }
 
-/// The CPU backend for host tensors; CUDA tensors are not supported here yet (see module docs).
-fn host_stream(input: &TensorView) -> PyResult<Stream<'static>> {
-    ferrinfer_launch::logging::experimental(
-        "the ferrinfer Python module",
-        "host (CPU) tensors only; CUDA support is tracked in the FFI issue",
-    );
-    match input.device() {
-        Device::Cpu => Ok(Stream::Cpu),
-        Device::Cuda(_) => Err(PyNotImplementedError::new_err(
-            "ferrinfer's Python module runs host (CPU) tensors only so far; CUDA tensors need the DLPack stream protocol, not yet implemented",
-        )),
+/// DLPack's device type code for CUDA memory (`kDLCUDA`).
+const DLPACK_CUDA: i32 = 2;
+
+/// Where a call runs, decided by `input`: the CPU backend, or the producer's current CUDA stream.
+enum Target {
+    Cpu,
+    Cuda {
+        stream: Arc<CudaStream>,
+        /// The same stream as the DLPack stream protocol numbers it (1: the legacy default).
+        protocol: usize,
+    },
+}
+
+impl Target {
+    fn of(input: &Bound<'_, PyAny>) -> PyResult<Self> {
+        ferrinfer_launch::logging::experimental("the ferrinfer Python module", "its Python API may still change");
+        let (device_type, ordinal) = dlpack_device("input", input)?;
+        if device_type != DLPACK_CUDA {
+            return Ok(Target::Cpu);
+        }
+        let raw = current_stream(input, ordinal)?;
+        // SAFETY: the producer's framework owns this stream of device `ordinal` (primary context,
+        // as the CUDA runtime uses) and keeps it alive across this call.
+        let stream = unsafe { borrowed_stream(ordinal, raw) }.map_err(to_python)?;
+        Ok(Target::Cuda { stream, protocol: if raw == 0 { 1 } else { raw } })
     }
+
+    /// Exports `object` through DLPack; CUDA data for this target's stream. (A tensor on another
+    /// kind of device is exported plainly: the launch layer then names it in a device error.)
+    fn import(&self, argument: &'static str, object: &Bound<'_, PyAny>) -> PyResult<Imported> {
+        let stream = match self {
+            Target::Cuda { protocol, .. } if dlpack_device(argument, object)?.0 == DLPACK_CUDA => Some(*protocol),
+            _ => None,
+        };
+        Imported::new(argument, object, stream)
+    }
+
+    fn stream(&self) -> Stream<'_> {
+        match self {
+            Target::Cpu => Stream::Cpu,
+            Target::Cuda { stream, .. } => Stream::Cuda(stream),
+        }
+    }
+}
+
+/// `object.__dlpack_device__()`: (DLPack device type, device ordinal).
+fn dlpack_device(argument: &str, object: &Bound<'_, PyAny>) -> PyResult<(i32, usize)> {
+    let not_dlpack = |_| {
+        PyTypeError::new_err(format!(
+            "`{argument}` does not support DLPack (no __dlpack_device__ returning (type, id))"
+        ))
+    };
+    object.call_method0("__dlpack_device__").and_then(|d| d.extract()).map_err(not_dlpack)
+}
+
+/// The raw `CUstream` the producer's framework currently issues work to on device `ordinal`
+/// (0: the legacy default stream, also for producers with no notion of a current stream).
+fn current_stream(input: &Bound<'_, PyAny>, ordinal: usize) -> PyResult<usize> {
+    let module: String = input.get_type().getattr("__module__")?.extract()?;
+    let py = input.py();
+    if module.starts_with("torch") {
+        return py
+            .import("torch")?
+            .getattr("cuda")?
+            .call_method1("current_stream", (ordinal,))?
+            .getattr("cuda_stream")?
+            .extract();
+    }
+    if module.starts_with("cupy") {
+        return py.import("cupy")?.getattr("cuda")?.call_method0("get_current_stream")?.getattr("ptr")?.extract();
+    }
+    Ok(0)
 }
 
 /// A new array like `input`, from the producer's own namespace (array API, else torch).
@@ -164,11 +229,16 @@ struct Imported {
 }
 
 impl Imported {
-    fn new(argument: &'static str, object: &Bound<'_, PyAny>) -> PyResult<Self> {
+    /// Takes `object.__dlpack__()`, passing `stream` (DLPack's stream protocol) for CUDA data.
+    fn new(argument: &'static str, object: &Bound<'_, PyAny>, stream: Option<usize>) -> PyResult<Self> {
         let not_dlpack = |_| {
             PyTypeError::new_err(format!("`{argument}` does not support DLPack (no __dlpack__ returning a capsule)"))
         };
-        let capsule = object.call_method0("__dlpack__").map_err(not_dlpack)?;
+        let export = object.getattr("__dlpack__").map_err(not_dlpack)?;
+        let capsule = match stream {
+            None => export.call0(),
+            Some(stream) => export.call((), Some(&[("stream", stream)].into_py_dict(object.py())?)),
+        }?;
         let capsule = capsule
             .cast::<PyCapsule>()
             .map_err(|_| PyTypeError::new_err(format!("`{argument}`.__dlpack__() did not return a capsule")))?;

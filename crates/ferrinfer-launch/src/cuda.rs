@@ -27,6 +27,28 @@ pub fn cuda_device_count() -> usize {
     CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
 }
 
+/// A stream another library owns (torch, a DLPack producer), by device ordinal and raw
+/// `CUstream` handle (null: the legacy default stream), in the device's primary context — the
+/// one the CUDA runtime, and so PyTorch, uses. The context is retained once per device.
+///
+/// # Safety
+/// `raw` must be null or a live stream of device `ordinal`'s primary context, and stay alive
+/// while the returned stream (or anything launched on it from here) is in use.
+pub unsafe fn borrowed_stream(ordinal: usize, raw: usize) -> Result<Arc<CudaStream>, Error> {
+    static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<CudaContext>>>> = OnceLock::new();
+    let count = cuda_device_count();
+    if ordinal >= count {
+        return Err(Error::NoSuchDevice { ordinal, count });
+    }
+    let mut contexts = lock(CONTEXTS.get_or_init(Default::default));
+    let context = match contexts.get(&ordinal) {
+        Some(context) => context.clone(),
+        None => contexts.entry(ordinal).or_insert(CudaContext::new(ordinal)?).clone(),
+    };
+    // SAFETY: forwarded to the caller.
+    Ok(unsafe { context.wrap_borrowed_stream(raw as cudarc::driver::sys::CUstream) })
+}
+
 /// The process's JIT cache, configured from the environment on first use.
 fn jit() -> Result<&'static Cache, Error> {
     static JIT: OnceLock<Result<Cache, String>> = OnceLock::new();
@@ -160,4 +182,18 @@ pub(crate) fn launch<P: Copy>(
     // SAFETY: the caller validated `params`; the entry point's parameter type is P (same spec).
     unsafe { stream.launch_builder(function).arg(&params).launch(config)? };
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn borrowed_stream_names_a_device_that_does_not_exist() {
+        let count = cuda_device_count();
+        // SAFETY: the call fails before touching the (null) handle.
+        let error = unsafe { borrowed_stream(count, 0) }.expect_err("no device past the last one");
+        assert!(matches!(error, Error::NoSuchDevice { ordinal, count: c } if ordinal == count && c == count));
+        assert!(error.to_string().contains(&format!("CUDA device {count} does not exist")), "{error}");
+    }
 }

@@ -47,6 +47,9 @@ pub enum Error {
     #[error("`{argument}`: a slice of {len} elements is too short for shape {shape:?} with strides {strides:?}")]
     OutOfBounds { argument: &'static str, len: usize, shape: Vec<usize>, strides: Vec<i64> },
 
+    #[error("CUDA device {ordinal} does not exist; this process sees {count} CUDA device(s)")]
+    NoSuchDevice { ordinal: usize, count: usize },
+
     #[error("kernel module unavailable: {0}")]
     Jit(#[from] JitError),
 

@@ -27,7 +27,7 @@ pub mod norm;
 pub mod reference;
 mod tensor;
 
-pub use cuda::cuda_device_count;
+pub use cuda::{borrowed_stream, cuda_device_count};
 pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
 pub use norm::{fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm};

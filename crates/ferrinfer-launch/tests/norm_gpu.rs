@@ -145,6 +145,31 @@ fn norm_gpu_launches_replay_inside_a_cuda_graph() {
     reference::compare(DType::Bf16, &reference::to_f64(&out), &want).unwrap();
 }
 
+/// Streams owned by someone else (torch, a DLPack producer) arrive as raw handles: a stream made
+/// here, and the legacy default stream (null), each wrapped by `borrowed_stream`.
+#[test]
+fn norm_gpu_runs_on_a_borrowed_raw_stream() {
+    let Some(gpu) = gpu("norm_gpu_runs_on_a_borrowed_raw_stream") else { return };
+    let owner = &gpu.stream;
+    let case = Case::contiguous(33, 4096);
+    let x: Vec<bf16> = random_normal(case.in_len(), 51);
+    let w: Vec<bf16> = random_normal(4096, 52);
+    let want = reference::rmsnorm(&reference::to_f64(&x), &reference::to_f64(&w), 4096, 1e-6, 0.0);
+    let (xd, wd) = (owner.clone_htod(&x).unwrap(), owner.clone_htod(&w).unwrap());
+    owner.synchronize().unwrap();
+    for raw in [owner.cu_stream() as usize, 0] {
+        // SAFETY: `owner` (or the legacy default stream) outlives `stream`; device 0's primary context.
+        let stream = unsafe { ferrinfer_launch::borrowed_stream(0, raw) }.unwrap();
+        let mut od = stream.clone_htod(&vec![bf16::NAN; case.out_len()]).unwrap();
+        let xv = TensorView::from_cuda(&xd, &case.shape(), None).unwrap();
+        let wv = TensorView::from_cuda(&wd, &[4096], None).unwrap();
+        let mut ov = TensorView::from_cuda_mut(&mut od, &case.shape(), None).unwrap();
+        rmsnorm(&xv, &wv, &mut ov, 1e-6, Stream::Cuda(&stream)).unwrap();
+        let out = stream.clone_dtoh(&od).unwrap();
+        reference::compare(DType::Bf16, &reference::to_f64(&out), &want).unwrap();
+    }
+}
+
 /// More than 2^31 elements, for rmsnorm and the fused op: every offset must be 64-bit. Inputs
 /// are made and checked on all cores.
 #[test]

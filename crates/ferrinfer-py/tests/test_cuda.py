@@ -1,0 +1,118 @@
+"""The `ferrinfer` wheel on CUDA tensors from PyTorch: every op against float64 references, work
+issued on the caller's current stream (DLPack stream protocol), capture in `torch.cuda.graph`,
+and device errors. Skips (saying why) where torch or a CUDA device is missing, as on CI."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="SKIPPED: torch is not installed (the CUDA tests need it)")
+if not torch.cuda.is_available():
+    pytest.skip("SKIPPED: no CUDA device (the CUDA tests need a GPU)", allow_module_level=True)
+
+import ferrinfer  # noqa: E402
+
+DEV = torch.device("cuda", 0)
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def randn(*shape, dtype):
+    return torch.randn(*shape, device=DEV, dtype=torch.float32).to(dtype)
+
+
+def rms_ref(x, w, eps=1e-6, offset=0.0):
+    x64 = x.double()
+    return x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps) * (w.double() + offset)
+
+
+def close(got, want, dtype):
+    rel = (got.double() - want).norm() / want.norm()
+    assert rel < TOL[dtype], (dtype, rel.item())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 4096), (37, 8192), (5, 3, 1000), (2, 130)])
+def test_rmsnorm_and_gemma(dtype, shape):
+    x, w = randn(*shape, dtype=dtype), randn(shape[-1], dtype=dtype)
+    close(ferrinfer.rmsnorm(x, w), rms_ref(x, w), dtype)
+    close(ferrinfer.gemma_rmsnorm(x, w, eps=1e-5), rms_ref(x, w, 1e-5, 1.0), dtype)
+    out = torch.full_like(x, float("nan"))
+    assert ferrinfer.rmsnorm(x, w, out=out) is out
+    close(out, rms_ref(x, w), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("gemma", [False, True])
+def test_fused_add_rmsnorm_in_place(dtype, gemma):
+    x, r, w = randn(33, 4096, dtype=dtype), randn(33, 4096, dtype=dtype), randn(4096, dtype=dtype)
+    total = x.double() + r.double()
+    op = ferrinfer.gemma_fused_add_rmsnorm if gemma else ferrinfer.fused_add_rmsnorm
+    assert op(x, r, w) is None
+    close(r, total, dtype)
+    close(x, rms_ref(r, w, offset=1.0 if gemma else 0.0), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_layernorm_f32_gamma_beta(dtype):
+    x = randn(17, 2048, dtype=dtype)
+    g, b = randn(2048, dtype=torch.float32), randn(2048, dtype=torch.float32)
+    x64 = x.double()
+    want = (x64 - x64.mean(-1, keepdim=True)) / torch.sqrt(x64.var(-1, unbiased=False, keepdim=True) + 1e-6)
+    close(ferrinfer.layernorm(x, g, b), want * g.double() + b.double(), dtype)
+
+
+def test_strided_rows():
+    base, w = randn(16, 2 * 4096, dtype=torch.bfloat16), randn(4096, dtype=torch.bfloat16)
+    x = base[:, 4096:]  # row stride 8192, last dim contiguous
+    close(ferrinfer.rmsnorm(x, w), rms_ref(x, w), torch.bfloat16)
+
+
+def test_runs_on_the_current_stream():
+    """The input is written on a busy side stream; ferrinfer must queue behind that write on the
+    same stream. Launched on any other stream it would read the input before the copy lands."""
+    src, w = randn(4096, 4096, dtype=torch.bfloat16), randn(4096, dtype=torch.bfloat16)
+    x = torch.zeros_like(src)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time before the copy
+        x.copy_(src)
+        y = ferrinfer.rmsnorm(x, w)
+        r = torch.zeros_like(src)
+        ferrinfer.fused_add_rmsnorm(x, r, w)
+    side.synchronize()
+    close(y, rms_ref(src, w), torch.bfloat16)
+    close(r, src.double(), torch.bfloat16)
+
+
+def test_captured_in_a_cuda_graph_and_replayed():
+    x, w = randn(64, 4096, dtype=torch.float16), randn(4096, dtype=torch.float16)
+    out, res = torch.empty_like(x), torch.zeros_like(x)
+    xs = x.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside capture: loads the modules
+        ferrinfer.rmsnorm(x, w, out=out)
+        ferrinfer.fused_add_rmsnorm(xs, res, w)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ferrinfer.rmsnorm(x, w, out=out)
+        ferrinfer.fused_add_rmsnorm(xs, res, w)
+    fresh = randn(64, 4096, dtype=torch.float16)
+    x.copy_(fresh)
+    xs.copy_(fresh)
+    res.zero_()
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    close(out, rms_ref(fresh, w), torch.float16)
+    close(res, fresh.double(), torch.float16)
+    close(xs, rms_ref(fresh, w), torch.float16)
+
+
+def test_device_mismatch_is_a_value_error_and_out_is_untouched():
+    x, out = randn(4, 64, dtype=torch.float32), torch.full((4, 64), float("nan"), device=DEV)
+    with pytest.raises(ValueError, match="`weight` is on cpu; expected cuda:0"):
+        ferrinfer.rmsnorm(x, torch.ones(64), out=out)
+    with pytest.raises(TypeError, match="`weight` has dtype f16; expected f32"):
+        ferrinfer.rmsnorm(x, torch.ones(64, device=DEV, dtype=torch.float16), out=out)
+    assert out.isnan().all()
