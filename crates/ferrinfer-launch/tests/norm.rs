@@ -6,7 +6,7 @@ mod support;
 use ferrinfer_launch::reference::{random_normal, to_f64};
 use ferrinfer_launch::{DType, Device, Error, HostElement, Stream, TensorView, rmsnorm};
 use half::bf16;
-use support::{Case, Op, Runner, run_grid};
+use support::{Case, Op, Runner, run_cases, run_grid};
 
 struct Cpu;
 
@@ -61,6 +61,15 @@ fn norm_cpu_grid_gemma_fused_add_rmsnorm() {
 fn norm_cpu_grid_layernorm() {
     for (op, dtype, f32_weights) in support::every_op_and_dtype().into_iter().filter(|(op, ..)| *op == Op::LayerNorm) {
         run_grid(&Cpu, op, dtype, f32_weights, 5000);
+    }
+}
+
+/// The GPU sanitizer's cases (support::sanitizer_cases) on the CPU backend, so a case that is
+/// wrong in itself fails here, not first under compute-sanitizer.
+#[test]
+fn norm_cpu_sanitizer_cases() {
+    for (i, (op, dtype, f32_weights)) in support::every_op_and_dtype().into_iter().enumerate() {
+        run_cases(&Cpu, op, dtype, f32_weights, 7_000_000 + 1000 * i as u64, &support::sanitizer_cases());
     }
 }
 

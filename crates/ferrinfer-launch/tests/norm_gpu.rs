@@ -13,7 +13,7 @@ use ferrinfer_launch::cudarc::driver::{
 use ferrinfer_launch::reference::{self, random_normal};
 use ferrinfer_launch::{DType, Error, HostElement, Stream, TensorView, cuda_device_count, rmsnorm};
 use half::bf16;
-use support::{Case, Op, Runner, run_grid};
+use support::{Case, Op, Runner, run_cases, run_grid};
 
 struct Gpu {
     stream: Arc<CudaStream>,
@@ -91,6 +91,16 @@ fn norm_gpu_grid_gemma_fused_add_rmsnorm() {
 #[test]
 fn norm_gpu_grid_layernorm() {
     grid_of("norm_gpu_grid_layernorm", Op::LayerNorm, 5_000_000);
+}
+
+/// Every op and dtype over `support::sanitizer_cases`: what `suite.sh memcheck|racecheck` run
+/// in place of the grid, which takes hours under compute-sanitizer.
+#[test]
+fn norm_gpu_sanitizer_every_kernel_path() {
+    let Some(gpu) = gpu("norm_gpu_sanitizer_every_kernel_path") else { return };
+    for (i, (op, dtype, f32_weights)) in support::every_op_and_dtype().into_iter().enumerate() {
+        run_cases(&gpu, op, dtype, f32_weights, 7_000_000 + 1000 * i as u64, &support::sanitizer_cases());
+    }
 }
 
 #[test]

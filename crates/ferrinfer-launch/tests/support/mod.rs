@@ -161,7 +161,22 @@ pub fn run_case<T: HostElement, W: HostElement>(
 /// Runs every grid case of `op` for input dtype `dtype` (and, with `f32_weights`, f32 γ/β) on
 /// all cores (the inputs and checks are host work) and panics listing all failures.
 pub fn run_grid(runner: &(impl Runner + Sync), op: Op, dtype: DType, f32_weights: bool, seed: u64) {
-    let cases = grid();
+    run_cases(runner, op, dtype, f32_weights, seed, &grid());
+}
+
+/// Small cases that still reach every kernel path — one and several warps per row, two rows per
+/// block with the last block half empty, partial and full chunks, vector widths down to one
+/// element, the streaming kernel — sized for compute-sanitizer, which slows kernels ~1000×.
+pub fn sanitizer_cases() -> Vec<Case> {
+    let mut cases = vec![Case::contiguous(2113, 1024), Case::strided(2113, 4096), Case::strided(5, 200_000)];
+    for hidden in [111, 1004, 4096, 8192, 16384] {
+        cases.extend([Case::contiguous(3, hidden), Case::strided(40, hidden)]);
+    }
+    cases
+}
+
+/// Like `run_grid`, over `cases`.
+pub fn run_cases(runner: &(impl Runner + Sync), op: Op, dtype: DType, f32_weights: bool, seed: u64, cases: &[Case]) {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = std::sync::Mutex::new(Vec::new());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
