@@ -12,6 +12,8 @@
 //! - addresses need only element alignment: the vector width narrows (to 1) until every address
 //!   and row stride allows it.
 
+use std::sync::OnceLock;
+
 use ferrinfer_jit::norm::{CHUNK_COUNTS, NormOp, gen_norm_spec};
 use ferrinfer_kernels::element::DType;
 use ferrinfer_kernels::norm::NormParams;
@@ -276,7 +278,7 @@ impl<'c, 'v> NormCall<'c, 'v> {
             &row_strides.into_iter().flatten().collect::<Vec<_>>(),
             &self.addresses(),
         );
-        Ok(Plan { params: self.params(x, y, r), dtype, weight_dtype, vec })
+        Ok(Plan { params: self.params(x, y, r), dtype, weight_dtype, vec, chunks: chunks_override()? })
     }
 
     /// The weight dtype: the input's, or (layernorm) f32; β must match γ.
@@ -385,6 +387,25 @@ struct Plan {
     dtype: DType,
     weight_dtype: DType,
     vec: u32,
+    /// `FERRINFER_NORM_CHUNKS`, if set.
+    chunks: Option<u64>,
+}
+
+/// `FERRINFER_NORM_CHUNKS`: register chunks per thread for every register-kernel launch in place
+/// of the planner's choice (raised where a row would need more than 32 warps, or a block more
+/// registers than the kernel has) — a knob for tuning sweeps with the benchmark, read once.
+fn chunks_override() -> Result<Option<u64>, Error> {
+    static CHUNKS: OnceLock<Result<Option<u64>, String>> = OnceLock::new();
+    let parsed = CHUNKS.get_or_init(|| match std::env::var("FERRINFER_NORM_CHUNKS") {
+        Err(_) => Ok(None),
+        Ok(value) => value
+            .parse::<u32>()
+            .ok()
+            .filter(|c| CHUNK_COUNTS.contains(c))
+            .map(|c| Some(c as u64))
+            .ok_or_else(|| format!("FERRINFER_NORM_CHUNKS is `{value}`; expected one of {CHUNK_COUNTS:?}")),
+    });
+    parsed.clone().map_err(Error::Config)
 }
 
 /// Most register chunks a kernel has (see `ferrinfer_jit::norm::CHUNK_COUNTS`).
@@ -410,7 +431,8 @@ impl Plan {
         }
         let wanted = (sms as u64 * WARPS_PER_SM).div_ceil(rows);
         let warps = wanted.clamp(fewest, vectors.div_ceil(32).min(max_warps)).max(1);
-        let mut chunks = vectors.div_ceil(32 * warps).next_power_of_two();
+        let natural = vectors.div_ceil(32 * warps).next_power_of_two();
+        let mut chunks = self.chunks.map_or(natural, |c| c.max(vectors.div_ceil(32 * max_warps).next_power_of_two()));
         // Fewer, fuller threads until a block fits the kernel's registers.
         while chunks <= MAX_CHUNKS && vectors.div_ceil(32 * chunks) * 32 > max_threads(chunks as u32) as u64 {
             chunks *= 2;
@@ -444,6 +466,10 @@ mod tests {
     use super::*;
 
     fn plan(rows: u64, hidden: u32, vec: u32) -> Plan {
+        plan_with(rows, hidden, vec, None)
+    }
+
+    fn plan_with(rows: u64, hidden: u32, vec: u32, chunks: Option<u64>) -> Plan {
         let params = NormParams {
             input: 0,
             residual: 0,
@@ -459,7 +485,7 @@ mod tests {
             weight_offset: 0.0,
             warps_per_row: 1,
         };
-        Plan { params, dtype: DType::Bf16, weight_dtype: DType::Bf16, vec }
+        Plan { params, dtype: DType::Bf16, weight_dtype: DType::Bf16, vec, chunks }
     }
 
     /// The H200's limits for the bf16 rmsnorm module as ptxas built it (177 registers at 16
@@ -489,11 +515,24 @@ mod tests {
     }
 
     #[test]
+    fn norm_chunk_override_is_followed_where_the_row_fits() {
+        let forced = |rows, hidden, c| {
+            let k = plan_with(rows, hidden, 8, Some(c)).kernel(132, h200_max_threads);
+            (k.chunks, k.params.warps_per_row)
+        };
+        assert_eq!(forced(65536, 4096, 1), (1, 16));
+        assert_eq!(forced(65536, 4096, 4), (4, 4));
+        assert_eq!(forced(1, 4096, 16), (16, 1));
+        assert_eq!(forced(65536, 16384, 1), (2, 32), "2048 vectors need 2 chunks in a 32-warp block");
+    }
+
+    #[test]
     fn norm_every_register_launch_covers_its_row_within_limits() {
+        let overrides = [None, Some(1), Some(2), Some(4), Some(8), Some(16)];
         for hidden in [1u32, 3, 111, 500, 1004, 4096, 8192, 16384, 65536, 131072] {
-            for rows in [1u64, 19, 989, 65536] {
+            for (rows, chunks) in [1u64, 19, 989, 65536].into_iter().flat_map(|r| overrides.map(|c| (r, c))) {
                 for vec in [1u32, 2, 4, 8].into_iter().filter(|v| hidden.is_multiple_of(*v)) {
-                    let k = plan(rows, hidden, vec).kernel(132, h200_max_threads);
+                    let k = plan_with(rows, hidden, vec, chunks).kernel(132, h200_max_threads);
                     assert!(
                         k.block.is_multiple_of(32) && k.block <= 1024 && k.grid >= 1,
                         "{hidden} {rows} {vec}: {}",
