@@ -167,6 +167,9 @@ mod device_kernels {
     use crate::device::{block_index, block_size, block_sum, divide, grid_size, thread_index, warp_sum};
     use crate::vector::{Packed, load, store};
 
+    /// `norm_regs` loads weights before the row's reduction at up to this many chunks.
+    const PREFETCH_WEIGHT_CHUNKS: usize = 4;
+
     /// Sum over the threads of one row: its warp, or (several warps per row) the block.
     #[inline(always)]
     fn row_group_sum(value: f32, warps_per_row: u32) -> f32 {
@@ -231,6 +234,23 @@ mod device_kernels {
                 }
             }
         }
+        // Few chunks (short rows per thread: small batches, where latency is all): load the
+        // weights before the reduction so their latency overlaps it rather than following it.
+        // With many chunks the extra registers would cost more occupancy than they save.
+        let weights = |c: usize| {
+            let at = slot(c) * VEC;
+            let w = unsafe { load::<W, VEC>((p.weight as *const W).add(at)) };
+            let b = if K::CENTERED { unsafe { load::<W, VEC>((p.bias as *const W).add(at)) } } else { w };
+            (w, b)
+        };
+        let mut early = [([W::from_bits(0); VEC], [W::from_bits(0); VEC]); CHUNKS];
+        if CHUNKS <= PREFETCH_WEIGHT_CHUNKS {
+            for (c, slot) in early.iter_mut().enumerate() {
+                if valid(c) {
+                    *slot = weights(c);
+                }
+            }
+        }
         let stats = if K::CENTERED {
             let mut sum = 0.0;
             for c in 0..CHUNKS {
@@ -263,8 +283,7 @@ mod device_kernels {
         for c in 0..CHUNKS {
             if valid(c) {
                 let at = slot(c) * VEC;
-                let w = unsafe { load::<W, VEC>((p.weight as *const W).add(at)) };
-                let b = if K::CENTERED { unsafe { load::<W, VEC>((p.bias as *const W).add(at)) } } else { w };
+                let (w, b) = if CHUNKS <= PREFETCH_WEIGHT_CHUNKS { early[c] } else { weights(c) };
                 let mut y = [T::from_bits(0); VEC];
                 for i in 0..VEC {
                     y[i] = normalize::<K, T, W>(v[c].get_f32(i), stats, w[i], p.weight_offset, b[i]);

@@ -410,6 +410,8 @@ fn chunks_override() -> Result<Option<u64>, Error> {
 
 /// Most register chunks a kernel has (see `ferrinfer_jit::norm::CHUNK_COUNTS`).
 const MAX_CHUNKS: u64 = CHUNK_COUNTS[CHUNK_COUNTS.len() - 1] as u64;
+/// Most register chunks the planner picks while a row fits 32 warps with them (see `kernel`).
+const PREFERRED_MAX_CHUNKS: u64 = 8;
 /// Warps worth keeping busy per multiprocessor before spreading rows over more warps stops paying.
 const WARPS_PER_SM: u64 = 16;
 /// Most threads per block.
@@ -425,7 +427,10 @@ impl Plan {
     fn kernel(&self, sms: u32, max_threads: impl Fn(u32) -> u32) -> KernelLaunch<NormParams> {
         let (rows, vectors) = (self.params.rows, self.params.hidden as u64 / self.vec as u64);
         let max_warps = MAX_BLOCK / 32;
-        let fewest = vectors.div_ceil(32 * MAX_CHUNKS);
+        // At most 8 chunks where a row fits 32 warps that way: at 16 (a warp per 4096-wide bf16
+        // row) rmsnorm ran 5-11% slower at T >= 16384 on the H200 (docs/perf/norm.md, v3 sweep).
+        let fits_preferred = vectors.div_ceil(32 * PREFERRED_MAX_CHUNKS) <= max_warps;
+        let fewest = vectors.div_ceil(32 * if fits_preferred { PREFERRED_MAX_CHUNKS } else { MAX_CHUNKS });
         if fewest > max_warps {
             return self.streaming(sms, max_threads(0));
         }
@@ -506,8 +511,9 @@ mod tests {
 
     #[test]
     fn norm_launch_shapes_cover_small_and_large_batches() {
-        assert_eq!(shape(65536, 4096, 8), (16, 1, 32768, 64), "large T: a warp per row, two per block");
-        assert_eq!(shape(65536, 8192, 8), (16, 2, 65536, 64));
+        assert_eq!(shape(65536, 4096, 8), (8, 2, 65536, 64), "large T: few warps per row, 8 chunks");
+        assert_eq!(shape(65536, 8192, 8), (8, 4, 65536, 128));
+        assert_eq!(shape(65536, 32768, 8), (8, 16, 65536, 512), "the widest rows 8 chunks hold in a block");
         assert_eq!(shape(1, 4096, 8), (1, 16, 1, 512), "T = 1: a vector per thread");
         assert_eq!(shape(4096, 1024, 8), (4, 1, 2048, 64), "enough rows to fill the GPU with one warp each");
         assert_eq!(shape(65536, 256, 8), (1, 1, 32768, 64), "single-warp rows, two per block");
