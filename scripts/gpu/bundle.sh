@@ -2,11 +2,20 @@
 # Builds what the GPU suite runs into .bundle/ (git-ignored): the GPU test binaries (every
 # integration test named *_gpu.rs), the benchmark, every kernel module built ahead of time
 # (`cargo xtask aot`, compressed: suite.sh unpacks it and points FERRINFER_AOT_DIR at it), the
-# Python wheel (its tests and benchmark travel in the working tree), and suite.sh. The GPU machine has no Rust toolchain, so everything is built here; the device tool
+# Python wheel (its tests and benchmark travel in the working tree), and suite.sh. With
+# --adapters also the candle and tch adapters' GPU tests (scripts/gpu/bundle-candle.sh and
+# bundle-torch.sh, into .bundle/candle and .bundle/torch: suite.sh steps `candle`, `torch`; the
+# first build of each takes 10-15 minutes on 2 cores). The GPU machine has no Rust toolchain, so everything is built here; the device tool
 # then carries .bundle and runs `bash .bundle/suite.sh STEP...` there (see docs/perf/README.md).
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
+adapters=false
+case "${1:-}" in
+  --adapters) adapters=true ;;
+  "") ;;
+  *) echo "usage: $0 [--adapters]" >&2; exit 2 ;;
+esac
 # Small binaries: the device tool carries at most 64 MiB per run, peers included.
 export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols
 rm -rf .bundle && mkdir -p .bundle/tests
@@ -21,12 +30,18 @@ import json, shutil, sys
 for line in sys.stdin:
     msg = json.loads(line)
     exe = msg.get("executable")
-    if msg.get("reason") == "compiler-artifact" and exe and msg["target"]["name"].endswith("_gpu"):
+    # The adapters GPU tests (ferrinfer-ffi) need their features: --adapters builds them.
+    gpu_test = msg.get("reason") == "compiler-artifact" and exe and msg["target"]["name"].endswith("_gpu")
+    if gpu_test and "ferrinfer-ffi" not in msg["package_id"]:
         shutil.copy(exe, ".bundle/tests/" + msg["target"]["name"])
 '
 python3 -c 'import maturin' 2>/dev/null || python3 -m pip install --quiet 'maturin>=1.9,<2'
 python3 -m maturin build --release -m crates/ferrinfer-py/Cargo.toml -o .bundle/wheels
 cp scripts/gpu/suite.sh .bundle/
+if $adapters; then
+  bash scripts/gpu/bundle-candle.sh
+  bash scripts/gpu/bundle-torch.sh
+fi
 git rev-parse HEAD > .bundle/commit 2>/dev/null || echo uncommitted > .bundle/commit
 du -sh .bundle
 ls .bundle/tests

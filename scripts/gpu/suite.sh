@@ -12,6 +12,9 @@
 #             the current-stream rule, torch.cuda.graph capture, the adapters.md CUDA snippet
 #   pybench   crates/ferrinfer-py/bench/norm.py: the Python module beside torch eager, torch.compile
 #             and FlashInfer in one process (FlashInfer only if importable: source .peers/b/install.sh)
+#   candle    the candle adapter's GPU tests and its benchmark against candle's own rms_norm
+#             (needs .bundle/candle: bash scripts/gpu/bundle.sh --adapters)
+#   torch     the tch adapter's GPU tests, against the machine's torch 2.11 (needs .bundle/torch)
 #   firstcall first-call latency (module load + launch) from the embedded AOT PTX, with the
 #             driver's PTX JIT cache disabled, then enabled (cold, then warm)
 # Modules come from the bundled AOT directory; FERRINFER_DISABLE_JIT=1 makes any miss an error.
@@ -61,12 +64,17 @@ for step in "$@"; do
     pybench)
       run pybench env PYTHONPATH="$(python_path)" PYTHONUNBUFFERED=1 python3 crates/ferrinfer-py/bench/norm.py \
         --dtype bfloat16 --out "$out/ferrinfer-py.csv" ;;
+    candle)
+      run candle bash .bundle/candle/run.sh tests bench ;;
+    torch)
+      torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+      run torch env LD_LIBRARY_PATH="$torch_lib" .bundle/torch/torch_gpu --test-threads=1 ;;
     firstcall)
       first=(.bundle/ferrinfer-bench --routine rmsnorm --batch-size 1 --hidden-size 4096 --num-iters 1 --warmup-seconds 0)
       rm -rf /tmp/ferrinfer-nv-cache
       for i in 1 2; do run firstcall env CUDA_CACHE_DISABLE=1 "${first[@]}"; done
       for i in 1 2; do run firstcall env CUDA_CACHE_PATH=/tmp/ferrinfer-nv-cache "${first[@]}"; done ;;
-    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, python, pybench, firstcall)"; exit 2 ;;
+    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, python, pybench, candle, torch, firstcall)"; exit 2 ;;
   esac
 done
 exit $status

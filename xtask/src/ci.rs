@@ -60,12 +60,16 @@ pub fn changed_families(root: &Path, changed: &[&str]) -> Result<Vec<String>> {
     Ok(chosen.into_iter().collect())
 }
 
-/// The `cargo` argument lists to run, in order.
-pub fn plan(root: &Path, family: Option<&str>, release: bool) -> Result<Vec<Vec<String>>> {
+/// The `cargo` argument lists to run, in order. All tests, or the crate `ffi`'s, include the
+/// framework adapters' (`adapter_runs`); torch's only where `libtorch` is available.
+pub fn plan(root: &Path, family: Option<&str>, release: bool, libtorch: bool) -> Result<Vec<Vec<String>>> {
     let mut runs = match family {
         None => vec![args("test --workspace")],
         Some(f) => family_runs(root, f)?,
     };
+    if matches!(family, None | Some("ffi")) {
+        runs.extend(adapter_runs(libtorch));
+    }
     if release {
         // Before any `--`, where cargo (not the test binary) reads it.
         for run in &mut runs {
@@ -74,6 +78,17 @@ pub fn plan(root: &Path, family: Option<&str>, release: bool) -> Result<Vec<Vec<
         }
     }
     Ok(runs)
+}
+
+/// ferrinfer-ffi's framework adapters, whose test targets compile empty without their feature.
+/// candle builds from crates.io alone; torch needs libtorch (`LIBTORCH`, which
+/// `source scripts/torch/libtorch.sh` provides; .ci/run does).
+pub fn adapter_runs(libtorch: bool) -> Vec<Vec<String>> {
+    let mut runs = vec![args("test -p ferrinfer-ffi --features candle")];
+    if libtorch {
+        runs.push(args("test -p ferrinfer-ffi --features torch"));
+    }
+    runs
 }
 
 /// Crates by short name (`jit` → `ferrinfer-jit`, `xtask` → `xtask`).
@@ -206,7 +221,8 @@ mod tests {
     #[test]
     fn a_family_runs_its_unit_and_integration_tests() {
         let dir = layout();
-        let runs: Vec<String> = plan(dir.path(), Some("norm"), true).unwrap().iter().map(|r| r.join(" ")).collect();
+        let runs: Vec<String> =
+            plan(dir.path(), Some("norm"), true, false).unwrap().iter().map(|r| r.join(" ")).collect();
         assert_eq!(
             runs,
             [
@@ -222,7 +238,8 @@ mod tests {
     fn a_crate_runs_all_its_tests_and_its_named_tests_elsewhere() {
         let dir = layout();
         touch(dir.path(), &["crates/ferrinfer-jit/tests/jit_cache.rs", "crates/ferrinfer-launch/tests/jit_modules.rs"]);
-        let runs: Vec<String> = plan(dir.path(), Some("jit"), false).unwrap().iter().map(|r| r.join(" ")).collect();
+        let runs: Vec<String> =
+            plan(dir.path(), Some("jit"), false, false).unwrap().iter().map(|r| r.join(" ")).collect();
         assert_eq!(runs, ["test -p ferrinfer-jit", "test -p ferrinfer-launch --test jit_modules"]);
     }
 
@@ -243,13 +260,18 @@ mod tests {
     #[test]
     fn no_family_runs_everything() {
         let dir = layout();
-        assert_eq!(plan(dir.path(), None, false).unwrap(), [args("test --workspace")]);
+        assert_eq!(
+            plan(dir.path(), None, false, false).unwrap(),
+            [args("test --workspace"), args("test -p ferrinfer-ffi --features candle")]
+        );
+        let with_torch = plan(dir.path(), None, true, true).unwrap();
+        assert_eq!(with_torch.last().unwrap(), &args("test -p ferrinfer-ffi --features torch --release"));
     }
 
     #[test]
     fn an_unknown_family_is_an_error_naming_the_known_ones() {
         let dir = layout();
-        let err = plan(dir.path(), Some("math"), false).unwrap_err().to_string();
+        let err = plan(dir.path(), Some("math"), false, false).unwrap_err().to_string();
         assert!(err.contains("unknown op family `math`"), "{err}");
         assert!(err.contains("known families: norm, rope; crates: "), "{err}");
     }

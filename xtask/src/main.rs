@@ -82,13 +82,18 @@ fn run(command: Command) -> Result<()> {
         Command::Ci { changed: Some(base), release, .. } => {
             let root = workspace_root();
             for family in changed_families(&root, &base)? {
-                ci::run(&root, &ci::plan(&root, Some(&family), release)?)?;
+                ci::run(&root, &ci::plan(&root, Some(&family), release, libtorch())?)?;
             }
             Ok(())
         }
         Command::Ci { family, release, .. } => {
             let root = workspace_root();
-            ci::run(&root, &ci::plan(&root, family.as_deref(), release)?)?;
+            if matches!(family.as_deref(), None | Some("ffi")) && !libtorch() {
+                eprintln!(
+                    "SKIPPED: the torch adapter's tests (LIBTORCH is not set: `source scripts/torch/libtorch.sh` first)"
+                );
+            }
+            ci::run(&root, &ci::plan(&root, family.as_deref(), release, libtorch())?)?;
             // The Python module's tests need a wheel, not `cargo test`.
             match family.as_deref() {
                 None | Some("py") => xtask::python::run(&root),
@@ -96,6 +101,11 @@ fn run(command: Command) -> Result<()> {
             }
         }
     }
+}
+
+/// Whether libtorch is provided for the torch adapter (see `ci::adapter_runs`).
+fn libtorch() -> bool {
+    std::env::var_os("LIBTORCH").is_some()
 }
 
 /// Families touched by the files changed since `base` (committed or not).

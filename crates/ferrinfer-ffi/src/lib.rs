@@ -5,10 +5,24 @@
 //!
 //! Nothing but `ferrinfer-bench` (and a Python cdylib, part of this layer) may depend on this
 //! crate. Today: DLPack (`dlpack`), the exchange format the adapters build on, and the Python
-//! module (`python` feature, host tensors); the candle and torch adapters are still to come.
+//! module (`python` feature): any DLPack producer, CUDA tensors on the producer's current stream.
+//!
+//! The candle adapter (`candle` feature and module) makes the norm ops candle ops (`CustomOp2`/
+//! `CustomOp3`, `InplaceOp2`/`InplaceOp3`) plus helpers such as `candle::rmsnorm(&x, &w, eps)`;
+//! CPU tensors run on ferrinfer's CPU backend, CUDA tensors (`candle-cuda` feature, which needs
+//! nvcc to build candle) on candle's stream; errors are `candle_core::Error`s.
+//!
+//! The tch adapter (`torch` feature and module) takes `tch::Tensor`s: CPU or CUDA, on a stream
+//! the caller names on every call (tch cannot tell PyTorch's current one), errors as
+//! `tch::TchError`. Building it needs libtorch 2.11 (`source scripts/torch/libtorch.sh`;
+//! docs/adapters.md).
 
+#[cfg(feature = "candle")]
+pub mod candle;
 pub mod dlpack;
 #[cfg(feature = "python")]
 pub mod python;
+#[cfg(feature = "torch")]
+pub mod torch;
 
 pub use ferrinfer_launch as launch;

@@ -20,7 +20,8 @@ static EMBEDDED_PTX: &[EmbeddedPtx] = include!(concat!(env!("OUT_DIR"), "/embedd
 
 /// Number of CUDA devices; 0 when no driver can be loaded (then nothing here touches CUDA).
 pub fn cuda_device_count() -> usize {
-    // SAFETY: only tries to dlopen libcuda.
+    // SAFETY: only tries to dlopen libcuda. (Linked instead, libcuda is there: see Cargo.toml.)
+    #[cfg(not(feature = "cuda-dynamic-linking"))]
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return 0;
     }

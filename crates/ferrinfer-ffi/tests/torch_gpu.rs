@@ -1,0 +1,212 @@
+//! The tch adapter on CUDA tensors: every op and kind, contiguous and narrowed, on (a) a stream
+//! cudarc made and (b) the legacy default stream PyTorch uses (raw handle 0), against the same
+//! call on CPU and the f64 reference; CUDA tensors with the CPU stream, or with a CPU weight,
+//! are refused and left untouched. Without a CUDA device, or when torch's CUDA backend cannot be
+//! loaded, each test prints SKIPPED and why, and passes (CI has no GPU).
+//!
+//! On the GPU machine: scripts/gpu/bundle-torch.sh builds this binary and says how to run it.
+#![cfg(feature = "torch")]
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::io::Write;
+use std::sync::Arc;
+
+use ferrinfer_ffi::torch::{self as ft, TorchStream};
+use ferrinfer_launch::cudarc::driver::{CudaContext, CudaStream};
+use ferrinfer_launch::norm::NormRoutine;
+use ferrinfer_launch::reference::{self, random_normal};
+use ferrinfer_launch::{DType, cuda_device_count};
+use tch::{Device, Kind, TchError, Tensor};
+
+const EPS: f32 = 1e-6;
+const CUDA: Device = Device::Cuda(0);
+const ROWS: i64 = 19;
+const HIDDEN: i64 = 1024;
+
+/// Loads libtorch_cuda.so (found through LD_LIBRARY_PATH), which registers torch's CUDA backend
+/// as `import torch` does. Linking it is not enough: tch's own calls need only libtorch_cpu, so
+/// the linker's --as-needed drops libtorch_cuda, and torch then sees no GPU.
+fn load_torch_cuda() -> Result<(), String> {
+    unsafe extern "C" {
+        fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void;
+        fn dlerror() -> *const c_char;
+    }
+    const RTLD_NOW: c_int = 2;
+    const RTLD_GLOBAL: c_int = 0x100;
+    // SAFETY: a NUL-terminated name; dlerror's string is read before any other dl call.
+    unsafe {
+        if dlopen(c"libtorch_cuda.so".as_ptr(), RTLD_NOW | RTLD_GLOBAL).is_null() {
+            let error = dlerror();
+            let error = if error.is_null() { "unknown error".into() } else { CStr::from_ptr(error).to_string_lossy() };
+            return Err(error.into_owned());
+        }
+    }
+    Ok(())
+}
+
+/// cudarc's stream on device 0, or `None` after saying why the test is skipped.
+fn gpu(test: &str) -> Option<Arc<CudaStream>> {
+    let skip = |why: String| {
+        // Straight to stderr, past libtest's capture, so a CI log shows every skip.
+        let _ = writeln!(std::io::stderr(), "{test}: SKIPPED — {why}");
+        None
+    };
+    if cuda_device_count() == 0 {
+        return skip("no CUDA driver or device on this machine".into());
+    }
+    if let Err(error) = load_torch_cuda() {
+        return skip(format!("libtorch_cuda.so did not load ({error}); put torch's lib/ on LD_LIBRARY_PATH"));
+    }
+    if !tch::Cuda::is_available() {
+        return skip("libtorch_cuda.so loaded, but tch::Cuda::is_available() is false".into());
+    }
+    Some(CudaContext::new(0).and_then(|context| context.new_stream()).expect("CUDA device 0"))
+}
+
+/// Random-normal values of `kind` on `device`: `[rows, hidden]`, or (`narrow`) rows 1.. and
+/// columns 3.. of `[rows + 1, hidden + 5]`. Returns (view, whole buffer).
+fn tensor(kind: Kind, rows: i64, hidden: i64, narrow: bool, seed: u64, device: Device) -> (Tensor, Tensor) {
+    let (all_rows, width) = if narrow { (rows + 1, hidden + 5) } else { (rows, hidden) };
+    let values = random_normal::<f32>((all_rows * width) as usize, seed);
+    let buffer = Tensor::from_slice(&values).view([all_rows, width]).to_kind(kind).to_device(device);
+    let view = if narrow { buffer.narrow(0, 1, rows).narrow(1, 3, hidden) } else { buffer.shallow_clone() };
+    (view, buffer)
+}
+
+fn values(t: &Tensor) -> Vec<f64> {
+    Vec::<f64>::try_from(t.to_device(Device::Cpu).to_kind(Kind::Double).contiguous().view([-1])).unwrap()
+}
+
+fn dtype(kind: Kind) -> DType {
+    match kind {
+        Kind::Half => DType::F16,
+        Kind::BFloat16 => DType::Bf16,
+        _ => DType::F32,
+    }
+}
+
+/// One call's tensors on a device; `out_buffer` is the whole memory of `out`, NaN-filled.
+struct Inputs {
+    x: Tensor,
+    r: Tensor,
+    w: Tensor,
+    b: Tensor,
+    out: Tensor,
+    out_buffer: Tensor,
+}
+
+/// The same values (per seed) on any device; layernorm's gamma and beta are f32.
+fn inputs(routine: NormRoutine, kind: Kind, narrow: bool, seed: u64, device: Device) -> Inputs {
+    let (x, r) =
+        (tensor(kind, ROWS, HIDDEN, narrow, seed, device).0, tensor(kind, ROWS, HIDDEN, narrow, seed + 1, device).0);
+    let weight_kind = if routine == NormRoutine::LayerNorm { Kind::Float } else { kind };
+    let row = |seed| tensor(weight_kind, 1, HIDDEN, false, seed, device).0.view([HIDDEN]);
+    let (out, mut out_buffer) = tensor(kind, ROWS, HIDDEN, narrow, 0, device);
+    let _ = out_buffer.fill_(f64::NAN);
+    Inputs { x, r, w: row(seed + 2), b: row(seed + 3), out, out_buffer }
+}
+
+/// What one call wrote: the output (`input` for fused ops), the residual, the output's buffer.
+struct Written {
+    out: Vec<f64>,
+    residual: Vec<f64>,
+    out_buffer: Vec<f64>,
+}
+
+/// Runs `routine` on `stream` and waits for it: a cudarc stream is synchronized, the legacy
+/// default stream through torch.
+fn run(routine: NormRoutine, inputs: Inputs, stream: &TorchStream) -> Written {
+    let Inputs { mut x, mut r, w, b, mut out, out_buffer } = inputs;
+    // The inputs were written on torch's stream; a cudarc stream (non-blocking) does not wait.
+    sync_torch(&x);
+    match routine {
+        NormRoutine::RmsNorm => drop(ft::rmsnorm(&x, &w, EPS, Some(&mut out), stream).unwrap()),
+        NormRoutine::GemmaRmsNorm => drop(ft::gemma_rmsnorm(&x, &w, EPS, Some(&mut out), stream).unwrap()),
+        NormRoutine::LayerNorm => out = ft::layernorm(&x, &w, &b, EPS, stream).unwrap(),
+        NormRoutine::FusedAddRmsNorm => ft::fused_add_rmsnorm(&mut x, &mut r, &w, EPS, stream).unwrap(),
+        NormRoutine::GemmaFusedAddRmsNorm => ft::gemma_fused_add_rmsnorm(&mut x, &mut r, &w, EPS, stream).unwrap(),
+    }
+    if let TorchStream::Cuda(stream) = stream {
+        stream.synchronize().unwrap();
+    }
+    sync_torch(&x);
+    let out = if routine.is_fused() { values(&x) } else { values(&out) };
+    Written { out, residual: values(&r), out_buffer: values(&out_buffer) }
+}
+
+/// Waits for torch's work on the device of `t`, if a CUDA one.
+fn sync_torch(t: &Tensor) {
+    if let Device::Cuda(ordinal) = t.device() {
+        tch::Cuda::synchronize(ordinal as i64);
+    }
+}
+
+/// Every op, kind and layout on both streams: the GPU writes what the CPU writes (within the
+/// dtype's rounding), and matches the f64 reference; nothing outside a narrowed output.
+#[test]
+fn torch_gpu_every_op_on_a_cudarc_stream_and_the_default_stream() {
+    let Some(cudarc_stream) = gpu("torch_gpu_every_op_on_a_cudarc_stream_and_the_default_stream") else { return };
+    // SAFETY: 0 is the legacy default stream of device 0 (PyTorch's default), always alive.
+    let default_stream = unsafe { TorchStream::cuda(0, 0) }.unwrap();
+    let streams = [("cudarc stream", TorchStream::Cuda(cudarc_stream)), ("default stream", default_stream)];
+    for (i, routine) in NormRoutine::ALL.into_iter().enumerate() {
+        for (j, kind) in [Kind::Float, Kind::Half, Kind::BFloat16].into_iter().enumerate() {
+            for narrow in [false, true] {
+                let seed = 10_000 * i as u64 + 1_000 * j as u64 + 100 * narrow as u64;
+                let on_cpu = inputs(routine, kind, narrow, seed, Device::Cpu);
+                let (x, r, w, b) = (values(&on_cpu.x), values(&on_cpu.r), values(&on_cpu.w), values(&on_cpu.b));
+                let (want, _) = reference_of(routine, kind, &x, &r, &w, &b);
+                let cpu = run(routine, on_cpu, &TorchStream::Cpu);
+                for (name, stream) in &streams {
+                    let gpu = run(routine, inputs(routine, kind, narrow, seed, CUDA), stream);
+                    let context = format!("{routine:?} {kind:?} narrow={narrow} on the {name}");
+                    let check = |got: &[f64], want: &[f64], what: &str| {
+                        reference::compare(dtype(kind), got, want).unwrap_or_else(|e| panic!("{context}: {what}: {e}"));
+                    };
+                    check(&gpu.out, &cpu.out, "vs CPU");
+                    check(&gpu.out, &want, "vs reference");
+                    check(&gpu.residual, &cpu.residual, "residual vs CPU");
+                    if routine != NormRoutine::LayerNorm && !routine.is_fused() {
+                        let written = gpu.out_buffer.iter().filter(|v| !v.is_nan()).count();
+                        assert_eq!(written, (ROWS * HIDDEN) as usize, "{context}: wrote outside `out`");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The f64 reference of `routine`: (output, new residual).
+fn reference_of(routine: NormRoutine, kind: Kind, x: &[f64], r: &[f64], w: &[f64], b: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let (hidden, eps, offset) = (w.len(), EPS as f64, routine.weight_offset() as f64);
+    let fused = match kind {
+        Kind::Half => reference::fused_add_rmsnorm::<half::f16>,
+        Kind::BFloat16 => reference::fused_add_rmsnorm::<half::bf16>,
+        _ => reference::fused_add_rmsnorm::<f32>,
+    };
+    match routine {
+        NormRoutine::LayerNorm => (reference::layernorm(x, w, b, hidden, eps), r.to_vec()),
+        _ if routine.is_fused() => fused(x, r, w, hidden, eps, offset),
+        _ => (reference::rmsnorm(x, w, hidden, eps, offset), r.to_vec()),
+    }
+}
+
+/// CUDA tensors never run on the CPU stream (no silent default stream), nor with a CPU weight;
+/// the errors name the argument and nothing is written.
+#[test]
+fn torch_gpu_refuses_the_cpu_stream_and_mixed_devices() {
+    let Some(_) = gpu("torch_gpu_refuses_the_cpu_stream_and_mixed_devices") else { return };
+    let (mut x, mut r) =
+        (tensor(Kind::BFloat16, 4, 256, false, 1, CUDA).0, tensor(Kind::BFloat16, 4, 256, false, 2, CUDA).0);
+    let w = tensor(Kind::BFloat16, 1, 256, false, 3, CUDA).0.view([256]);
+    let (x0, r0) = (values(&x), values(&r));
+    let error = ft::rmsnorm(&x, &w, EPS, None, &TorchStream::Cpu).unwrap_err();
+    assert!(matches!(&error, TchError::Torch(m) if m.starts_with("`stream` is on cpu; expected cuda:0")), "{error}");
+    let error = ft::fused_add_rmsnorm(&mut x, &mut r, &w, EPS, &TorchStream::Cpu).unwrap_err();
+    assert!(matches!(&error, TchError::Torch(m) if m.starts_with("`stream` is on cpu")), "{error}");
+    // SAFETY: the legacy default stream of device 0.
+    let stream = unsafe { TorchStream::cuda(0, 0) }.unwrap();
+    let error = ft::rmsnorm(&x, &w.to_device(Device::Cpu), EPS, None, &stream).unwrap_err();
+    assert!(matches!(&error, TchError::Torch(m) if m.starts_with("`weight` is on cpu; expected cuda:0")), "{error}");
+    assert_eq!((values(&x), values(&r)), (x0, r0), "inputs untouched");
+}
