@@ -54,11 +54,17 @@ fn rows<
     });
 }
 
+/// The machine's cores, asked once: on Linux `available_parallelism` reads cgroup files, a cost
+/// a one-row call (T = 1 decode) would otherwise pay every time.
+fn cores() -> u64 {
+    static CORES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
+}
+
 /// Splits `0..rows` into one contiguous chunk per thread (as many threads as the machine has and
 /// the work deserves) and waits for all of them.
 fn for_row_chunks(rows: u64, row_len: u64, f: impl Fn(Range<u64>) + Sync) {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    let threads = (rows * row_len / ELEMENTS_PER_THREAD).clamp(1, cores.min(rows));
+    let threads = (rows * row_len / ELEMENTS_PER_THREAD).clamp(1, cores().min(rows));
     if threads == 1 {
         return f(0..rows);
     }
