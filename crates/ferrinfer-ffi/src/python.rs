@@ -8,7 +8,10 @@
 //! producer's framework (torch, CuPy; any other producer: the legacy default stream), and every
 //! argument is exported with `__dlpack__(stream=that stream)` — the DLPack stream protocol, under
 //! which the producer makes its pending work visible to that stream before handing the tensor over.
-//! Launches are asynchronous and can be captured in a CUDA graph (`torch.cuda.graph`).
+//! Launches are asynchronous and can be captured in a CUDA graph (`torch.cuda.graph`) — except for
+//! producers without a current stream (JAX, …): they may reuse an argument's memory on their own
+//! streams once we release it, so those calls wait for the kernel before returning.
+//! Tensors that require grad (model parameters) are exported through `detach()`, the same memory.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -101,7 +104,8 @@ fn normalize<'py>(
     out: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let target = Target::of(input)?;
-    let (x, w) = (target.import("input", input)?, target.import("weight", weight)?);
+    let weight_name = if bias.is_some() { "gamma" } else { "weight" };
+    let (x, w) = (target.import("input", input)?, target.import(weight_name, weight)?);
     let out = match out {
         Some(out) => out,
         None => empty_like(input)?,
@@ -111,6 +115,7 @@ fn normalize<'py>(
     let (mut xv, wv, mut ov) = (x.view()?, w.view()?, o.view()?);
     let bv = b.as_ref().map(Imported::view).transpose()?.unwrap_or_else(|| wv.clone());
     routine.run(&mut xv.clone(), &mut xv, &wv, &bv, &mut ov, eps, target.stream()).map_err(to_python)?;
+    target.finish()?;
     Ok(out)
 }
 
@@ -125,7 +130,8 @@ fn fused(
     let (x, r, w) =
         (target.import("input", input)?, target.import("residual", residual)?, target.import("weight", weight)?);
     let (mut xv, mut rv, wv) = (x.view()?, r.view()?, w.view()?);
-    routine.run(&mut xv.clone(), &mut rv, &wv, &wv, &mut xv, eps, target.stream()).map_err(to_python)
+    routine.run(&mut xv.clone(), &mut rv, &wv, &wv, &mut xv, eps, target.stream()).map_err(to_python)?;
+    target.finish()
 }
 
 /// DLPack's device type code for CUDA memory (`kDLCUDA`).
@@ -138,6 +144,10 @@ enum Target {
         stream: Arc<CudaStream>,
         /// The same stream as the DLPack stream protocol numbers it (1: the legacy default).
         protocol: usize,
+        /// Whether the stream is the producer's own current stream (torch, CuPy). If not, the
+        /// producer may free or reuse an argument's memory on its own streams as soon as we
+        /// release it, so the call waits for the kernel first (see `finish`).
+        producers_stream: bool,
     },
 }
 
@@ -148,11 +158,12 @@ impl Target {
         if device_type != DLPACK_CUDA {
             return Ok(Target::Cpu);
         }
-        let raw = current_stream(input, ordinal)?;
+        let current = current_stream(input, ordinal)?;
+        let raw = current.unwrap_or(0);
         // SAFETY: the producer's framework owns this stream of device `ordinal` (primary context,
-        // as the CUDA runtime uses) and keeps it alive across this call.
+        // as the CUDA runtime uses) and keeps it alive across this call; 0 is the legacy stream.
         let stream = unsafe { borrowed_stream(ordinal, raw) }.map_err(to_python)?;
-        Ok(Target::Cuda { stream, protocol: if raw == 0 { 1 } else { raw } })
+        Ok(Target::Cuda { stream, protocol: if raw == 0 { 1 } else { raw }, producers_stream: current.is_some() })
     }
 
     /// Exports `object` through DLPack; CUDA data for this target's stream. (A tensor on another
@@ -163,6 +174,17 @@ impl Target {
             _ => None,
         };
         Imported::new(argument, object, stream)
+    }
+
+    /// After a launch: on a stream the producer does not order its own work by, wait for it
+    /// before the arguments are released.
+    fn finish(&self) -> PyResult<()> {
+        match self {
+            Target::Cuda { stream, producers_stream: false, .. } => {
+                stream.synchronize().map_err(|e| to_python(Error::Cuda(e)))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn stream(&self) -> Stream<'_> {
@@ -184,22 +206,29 @@ fn dlpack_device(argument: &str, object: &Bound<'_, PyAny>) -> PyResult<(i32, us
 }
 
 /// The raw `CUstream` the producer's framework currently issues work to on device `ordinal`
-/// (0: the legacy default stream, also for producers with no notion of a current stream).
-fn current_stream(input: &Bound<'_, PyAny>, ordinal: usize) -> PyResult<usize> {
-    let module: String = input.get_type().getattr("__module__")?.extract()?;
-    let py = input.py();
-    if module.starts_with("torch") {
-        return py
-            .import("torch")?
-            .getattr("cuda")?
-            .call_method1("current_stream", (ordinal,))?
-            .getattr("cuda_stream")?
-            .extract();
+/// (0: PyTorch's default stream, the legacy one); `None` for producers with no notion of a
+/// current stream (JAX, …). Subclasses count: `isinstance`, not the type's module name.
+fn current_stream(input: &Bound<'_, PyAny>, ordinal: usize) -> PyResult<Option<usize>> {
+    if let Some(torch) = framework(input, "torch", "Tensor")? {
+        let stream = torch.getattr("cuda")?.call_method1("current_stream", (ordinal,))?;
+        return stream.getattr("cuda_stream")?.extract().map(Some);
     }
-    if module.starts_with("cupy") {
-        return py.import("cupy")?.getattr("cuda")?.call_method0("get_current_stream")?.getattr("ptr")?.extract();
+    if let Some(cupy) = framework(input, "cupy", "ndarray")? {
+        // CuPy's current stream is per device: ask with `ordinal` current.
+        let device = cupy.getattr("cuda")?.call_method1("Device", (ordinal,))?;
+        device.call_method0("__enter__")?;
+        let stream = cupy.getattr("cuda")?.call_method0("get_current_stream").and_then(|s| s.getattr("ptr"));
+        device.call_method1("__exit__", (None::<()>, None::<()>, None::<()>))?;
+        return stream?.extract().map(Some);
     }
-    Ok(0)
+    Ok(None)
+}
+
+/// The module `name` if it is imported and `object` is one of its `class` (no import forced).
+fn framework<'py>(object: &Bound<'py, PyAny>, name: &str, class: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let modules = object.py().import("sys")?.getattr("modules")?;
+    let Ok(module) = modules.get_item(name) else { return Ok(None) };
+    Ok(object.is_instance(&module.getattr(class)?)?.then_some(module))
 }
 
 /// A new array like `input`, from the producer's own namespace (array API, else torch).
@@ -234,11 +263,20 @@ impl Imported {
         let not_dlpack = |_| {
             PyTypeError::new_err(format!("`{argument}` does not support DLPack (no __dlpack__ returning a capsule)"))
         };
+        let py = object.py();
+        // torch refuses to export a tensor that requires grad (model parameters do); its
+        // detached twin is the same memory.
+        let object = if object.getattr("requires_grad").and_then(|g| g.extract::<bool>()).unwrap_or(false) {
+            object.call_method0("detach")?
+        } else {
+            object.clone()
+        };
         let export = object.getattr("__dlpack__").map_err(not_dlpack)?;
         let capsule = match stream {
             None => export.call0(),
-            Some(stream) => export.call((), Some(&[("stream", stream)].into_py_dict(object.py())?)),
-        }?;
+            Some(stream) => export.call((), Some(&[("stream", stream)].into_py_dict(py)?)),
+        }
+        .map_err(|e| PyErr::from_type(e.get_type(py), format!("`{argument}`: __dlpack__ failed: {}", e.value(py))))?;
         let capsule = capsule
             .cast::<PyCapsule>()
             .map_err(|_| PyTypeError::new_err(format!("`{argument}`.__dlpack__() did not return a capsule")))?;

@@ -41,6 +41,7 @@ pub unsafe fn borrowed_stream(ordinal: usize, raw: usize) -> Result<Arc<CudaStre
     if ordinal >= count {
         return Err(Error::NoSuchDevice { ordinal, count });
     }
+    let _restore = CurrentContext::save()?;
     let mut contexts = lock(CONTEXTS.get_or_init(Default::default));
     let context = match contexts.get(&ordinal) {
         Some(context) => context.clone(),
@@ -48,6 +49,28 @@ pub unsafe fn borrowed_stream(ordinal: usize, raw: usize) -> Result<Arc<CudaStre
     };
     // SAFETY: forwarded to the caller.
     Ok(unsafe { context.wrap_borrowed_stream(raw as cudarc::driver::sys::CUstream) })
+}
+
+/// Puts the thread's current CUDA context back on drop. cudarc makes its context current before
+/// the calls it makes, and the CUDA runtime — so PyTorch — takes its current device from the
+/// current context: without this, a launch on device 1 would leave the caller's torch on device
+/// 1 (FlashInfer guards the device the same way).
+struct CurrentContext(Option<cudarc::driver::sys::CUcontext>);
+
+impl CurrentContext {
+    fn save() -> Result<Self, Error> {
+        Ok(CurrentContext(cudarc::driver::result::ctx::get_current()?))
+    }
+}
+
+impl Drop for CurrentContext {
+    fn drop(&mut self) {
+        if let Some(context) = self.0 {
+            // SAFETY: the context was current on this thread a moment ago; nothing here
+            // destroys contexts. A failure leaves ours current, which is what cudarc did anyway.
+            let _ = unsafe { cudarc::driver::result::ctx::set_current(context) };
+        }
+    }
 }
 
 /// The process's JIT cache, configured from the environment on first use.
@@ -171,6 +194,7 @@ pub(crate) fn launch<P: Copy>(
     spec: impl FnOnce(CudaArch, bool) -> JitSpec,
     configure: impl FnOnce(&Limits) -> KernelLaunch<P>,
 ) -> Result<(), Error> {
+    let _restore = CurrentContext::save()?;
     let context = stream.context();
     let device = device_info(context)?;
     let debug = jit()?.config().debug;

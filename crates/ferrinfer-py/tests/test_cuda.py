@@ -66,21 +66,34 @@ def test_strided_rows():
 
 
 def test_runs_on_the_current_stream():
-    """The input is written on a busy side stream; ferrinfer must queue behind that write on the
-    same stream. Launched on any other stream it would read the input before the copy lands."""
+    """Only a launch on torch's current stream (a side stream here) is ordered before the reads
+    queued after it on that stream. The default stream is kept busy meanwhile, so a launch on it
+    (or on any stream other than `side`) would run late, and the clones taken on `side` right
+    after the calls would still see the NaN-filled outputs."""
     src, w = randn(4096, 4096, dtype=torch.bfloat16), randn(4096, dtype=torch.bfloat16)
-    x = torch.zeros_like(src)
+    x, out = torch.zeros_like(src), torch.full_like(src, float("nan"))
+    r = torch.zeros_like(src)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
+    torch.cuda._sleep(400_000_000)  # the default stream: busy ~0.2 s
     with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time before the copy
         x.copy_(src)
-        y = ferrinfer.rmsnorm(x, w)
-        r = torch.zeros_like(src)
+        ferrinfer.rmsnorm(x, w, out=out)
+        seen_out = out.clone()
         ferrinfer.fused_add_rmsnorm(x, r, w)
+        seen_r, seen_x = r.clone(), x.clone()
     side.synchronize()
-    close(y, rms_ref(src, w), torch.bfloat16)
-    close(r, src.double(), torch.bfloat16)
+    close(seen_out, rms_ref(src, w), torch.bfloat16)
+    close(seen_r, src.double(), torch.bfloat16)
+    close(seen_x, rms_ref(seen_r, w), torch.bfloat16)
+    torch.cuda.synchronize()
+
+
+def test_parameters_that_require_grad_are_accepted():
+    """torch will not export a tensor that requires grad; model weights do (FlashInfer takes them)."""
+    x = randn(8, 1024, dtype=torch.float32)
+    w = torch.nn.Parameter(randn(1024, dtype=torch.float32))
+    close(ferrinfer.rmsnorm(x, w), rms_ref(x, w.detach()), torch.float32)
 
 
 def test_captured_in_a_cuda_graph_and_replayed():

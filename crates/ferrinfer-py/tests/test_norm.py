@@ -67,3 +67,14 @@ def test_errors_carry_the_rust_message_and_leave_out_untouched():
     assert np.isnan(out).all()
     with pytest.raises(TypeError, match="`input` does not support DLPack"):
         ferrinfer.rmsnorm([1.0, 2.0], np.ones(2, np.float32))
+
+
+def test_export_and_dtype_errors_name_the_argument():
+    x = RNG.standard_normal((4, 64)).astype(np.float32)
+    w = np.ones(64, np.float32)
+    w.flags.writeable = False  # NumPy refuses to export read-only arrays as legacy DLPack
+    with pytest.raises(BufferError, match="`weight`: __dlpack__ failed"):
+        ferrinfer.rmsnorm(x, w)
+    g, b = np.ones(64, np.float64), np.zeros(64, np.float32)
+    with pytest.raises((TypeError, ValueError), match="`gamma`"):
+        ferrinfer.layernorm(x, g, b)
