@@ -37,15 +37,18 @@ pub fn cuda_device_count() -> usize {
 /// while the returned stream (or anything launched on it from here) is in use.
 pub unsafe fn borrowed_stream(ordinal: usize, raw: usize) -> Result<Arc<CudaStream>, Error> {
     static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<CudaContext>>>> = OnceLock::new();
-    let count = cuda_device_count();
-    if ordinal >= count {
-        return Err(Error::NoSuchDevice { ordinal, count });
-    }
-    let _restore = CurrentContext::save()?;
     let mut contexts = lock(CONTEXTS.get_or_init(Default::default));
     let context = match contexts.get(&ordinal) {
         Some(context) => context.clone(),
-        None => contexts.entry(ordinal).or_insert(CudaContext::new(ordinal)?).clone(),
+        // First use of the device only: every Python call on CUDA tensors comes through here.
+        None => {
+            let count = cuda_device_count();
+            if ordinal >= count {
+                return Err(Error::NoSuchDevice { ordinal, count });
+            }
+            let _restore = CurrentContext::save()?;
+            contexts.entry(ordinal).or_insert(CudaContext::new(ordinal)?).clone()
+        }
     };
     // SAFETY: forwarded to the caller.
     Ok(unsafe { context.wrap_borrowed_stream(raw as cudarc::driver::sys::CUstream) })
