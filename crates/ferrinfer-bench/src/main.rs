@@ -2,19 +2,20 @@
 //! It times ferrinfer's ops exactly as `../shared/peers/peers.py` times torch and FlashInfer — a
 //! CUDA graph of 50 calls, 3 untimed and `--num-iters` timed replays, the median over 50 — and
 //! prints the peers' CSV columns (`op,dtype,T,H,impl,us,tbps`), so both outputs concatenate into
-//! one table. Without a GPU, `--backend auto` runs the CPU backend and says so.
+//! one table. Without a GPU, `--backend auto` runs the CPU backend and says so. Any op of the
+//! registry is a routine (`ferrinfer_launch::ops()`); `--mode eager` times the host path instead.
 //!
 //! The top of the layer stack: it may depend on every ferrinfer crate, and nothing depends on it.
 
-mod norm;
+mod grid;
 mod report;
+mod routine;
 mod timing;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use ferrinfer_launch::norm::NormRoutine;
 use ferrinfer_launch::{DType, cuda_device_count};
 
 /// Benchmark ferrinfer's ops: time, bandwidth and (with --refcheck) correctness.
@@ -32,8 +33,9 @@ pub struct Args {
     hidden_size: Option<usize>,
     #[arg(long, value_enum, default_value = "bf16")]
     dtype: DTypeArg,
-    #[arg(long, default_value_t = 1e-6)]
-    eps: f32,
+    /// A scalar argument by name, e.g. `--scalar eps=1e-5` (default: FlashInfer's).
+    #[arg(long, value_parser = scalar_parser, value_name = "NAME=VALUE")]
+    scalar: Vec<(String, f64)>,
     /// auto: CUDA when a driver and device are present, else the CPU backend.
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendArg,
@@ -43,7 +45,15 @@ pub struct Args {
     /// Timed repetitions (graph replays on CUDA, calls on the CPU); the median is reported.
     #[arg(long, default_value_t = 15)]
     num_iters: usize,
-    /// Run the peers' standard grid: H ∈ {4096, 8192} × T ∈ {1, 16, …, 65536}.
+    /// CUDA timing: the GPU time of a call in graph replay (the peers' method), or eager: the
+    /// wall time per call of 2000 back-to-back calls (the host path's cost).
+    #[arg(long, value_enum, default_value = "graph")]
+    mode: ModeArg,
+    /// Programmatic dependent launch: auto (on where the GPU has it), on, off.
+    #[arg(long, value_enum, default_value = "auto")]
+    pdl: PdlArg,
+    /// Run the peers' standard grid of the routine's family (norm: H ∈ {4096, 8192} × T ∈ {1, 16,
+    /// …, 65536}; activation: d ∈ {4096, 11008, 14336} × T ∈ {1, 16, …, 16384}).
     #[arg(long)]
     grid: bool,
     /// Append the CSV rows to this file (the header only when it is new).
@@ -54,9 +64,28 @@ pub struct Args {
     warmup_seconds: f64,
 }
 
-/// FlashInfer's routine names.
+/// FlashInfer's names of every op.
 fn routine_parser() -> clap::builder::PossibleValuesParser {
-    NormRoutine::ALL.map(NormRoutine::name).into()
+    ferrinfer_launch::ops().map(|op| op.name).collect::<Vec<_>>().into()
+}
+
+fn scalar_parser(text: &str) -> Result<(String, f64), String> {
+    let (name, value) = text.split_once('=').ok_or("expected NAME=VALUE")?;
+    let value = value.parse().map_err(|e| format!("`{value}`: {e}"))?;
+    Ok((name.to_owned(), value))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ModeArg {
+    Graph,
+    Eager,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum PdlArg {
+    Auto,
+    On,
+    Off,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -86,10 +115,6 @@ enum BackendArg {
     Cuda,
 }
 
-/// The peers' grid.
-const GRID_HIDDEN: [usize; 2] = [4096, 8192];
-const GRID_TOKENS: [usize; 7] = [1, 16, 128, 1024, 4096, 16384, 65536];
-
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
@@ -102,25 +127,55 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), String> {
+    let op = ferrinfer_launch::op(&args.routine).ok_or("clap checked the routine's name")?;
+    let scalars = scalars(op, &args.scalar)?;
     let executor = timing::Executor::new(resolve_backend(args.backend)?).map_err(|e| e.to_string())?;
     let cases: Vec<(usize, usize)> = match (args.grid, args.batch_size, args.hidden_size) {
-        (true, _, _) => GRID_HIDDEN.iter().flat_map(|&h| GRID_TOKENS.map(|t| (t, h))).collect(),
+        (true, _, _) => grid::peers(op.family).ok_or(format!("no standard grid for the {} family", op.family))?,
         (false, Some(t), Some(h)) => vec![(t, h)],
         _ => return Err("give --batch-size and --hidden-size, or --grid".into()),
     };
     executor.warm_up(args.warmup_seconds).map_err(|e| e.to_string())?;
+    let mode = match args.mode {
+        ModeArg::Graph => timing::Mode::Graph,
+        ModeArg::Eager => timing::Mode::Eager,
+    };
+    let pdl = match args.pdl {
+        PdlArg::Auto => None,
+        PdlArg::On => Some(true),
+        PdlArg::Off => Some(false),
+    };
     let mut report = report::Report::new(args.output_path.clone());
     println!("{}", report::CSV_HEADER);
     for (tokens, hidden) in cases {
-        let routine = NormRoutine::ALL.into_iter().find(|r| r.name() == args.routine).expect("clap checked the name");
-        let setup =
-            norm::Setup { routine, tokens, hidden, eps: args.eps, refcheck: args.refcheck, iters: args.num_iters };
-        let row = norm::run(&executor, args.dtype.into(), &setup)
+        let setup = routine::Setup {
+            op,
+            dtype: args.dtype.into(),
+            tokens,
+            hidden,
+            scalars: scalars.clone(),
+            refcheck: args.refcheck,
+            iters: args.num_iters,
+            mode,
+        };
+        let row = ferrinfer_launch::with_pdl(pdl, || routine::run(&executor, &setup))
             .map_err(|e| format!("{} T={tokens} H={hidden}: {e}", args.routine))?;
         report.push(row).map_err(|e| e.to_string())?;
     }
     report.print_table();
     report.failures()
+}
+
+/// The op's scalars: FlashInfer's defaults, overridden by `--scalar NAME=VALUE`.
+fn scalars(op: &ferrinfer_launch::OpInfo, given: &[(String, f64)]) -> Result<Vec<f64>, String> {
+    let mut values: Vec<f64> = op.scalars.iter().map(|s| s.default).collect();
+    for (name, value) in given {
+        let known = || op.scalars.iter().map(|s| s.name).collect::<Vec<_>>();
+        let i = op.scalars.iter().position(|s| s.name == name);
+        let i = i.ok_or_else(|| format!("--scalar {name}: `{}` takes {:?}", op.name, known()))?;
+        values[i] = *value;
+    }
+    Ok(values)
 }
 
 fn resolve_backend(backend: BackendArg) -> Result<timing::Backend, String> {

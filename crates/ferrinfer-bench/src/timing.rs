@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferrinfer_launch::Error;
 use ferrinfer_launch::cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use ferrinfer_launch::cudarc::driver::{CudaContext, CudaStream, DriverError};
-use ferrinfer_launch::{Error, Stream};
 
 /// Calls per captured graph, as in the peers.
 const CALLS_PER_GRAPH: usize = 50;
@@ -31,18 +31,12 @@ impl Executor {
         })
     }
 
-    pub fn stream(&self) -> Stream<'_> {
-        match self {
-            Executor::Cpu => Stream::Cpu,
-            Executor::Cuda(stream) => Stream::Cuda(stream),
-        }
-    }
-
     /// The name in the CSV's `impl` column.
-    pub fn impl_name(&self) -> &'static str {
-        match self {
-            Executor::Cpu => "ferrinfer_cpu",
-            Executor::Cuda(_) => "ferrinfer",
+    pub fn impl_name(&self, mode: Mode) -> &'static str {
+        match (self, mode) {
+            (Executor::Cpu, _) => "ferrinfer_cpu",
+            (Executor::Cuda(_), Mode::Graph) => "ferrinfer",
+            (Executor::Cuda(_), Mode::Eager) => "ferrinfer_eager",
         }
     }
 
@@ -60,9 +54,11 @@ impl Executor {
         Ok(())
     }
 
-    /// Median microseconds of one call of `op`.
-    pub fn time_us(&self, iters: usize, mut op: impl FnMut() -> Result<(), Error>) -> Result<f64, Error> {
+    /// Median microseconds of one call of `op`: on CUDA, of the GPU's time in a graph replay, or
+    /// (eager) of the wall time per call of back-to-back calls — what the host path costs.
+    pub fn time_us(&self, iters: usize, mode: Mode, mut op: impl FnMut() -> Result<(), Error>) -> Result<f64, Error> {
         match self {
+            Executor::Cuda(stream) if mode == Mode::Eager => eager_us(stream, iters, op),
             Executor::Cpu => {
                 op()?;
                 let mut times: Vec<f64> = Vec::with_capacity(iters);
@@ -76,6 +72,35 @@ impl Executor {
             Executor::Cuda(stream) => graph_us(stream, iters, op),
         }
     }
+}
+
+/// How CUDA calls are timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The GPU time of a call, from graph replays (the peers' method).
+    Graph,
+    /// The wall time per call of `EAGER_CALLS` calls issued back to back, then one sync.
+    Eager,
+}
+
+/// Calls per eager timing.
+const EAGER_CALLS: usize = 2000;
+
+fn eager_us(stream: &Arc<CudaStream>, iters: usize, mut op: impl FnMut() -> Result<(), Error>) -> Result<f64, Error> {
+    for _ in 0..100 {
+        op()?;
+    }
+    stream.synchronize()?;
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let start = Instant::now();
+        for _ in 0..EAGER_CALLS {
+            op()?;
+        }
+        stream.synchronize()?;
+        times.push(start.elapsed().as_secs_f64() * 1e6 / EAGER_CALLS as f64);
+    }
+    Ok(median(times))
 }
 
 fn graph_us(stream: &Arc<CudaStream>, iters: usize, mut op: impl FnMut() -> Result<(), Error>) -> Result<f64, Error> {

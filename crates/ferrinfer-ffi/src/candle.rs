@@ -1,11 +1,12 @@
-//! The `candle` feature: ferrinfer's norm ops as candle ops, on candle tensors, without copying.
+//! The `candle` feature: every op of the registry as a candle op, on candle tensors, without
+//! copying — made from each family's op table.
 //!
-//! | op | new tensor | in place |
-//! |---|---|---|
-//! | rmsnorm | [`rmsnorm`], `x.apply_op2_no_bwd(&w, &RmsNorm { eps })` | `x.inplace_op2(&w, &RmsNorm { eps })` |
-//! | Gemma's rmsnorm (`1 + w`) | [`gemma_rmsnorm`], [`GemmaRmsNorm`] | `x.inplace_op2(&w, &GemmaRmsNorm { eps })` |
-//! | layernorm | [`layernorm`], `x.apply_op3_no_bwd(&gamma, &beta, &LayerNorm { eps })` | `x.inplace_op3(&gamma, &beta, &LayerNorm { eps })` |
-//! | fused add + rmsnorm | — | [`fused_add_rmsnorm`], [`gemma_fused_add_rmsnorm`] |
+//! - [`Op`] (`Op::new("rmsnorm", &[eps])`) is the op as a `CustomOp1/2/3` (a new output:
+//!   `x.apply_op2_no_bwd(&w, &op)`) and an `InplaceOp1/2/3` (the first operand is the output:
+//!   `x.inplace_op2(&w, &op)`, for ops whose output has the first input's shape).
+//! - Helpers per op, made by [`candle_functions!`] from the table: `rmsnorm(&x, &w, eps)` returns a
+//!   new contiguous tensor; in-place ops such as `fused_add_rmsnorm(&input, &residual, &weight,
+//!   eps)` update their tensors.
 //!
 //! candle hands an op each operand's storage and [`Layout`]; every operand becomes a
 //! [`TensorView`] of the same memory: the storage's data pointer, the layout's start offset as
@@ -18,80 +19,192 @@
 //! for cross-stream ordering follow our kernel. No backward pass: these are inference ops.
 //!
 //! Errors are candle errors ([`candle_core::Error::Wrapped`]) carrying the message of
-//! ferrinfer's typed error, which names the argument (`input`, `weight`, `gamma`, `beta`,
-//! `residual`, `eps`). Everything is validated before anything is written; a new output is
-//! dropped on error.
+//! ferrinfer's typed error, which names the argument. Everything is validated before anything is
+//! written; a new output is dropped on error.
 //!
-//! **The fused ops have no `InplaceOp`.** They write two tensors (`residual += input;
-//! input = rmsnorm(residual) · weight`), but candle's `InplaceOp2`/`InplaceOp3` write-lock only
-//! their first operand (the others are read-locked), and candle-core 0.11.1 keeps the write lock
-//! crate-private (`Tensor::storage_mut_and_layout` is `pub(crate)`). So [`fused_add_rmsnorm`]
-//! nests two in-place ops: the outer one write-locks one of the two tensors, and inside it the
-//! inner one write-locks the other; the kernel runs once both are held. The locks are taken in
-//! candle's own order (by storage address, as `Tensor::inplace_op` does), so calls on swapped
-//! tensors from two threads cannot deadlock. candle locks a storage as a whole, so `input`,
-//! `residual` and `weight` must be three storages: the same tensor twice, or two views of one
-//! tensor, is refused with an error naming both arguments (it would otherwise deadlock).
+//! **Ops that update two tensors have no `InplaceOp`** (the fused norms: `residual += input;
+//! input = rmsnorm(residual) · weight`): candle's `InplaceOp2`/`InplaceOp3` write-lock only their
+//! first operand (the others are read-locked), and candle-core 0.11.1 keeps the write lock
+//! crate-private (`Tensor::storage_mut_and_layout` is `pub(crate)`). So their helpers nest two
+//! in-place ops: the outer one write-locks one of the two tensors, and inside it the inner one
+//! write-locks the other; the kernel runs once both are held. The locks are taken in candle's own
+//! order (by storage address, as `Tensor::inplace_op` does), so calls on swapped tensors from two
+//! threads cannot deadlock. candle locks a storage as a whole, so every tensor of such a call must
+//! have its own storage: the same tensor twice, or two views of one tensor, is refused with an
+//! error naming both arguments (it would otherwise deadlock).
 
 use std::ffi::c_void;
 
 use candle_core::backend::BackendStorage;
 use candle_core::{
-    CpuStorage, CustomOp2, CustomOp3, InplaceOp1, InplaceOp2, InplaceOp3, Layout, Result, Shape, Storage, Tensor,
-    WithDType,
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, InplaceOp1, InplaceOp2, InplaceOp3, Layout, Result, Shape, Storage,
+    Tensor, WithDType,
 };
-use ferrinfer_launch::norm::NormRoutine;
+use ferrinfer_launch::op::{Extent, OpInfo, Role};
 use ferrinfer_launch::{DType, Device, Error, Stream, TensorView};
 
 #[cfg(feature = "candle-cuda")]
 use cuda::CudaExec;
 
-/// rmsnorm, `out = x / √(mean(x²) + eps) · weight` over the last dimension: a `CustomOp2`
-/// (`x.apply_op2_no_bwd(&weight, &op)`, a new tensor) and an `InplaceOp2` (`x.inplace_op2(&weight,
-/// &op)`, `x` normalised in place).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RmsNorm {
-    pub eps: f32,
+/// One op of the registry with its scalars, as a candle op (see the module docs).
+#[derive(Clone, Debug)]
+pub struct Op {
+    info: &'static OpInfo,
+    scalars: Vec<f64>,
 }
 
-/// Gemma's rmsnorm, `x / √(mean(x²) + eps) · (1 + weight)`; used as [`RmsNorm`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct GemmaRmsNorm {
-    pub eps: f32,
+impl Op {
+    /// The op FlashInfer calls `name`, with its scalars (`[eps]` for the norms).
+    pub fn new(name: &str, scalars: &[f64]) -> Result<Self> {
+        let info = ferrinfer_launch::op(name)
+            .ok_or_else(|| candle_core::Error::Msg(format!("ferrinfer has no op `{name}`")))?;
+        Op::of(info, scalars)
+    }
+
+    /// `info` with its scalars.
+    pub fn of(info: &'static OpInfo, scalars: &[f64]) -> Result<Self> {
+        if scalars.len() != info.scalars.len() {
+            let expected = info.scalars.iter().map(|s| s.name).collect::<Vec<_>>();
+            return Err(candle_core::Error::Msg(format!(
+                "`{}` takes scalars {expected:?}; got {}",
+                info.name,
+                scalars.len()
+            )));
+        }
+        Ok(Op { info, scalars: scalars.to_vec() })
+    }
+
+    /// Runs the op on `tensors` (its inputs, in argument order): a new output for ops with one,
+    /// `None` for ops that update their tensors in place.
+    pub fn apply(&self, tensors: &[&Tensor]) -> Result<Option<Tensor>> {
+        match self.output_arg() {
+            Ok(_) => Tensor::run(self, tensors).map(Some),
+            Err(_) => <()>::run(self, tensors).map(|()| None),
+        }
+    }
+
+    /// Runs the op on views in argument order.
+    fn run(&self, views: &[&TensorView], exec: &Exec) -> Result<()> {
+        self.info.call(views, &self.scalars, exec.stream()).map_err(to_candle)
+    }
+
+    /// A new contiguous output for an op with one `Out` argument, from its inputs' storages.
+    fn new_output<S: Backend>(&self, operands: &[(&S, &Layout)]) -> Result<(S, Shape)> {
+        let out_arg = self.output_arg()?;
+        let (first, first_layout) = operands[0];
+        let exec = first.exec();
+        let inputs = self.info.tensors.iter().zip(operands);
+        let inputs =
+            inputs.map(|(arg, (storage, layout))| storage.view(arg.name, layout, &exec)).collect::<Result<Vec<_>>>()?;
+        let shape = output_shape(first_layout.shape(), self.info.tensors[0].extent, out_arg.extent);
+        let mut out = first.alloc_like(shape.elem_count())?;
+        {
+            // Scoped: the view (and its CUDA guard) must end before `out` is returned.
+            let out_view = out.view_mut(out_arg.name, &Layout::contiguous(&shape), &exec)?;
+            let views: Vec<&TensorView> = inputs.iter().map(|v| &v.view).chain([&out_view.view]).collect();
+            self.run(&views, &exec)?;
+        }
+        Ok((out, shape))
+    }
+
+    /// The op writing into its first operand (its output is the identical view of `input`).
+    fn in_place<S: Backend>(&self, (first, first_layout): (&mut S, &Layout), rest: &[(&S, &Layout)]) -> Result<()> {
+        self.output_arg()?;
+        let exec = first.exec();
+        let names = self.info.tensors.iter().skip(1).map(|a| a.name);
+        let rest = names
+            .zip(rest)
+            .map(|(name, (storage, layout))| storage.view(name, layout, &exec))
+            .collect::<Result<Vec<_>>>()?;
+        let first = first.view_mut(self.info.tensors[0].name, first_layout, &exec)?;
+        let views: Vec<&TensorView> =
+            [&first.view].into_iter().chain(rest.iter().map(|v| &v.view)).chain([&first.view]).collect();
+        self.run(&views, &exec)
+    }
+
+    /// The op's output argument (candle ops produce exactly one).
+    fn output_arg(&self) -> Result<&'static ferrinfer_launch::op::TensorArg> {
+        let outputs: Vec<_> = self.info.tensors.iter().filter(|t| t.role == Role::Out).collect();
+        match outputs.as_slice() {
+            [one] => Ok(one),
+            _ => Err(candle_core::Error::Msg(format!(
+                "`{}` updates its tensors in place; call ferrinfer_ffi::candle::{} instead of applying it as an op",
+                self.info.name, self.info.name
+            ))),
+        }
+    }
 }
 
-/// layernorm, `(x − mean) / √(var + eps) · gamma + beta` (biased variance): a `CustomOp3`
-/// (`x.apply_op3_no_bwd(&gamma, &beta, &op)`) and an `InplaceOp3` (`x.inplace_op3(&gamma, &beta,
-/// &op)`). `gamma` and `beta` are of `x`'s dtype, or both f32.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LayerNorm {
-    pub eps: f32,
+/// The output's shape: the first input's, with the output's row length.
+fn output_shape(first: &Shape, first_extent: Extent, extent: Extent) -> Shape {
+    let mut dims = first.dims().to_vec();
+    if let Some(last) = dims.last_mut() {
+        match (first_extent, extent) {
+            (Extent::DoubleRows, Extent::Rows) => *last /= 2,
+            (Extent::Rows, Extent::DoubleRows) => *last *= 2,
+            _ => {}
+        }
+    }
+    Shape::from(dims)
 }
 
-/// rmsnorm of `x` over its last dimension, as a new contiguous tensor.
-pub fn rmsnorm(x: &Tensor, weight: &Tensor, eps: f32) -> Result<Tensor> {
-    x.apply_op2_no_bwd(weight, &RmsNorm { eps })
+/// One helper per op of a family's table (`ferrinfer_launch::norm_ops!(candle_functions)`):
+/// inputs as `&Tensor`, then scalars; returns the new output, or `()` for in-place ops.
+macro_rules! candle_functions {
+    (
+        family $family:ident;
+        $(
+            $(#[doc = $doc:literal])*
+            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)?]),+)
+                $(-> $($out:ident : Out [$out_extent:ident]),+)?
+                $(; $($scalar:ident : f32 = $default:literal),+)?
+                => $op:expr, reference $reference:path;
+        )+
+    ) => {
+        $(
+            $(#[doc = $doc])*
+            pub fn $name($($tensor: &Tensor,)+ $($($scalar: f32,)+)?) -> Result<candle_returns!($($($out)+)?)> {
+                let op = Op::of(&ferrinfer_launch::$family::$name::INFO, &[$($($scalar as f64),+)?])?;
+                Produced::run(&op, &[$($tensor),+])
+            }
+        )+
+    };
 }
 
-/// Gemma's rmsnorm (`1 + weight`) of `x`, as a new contiguous tensor.
-pub fn gemma_rmsnorm(x: &Tensor, weight: &Tensor, eps: f32) -> Result<Tensor> {
-    x.apply_op2_no_bwd(weight, &GemmaRmsNorm { eps })
+/// What a helper returns: its new output, or `()` for in-place ops.
+macro_rules! candle_returns {
+    () => {
+        ()
+    };
+    ($out:ident) => {
+        Tensor
+    };
 }
 
-/// layernorm of `x` over its last dimension, as a new contiguous tensor.
-pub fn layernorm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f32) -> Result<Tensor> {
-    x.apply_op3_no_bwd(gamma, beta, &LayerNorm { eps })
+ferrinfer_launch::norm_ops!(candle_functions);
+
+/// How a helper runs its op, by what it returns.
+trait Produced: Sized {
+    fn run(op: &Op, tensors: &[&Tensor]) -> Result<Self>;
 }
 
-/// `residual += input; input = rmsnorm(residual) · weight`, both in place, as FlashInfer does.
-/// `input`, `residual` and `weight` must not share a storage (see the module docs).
-pub fn fused_add_rmsnorm(input: &Tensor, residual: &Tensor, weight: &Tensor, eps: f32) -> Result<()> {
-    Fused::run(NormRoutine::FusedAddRmsNorm, input, residual, weight, eps)
+/// Ops with an output: applied as a custom op on the first tensor.
+impl Produced for Tensor {
+    fn run(op: &Op, tensors: &[&Tensor]) -> Result<Self> {
+        match tensors {
+            [a] => a.apply_op1_no_bwd(op),
+            [a, b] => a.apply_op2_no_bwd(b, op),
+            [a, b, c] => a.apply_op3_no_bwd(b, c, op),
+            _ => Err(candle_core::Error::Msg(format!("`{}`: candle ops take 1 to 3 tensors", op.info.name))),
+        }
+    }
 }
 
-/// Gemma's fused add + rmsnorm (`1 + weight`), as [`fused_add_rmsnorm`].
-pub fn gemma_fused_add_rmsnorm(input: &Tensor, residual: &Tensor, weight: &Tensor, eps: f32) -> Result<()> {
-    Fused::run(NormRoutine::GemmaFusedAddRmsNorm, input, residual, weight, eps)
+/// Ops updating two tensors in place: the nested locks of the module docs.
+impl Produced for () {
+    fn run(op: &Op, tensors: &[&Tensor]) -> Result<Self> {
+        Fused::run(op, tensors)
+    }
 }
 
 /// ferrinfer's error, the candle way: its message (which names the argument) in a candle error.
@@ -99,22 +212,15 @@ fn to_candle(error: Error) -> candle_core::Error {
     candle_core::Error::wrap(error)
 }
 
-/// The candle ops: `$custom` (new output) and `$inplace` for `$op`, whose operands after the
-/// input are named `$param` (as ferrinfer names them), for CPU and, with `candle-cuda`, CUDA.
-macro_rules! norm_ops {
-    ($op:ident, $name:literal, $routine:ident, $custom:ident, $inplace:ident, [$($param:ident, $layout:ident);+]) => {
-        impl $custom for $op {
+macro_rules! custom_op {
+    ($custom:ident, $inplace:ident, [$($storage:ident, $layout:ident);*]) => {
+        impl $custom for Op {
             fn name(&self) -> &'static str {
-                $name
+                self.info.name
             }
 
-            fn cpu_fwd(
-                &self,
-                x: &CpuStorage,
-                x_layout: &Layout,
-                $($param: &CpuStorage, $layout: &Layout),+
-            ) -> Result<(CpuStorage, Shape)> {
-                new_output(NormRoutine::$routine, self.eps, (x, x_layout), [$((stringify!($param), $param, $layout)),+])
+            fn cpu_fwd(&self, x: &CpuStorage, x_layout: &Layout, $($storage: &CpuStorage, $layout: &Layout),*) -> Result<(CpuStorage, Shape)> {
+                self.new_output(&[(x, x_layout) $(, ($storage, $layout))*])
             }
 
             #[cfg(feature = "candle-cuda")]
@@ -122,24 +228,19 @@ macro_rules! norm_ops {
                 &self,
                 x: &candle_core::CudaStorage,
                 x_layout: &Layout,
-                $($param: &candle_core::CudaStorage, $layout: &Layout),+
+                $($storage: &candle_core::CudaStorage, $layout: &Layout),*
             ) -> Result<(candle_core::CudaStorage, Shape)> {
-                new_output(NormRoutine::$routine, self.eps, (x, x_layout), [$((stringify!($param), $param, $layout)),+])
+                self.new_output(&[(x, x_layout) $(, ($storage, $layout))*])
             }
         }
 
-        impl $inplace for $op {
+        impl $inplace for Op {
             fn name(&self) -> &'static str {
-                $name
+                self.info.name
             }
 
-            fn cpu_fwd(
-                &self,
-                x: &mut CpuStorage,
-                x_layout: &Layout,
-                $($param: &CpuStorage, $layout: &Layout),+
-            ) -> Result<()> {
-                in_place(NormRoutine::$routine, self.eps, (x, x_layout), [$((stringify!($param), $param, $layout)),+])
+            fn cpu_fwd(&self, x: &mut CpuStorage, x_layout: &Layout, $($storage: &CpuStorage, $layout: &Layout),*) -> Result<()> {
+                self.in_place((x, x_layout), &[$(($storage, $layout)),*])
             }
 
             #[cfg(feature = "candle-cuda")]
@@ -147,81 +248,17 @@ macro_rules! norm_ops {
                 &self,
                 x: &mut candle_core::CudaStorage,
                 x_layout: &Layout,
-                $($param: &candle_core::CudaStorage, $layout: &Layout),+
+                $($storage: &candle_core::CudaStorage, $layout: &Layout),*
             ) -> Result<()> {
-                in_place(NormRoutine::$routine, self.eps, (x, x_layout), [$((stringify!($param), $param, $layout)),+])
+                self.in_place((x, x_layout), &[$(($storage, $layout)),*])
             }
         }
     };
 }
 
-norm_ops!(RmsNorm, "ferrinfer-rmsnorm", RmsNorm, CustomOp2, InplaceOp2, [weight, weight_layout]);
-norm_ops!(GemmaRmsNorm, "ferrinfer-gemma-rmsnorm", GemmaRmsNorm, CustomOp2, InplaceOp2, [weight, weight_layout]);
-norm_ops!(LayerNorm, "ferrinfer-layernorm", LayerNorm, CustomOp3, InplaceOp3, [gamma, gamma_layout; beta, beta_layout]);
-
-/// A storage operand of a call: argument name, storage, layout.
-type Operand<'a, S> = (&'static str, &'a S, &'a Layout);
-
-/// A non-fused op into a new contiguous storage shaped like `x`.
-fn new_output<S: Backend, const N: usize>(
-    routine: NormRoutine,
-    eps: f32,
-    (x, x_layout): (&S, &Layout),
-    params: [Operand<'_, S>; N],
-) -> Result<(S, Shape)> {
-    let exec = x.exec();
-    let input = x.view("input", x_layout, &exec)?;
-    let params = params.iter().map(|(argument, storage, layout)| storage.view(argument, layout, &exec));
-    let params = params.collect::<Result<Vec<_>>>()?;
-    let shape = x_layout.shape().clone();
-    let mut out = x.alloc_like(shape.elem_count())?;
-    {
-        // Scoped: the view (and its CUDA guard) must end before `out` is returned.
-        let out_view = out.view_mut("out", &Layout::contiguous(&shape), &exec)?;
-        Operands::norm(&input, &params, &out_view).run(routine, eps, &exec)?;
-    }
-    Ok((out, shape))
-}
-
-/// A non-fused op writing `x` itself (ferrinfer allows `out` to be the identical view of `input`).
-fn in_place<S: Backend, const N: usize>(
-    routine: NormRoutine,
-    eps: f32,
-    (x, x_layout): (&mut S, &Layout),
-    params: [Operand<'_, S>; N],
-) -> Result<()> {
-    let exec = x.exec();
-    let params = params.iter().map(|(argument, storage, layout)| storage.view(argument, layout, &exec));
-    let params = params.collect::<Result<Vec<_>>>()?;
-    let input = x.view_mut("input", x_layout, &exec)?;
-    Operands::norm(&input, &params, &input).run(routine, eps, &exec)
-}
-
-/// The views of one call, by the role `ferrinfer_launch::norm` gives them.
-struct Operands<'a, 'v> {
-    input: &'a TensorView<'v>,
-    residual: Option<&'a TensorView<'v>>,
-    weight: &'a TensorView<'v>,
-    bias: Option<&'a TensorView<'v>>,
-    out: &'a TensorView<'v>,
-}
-
-impl<'a, 'v> Operands<'a, 'v> {
-    /// A non-fused op's operands: the input, then weight (rmsnorm) or gamma and beta (layernorm).
-    fn norm(input: &'a Viewed<'v>, params: &'a [Viewed<'v>], out: &'a Viewed<'v>) -> Self {
-        let weight = params.first().map_or(&input.view, |w| &w.view);
-        let bias = params.get(1).map(|b| &b.view);
-        Operands { input: &input.view, residual: None, weight, bias, out: &out.view }
-    }
-
-    /// Runs `routine`; roles it does not take get stand-ins that `NormRoutine::run` ignores.
-    fn run(&self, routine: NormRoutine, eps: f32, exec: &Exec) -> Result<()> {
-        let (mut input, mut out) = (self.input.clone(), self.out.clone());
-        let mut residual = self.residual.unwrap_or(self.input).clone();
-        let bias = self.bias.unwrap_or(self.weight);
-        routine.run(&mut input, &mut residual, self.weight, bias, &mut out, eps, exec.stream()).map_err(to_candle)
-    }
-}
+custom_op!(CustomOp1, InplaceOp1, []);
+custom_op!(CustomOp2, InplaceOp2, [b, b_layout]);
+custom_op!(CustomOp3, InplaceOp3, [b, b_layout; c, c_layout]);
 
 /// What a call runs on: the CPU backend or the CUDA stream of candle's device (owned, so device
 /// pointers can be taken on it for as long as the call lasts).
@@ -313,8 +350,7 @@ macro_rules! with_float_data {
 }
 /// candle dtypes ferrinfer does not run.
 fn unsupported_dtype(argument: &'static str, dtype: candle_core::DType) -> candle_core::Error {
-    let reason = format!("candle dtype {}; expected f16, bf16 or f32", dtype.as_str());
-    to_candle(Error::UnsupportedLayout { argument, reason })
+    to_candle(Error::UnsupportedDType { argument, found: dtype.as_str().into(), expected: "f16, bf16 or f32".into() })
 }
 
 /// A view of `layout` over `len` elements of `dtype` at `data` on `device`.
@@ -391,79 +427,97 @@ fn storage_key(tensor: &Tensor) -> usize {
     std::ptr::from_ref::<Storage>(&storage).addr()
 }
 
-/// The fused ops: which tensor each of the two nested in-place ops locks (see the module docs).
+/// An op updating two tensors in place (and reading a third): which tensor each of the two
+/// nested in-place ops locks (see the module docs). Tensors are addressed by argument index.
 struct Fused<'t> {
-    routine: NormRoutine,
-    eps: f32,
+    op: &'t Op,
     exec: Exec,
     /// The written tensors, in candle's lock order: the outer step locks `first`.
-    first: (&'static str, &'t Tensor),
-    second: (&'static str, &'t Tensor),
-    weight: &'t Tensor,
-    /// Whether the outer step read-locks `weight` (it precedes `second` in lock order).
-    weight_first: bool,
+    first: (usize, &'t Tensor),
+    second: (usize, &'t Tensor),
+    /// The read-only tensor.
+    read: (usize, &'t Tensor),
+    /// Whether the outer step read-locks `read` (it precedes `second` in lock order).
+    read_first: bool,
 }
 
 impl<'t> Fused<'t> {
-    fn run(routine: NormRoutine, input: &'t Tensor, residual: &'t Tensor, weight: &'t Tensor, eps: f32) -> Result<()> {
-        let tensors = [("input", input), ("residual", residual), ("weight", weight)];
-        let keys = tensors.map(|(_, tensor)| storage_key(tensor));
-        for (a, b) in [(0, 1), (0, 2), (1, 2)] {
-            if keys[a] == keys[b] {
+    fn run(op: &'t Op, tensors: &[&'t Tensor]) -> Result<()> {
+        let args = op.info.tensors;
+        let written: Vec<usize> = (0..tensors.len()).filter(|&i| args[i].role == Role::InOut).collect();
+        let read: Vec<usize> = (0..tensors.len()).filter(|&i| args[i].role == Role::In).collect();
+        let (&[a, b], &[r]) = (written.as_slice(), read.as_slice()) else {
+            let message = format!(
+                "`{}`: the candle adapter runs in-place ops that update two tensors and read one",
+                op.info.name
+            );
+            return Err(candle_core::Error::Msg(message));
+        };
+        let keys: Vec<usize> = tensors.iter().map(|t| storage_key(t)).collect();
+        for (x, y) in [(a, b), (a, r), (b, r)] {
+            if keys[x] == keys[y] {
                 let reason = format!(
-                    "shares its candle storage with `{}` (the same tensor, or views of one); candle locks a storage as a whole, so the fused op needs separate tensors",
-                    tensors[a].0
+                    "shares its candle storage with `{}` (the same tensor, or views of one); candle locks a storage as a whole, so `{}` needs separate tensors",
+                    args[x].name, op.info.name
                 );
-                return Err(to_candle(Error::UnsupportedLayout { argument: tensors[b].0, reason }));
+                return Err(to_candle(Error::UnsupportedLayout { argument: args[y].name, reason }));
             }
         }
-        let (first, second) = if keys[0] < keys[1] { (0, 1) } else { (1, 0) };
-        let (weight_first, first, second) = (keys[2] < keys[second], tensors[first], tensors[second]);
-        let fused = Fused { routine, eps, exec: Exec::of(input.device())?, first, second, weight, weight_first };
-        fused.lock(first.1, weight_first, &FusedStep { fused: &fused, held: Vec::new() })
+        let (first, second) = if keys[a] < keys[b] { (a, b) } else { (b, a) };
+        let fused = Fused {
+            op,
+            exec: Exec::of(tensors[0].device())?,
+            first: (first, tensors[first]),
+            second: (second, tensors[second]),
+            read: (r, tensors[r]),
+            read_first: keys[r] < keys[second],
+        };
+        fused.lock(fused.first.1, fused.read_first, &FusedStep { fused: &fused, held: Vec::new() })
     }
 
-    /// Write-locks `tensor` (and read-locks the weight if `with_weight`) for `step`.
-    fn lock(&self, tensor: &Tensor, with_weight: bool, step: &FusedStep) -> Result<()> {
-        if with_weight { tensor.inplace_op2(self.weight, step) } else { tensor.inplace_op1(step) }
+    /// Write-locks `tensor` (and read-locks the read-only tensor if `with_read`) for `step`.
+    fn lock(&self, tensor: &Tensor, with_read: bool, step: &FusedStep) -> Result<()> {
+        if with_read { tensor.inplace_op2(self.read.1, step) } else { tensor.inplace_op1(step) }
     }
 }
 
-/// One of the fused call's nested in-place ops. The outer step (nothing held yet) views the
-/// tensor it locked and locks the other in an inner step; the inner step runs the op.
+/// One of the nested in-place ops. The outer step (nothing held yet) views the tensor it locked
+/// and locks the other in an inner step; the inner step runs the op.
 struct FusedStep<'f, 'v> {
     fused: &'f Fused<'f>,
-    /// Views taken by the outer step, by argument name.
-    held: Vec<(&'static str, TensorView<'v>)>,
+    /// Views taken by the outer step, by argument index.
+    held: Vec<(usize, TensorView<'v>)>,
 }
 
 impl FusedStep<'_, '_> {
-    fn forward<S: Backend>(&self, locked: &mut S, layout: &Layout, weight: Option<(&S, &Layout)>) -> Result<()> {
+    fn forward<S: Backend>(&self, locked: &mut S, layout: &Layout, read: Option<(&S, &Layout)>) -> Result<()> {
         let fused = self.fused;
+        let args = fused.op.info.tensors;
         let outer = self.held.is_empty();
-        let argument = if outer { fused.first.0 } else { fused.second.0 };
-        let weight = weight.map(|(storage, layout)| storage.view("weight", layout, &fused.exec)).transpose()?;
-        let locked = locked.view_mut(argument, layout, &fused.exec)?;
+        let index = if outer { fused.first.0 } else { fused.second.0 };
+        let read_index = fused.read.0;
+        let read =
+            read.map(|(storage, layout)| storage.view(args[read_index].name, layout, &fused.exec)).transpose()?;
+        let locked = locked.view_mut(args[index].name, layout, &fused.exec)?;
         let mut held = self.held.clone();
-        held.push((argument, locked.view.clone()));
-        held.extend(weight.as_ref().map(|w| ("weight", w.view.clone())));
+        held.push((index, locked.view.clone()));
+        held.extend(read.as_ref().map(|r| (read_index, r.view.clone())));
         if outer {
             let inner = FusedStep { fused, held };
-            return fused.lock(fused.second.1, !fused.weight_first, &inner);
+            return fused.lock(fused.second.1, !fused.read_first, &inner);
         }
-        let view = |name| held.iter().find(|(argument, _)| *argument == name).map(|(_, view)| view);
-        let (Some(input), Some(residual), Some(weight)) = (view("input"), view("residual"), view("weight")) else {
-            return Err(candle_core::Error::Msg("ferrinfer: a fused op ran before every operand was locked".into()));
-        };
-        let operands = Operands { input, residual: Some(residual), weight, bias: None, out: input };
-        operands.run(fused.routine, fused.eps, &fused.exec)
-        // `locked` and `weight` (with their cudarc guards) drop here, after the launch.
+        let views: Option<Vec<&TensorView>> =
+            (0..args.len()).map(|i| held.iter().find(|(held, _)| *held == i).map(|(_, view)| view)).collect();
+        let views = views
+            .ok_or_else(|| candle_core::Error::Msg("ferrinfer: an op ran before every operand was locked".into()))?;
+        fused.op.run(&views, &fused.exec)
+        // `locked` and `read` (with their cudarc guards) drop here, after the launch.
     }
 }
 
 impl InplaceOp1 for FusedStep<'_, '_> {
     fn name(&self) -> &'static str {
-        self.fused.routine.name()
+        self.fused.op.info.name
     }
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> Result<()> {
@@ -478,11 +532,11 @@ impl InplaceOp1 for FusedStep<'_, '_> {
 
 impl InplaceOp2 for FusedStep<'_, '_> {
     fn name(&self) -> &'static str {
-        self.fused.routine.name()
+        self.fused.op.info.name
     }
 
-    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout, weight: &CpuStorage, w_layout: &Layout) -> Result<()> {
-        self.forward(storage, layout, Some((weight, w_layout)))
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout, read: &CpuStorage, r_layout: &Layout) -> Result<()> {
+        self.forward(storage, layout, Some((read, r_layout)))
     }
 
     #[cfg(feature = "candle-cuda")]
@@ -490,10 +544,10 @@ impl InplaceOp2 for FusedStep<'_, '_> {
         &self,
         storage: &mut candle_core::CudaStorage,
         layout: &Layout,
-        weight: &candle_core::CudaStorage,
-        w_layout: &Layout,
+        read: &candle_core::CudaStorage,
+        r_layout: &Layout,
     ) -> Result<()> {
-        self.forward(storage, layout, Some((weight, w_layout)))
+        self.forward(storage, layout, Some((read, r_layout)))
     }
 }
 

@@ -58,13 +58,30 @@ pub fn dtype_from_dlpack(argument: &'static str, dtype: DLDataType) -> Result<DT
         (DL_FLOAT, 16, 1) => Ok(DType::F16),
         (DL_BFLOAT, 16, 1) => Ok(DType::Bf16),
         (DL_FLOAT, 32, 1) => Ok(DType::F32),
-        (code, bits, lanes) => Err(Error::UnsupportedLayout {
-            argument,
-            reason: format!(
-                "DLPack dtype (code {code}, {bits} bits, {lanes} lanes); expected float16, bfloat16 or float32"
-            ),
-        }),
+        _ => {
+            Err(Error::UnsupportedDType { argument, found: dlpack_dtype_name(dtype), expected: EXPECTED_DTYPES.into() })
+        }
     }
+}
+
+/// What every op accepts, as the frameworks spell it.
+const EXPECTED_DTYPES: &str = "float16, bfloat16 or float32";
+
+/// A DLPack dtype as NumPy and torch name it (`int32`, `float64`, `uint8`, `bool`, …), with the
+/// lane count when it is a vector type.
+fn dlpack_dtype_name(dtype: DLDataType) -> String {
+    let kind = match dtype.code {
+        0 => "int",
+        1 => "uint",
+        DL_FLOAT => "float",
+        3 => "opaque_handle",
+        DL_BFLOAT => "bfloat",
+        5 => "complex",
+        6 => "bool",
+        code => return format!("DLPack type code {code} ({} bits)", dtype.bits),
+    };
+    let name = if kind == "bool" { "bool".to_owned() } else { format!("{kind}{}", dtype.bits) };
+    if dtype.lanes == 1 { name } else { format!("{name}x{}", dtype.lanes) }
 }
 
 /// ferrinfer's dtype as DLPack's.
@@ -191,9 +208,17 @@ mod tests {
 
     #[test]
     fn dlpack_unsupported_dtypes_and_devices_name_the_argument() {
+        let int32 = DLDataType { code: 0, bits: 32, lanes: 1 };
+        let err = dtype_from_dlpack("input", int32).unwrap_err();
+        assert!(
+            err.is_dtype() && err.to_string() == "`input` has dtype int32; expected float16, bfloat16 or float32",
+            "{err}"
+        );
+        let f64x2 = DLDataType { code: DL_FLOAT, bits: 64, lanes: 2 };
+        assert!(dtype_from_dlpack("x", f64x2).unwrap_err().to_string().contains("float64x2"));
         let int8 = DLDataType { code: 0, bits: 8, lanes: 1 };
         let err = dtype_from_dlpack("weight", int8).unwrap_err().to_string();
-        assert!(err.starts_with("`weight`") && err.contains("code 0, 8 bits"), "{err}");
+        assert_eq!(err, "`weight` has dtype int8; expected float16, bfloat16 or float32");
         let rocm = DLDevice { device_type: 10, device_id: 0 };
         assert!(device_from_dlpack("input", rocm).unwrap_err().to_string().contains("device type 10"));
     }

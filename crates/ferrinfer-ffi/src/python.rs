@@ -1,141 +1,237 @@
-//! The `python` feature: FlashInfer's Python norm API (`ferrinfer.rmsnorm(x, w, eps=1e-6,
-//! out=None)` and the rest) over any DLPack producer — NumPy, PyTorch, CuPy, JAX — without
-//! copying. Errors are raised as Python exceptions carrying the Rust error's message (`TypeError`
-//! for a dtype mismatch, `ValueError` otherwise).
+//! The `python` feature: every op of the registry as a Python function with FlashInfer's
+//! signature — `ferrinfer.rmsnorm(input, weight, eps=1e-6, out=None, enable_pdl=None)` and the
+//! rest, made from each op's table line at import ([`register`]): required tensors, then scalars
+//! with their defaults, then the optional `out`, then `enable_pdl`. Ops with an output return it
+//! (allocated like `input` when `out` is None); in-place ops return None. Errors are raised as
+//! Python exceptions carrying the Rust error's message (`TypeError` for dtype errors, naming the
+//! dtype; `ValueError` otherwise).
 //!
-//! Host (CPU) tensors run on the CPU backend. CUDA tensors run on the producer's *current*
-//! stream, as FlashInfer runs on `torch.cuda.current_stream()`: the stream is asked of the
-//! producer's framework (torch, CuPy; any other producer: the legacy default stream), and every
-//! argument is exported with `__dlpack__(stream=that stream)` — the DLPack stream protocol, under
-//! which the producer makes its pending work visible to that stream before handing the tensor over.
-//! Launches are asynchronous and can be captured in a CUDA graph (`torch.cuda.graph`) — except for
-//! producers without a current stream (JAX, …): they may reuse an argument's memory on their own
-//! streams once we release it, so those calls wait for the kernel before returning.
-//! Tensors that require grad (model parameters) are exported through `detach()`, the same memory.
+//! Tensors come without copying. PyTorch tensors are read directly (data pointer, sizes, strides,
+//! dtype, device: a few attribute reads), the light path eager PyTorch needs; any other DLPack
+//! producer — NumPy, CuPy, JAX — through `__dlpack__`. Host (CPU) tensors run on the CPU backend.
+//! CUDA tensors run on the producer's *current* stream, as FlashInfer runs on
+//! `torch.cuda.current_stream()`: torch's raw current stream, CuPy's current stream, else the legacy
+//! default stream; DLPack exports pass that stream (`__dlpack__(stream=…)`, the DLPack stream
+//! protocol). Launches are asynchronous and can be captured in a CUDA graph (`torch.cuda.graph`) —
+//! except for producers without a current stream (JAX, …): they may reuse an argument's memory
+//! on their own streams once we release it, so those calls wait for the kernel before returning.
 
+use std::ffi::CString;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use ferrinfer_launch::cudarc::driver::CudaStream;
-use ferrinfer_launch::norm::NormRoutine;
-use ferrinfer_launch::{Error, Stream, TensorView, borrowed_stream};
+use ferrinfer_launch::op::{Extent, OpInfo, Role};
+use ferrinfer_launch::{DType, Device, Error, MAX_DIMS, Stream, TensorView, borrowed_stream};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{IntoPyDict, PyCapsule};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{IntoPyDict, PyCFunction, PyCapsule, PyDict, PyTuple};
 
 use crate::dlpack::{DLManagedTensor, view_from_dlpack};
 
-/// Adds the functions to the `ferrinfer` module.
+/// Adds one function per op of the registry to the `ferrinfer` module.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    module.add_function(wrap_pyfunction!(rmsnorm, module)?)?;
-    module.add_function(wrap_pyfunction!(gemma_rmsnorm, module)?)?;
-    module.add_function(wrap_pyfunction!(fused_add_rmsnorm, module)?)?;
-    module.add_function(wrap_pyfunction!(gemma_fused_add_rmsnorm, module)?)?;
-    module.add_function(wrap_pyfunction!(layernorm, module)?)?;
+    for op in ferrinfer_launch::ops() {
+        module.add(op.name, function(module.py(), op)?)?;
+    }
     Ok(())
 }
 
-/// `out = input / sqrt(mean(input**2) + eps) * weight` over the last dimension; returns `out`.
-#[pyfunction]
-#[pyo3(signature = (input, weight, eps = 1e-6, out = None))]
-fn rmsnorm<'py>(
-    input: &Bound<'py, PyAny>,
-    weight: &Bound<'py, PyAny>,
-    eps: f32,
-    out: Option<Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    normalize(NormRoutine::RmsNorm, input, weight, None, eps, out)
+/// A parameter of an op's Python signature.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Parameter {
+    /// Tensor argument `i` of the op (an `Out` one is optional).
+    Tensor(usize),
+    /// Scalar `i`, with its default.
+    Scalar(usize),
+    /// `enable_pdl=None`.
+    EnablePdl,
 }
 
-/// Gemma's rmsnorm: `weight + 1`; returns `out`.
-#[pyfunction]
-#[pyo3(signature = (input, weight, eps = 1e-6, out = None))]
-fn gemma_rmsnorm<'py>(
-    input: &Bound<'py, PyAny>,
-    weight: &Bound<'py, PyAny>,
-    eps: f32,
-    out: Option<Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    normalize(NormRoutine::GemmaRmsNorm, input, weight, None, eps, out)
+/// FlashInfer's parameter order: required tensors, scalars, optional outputs, `enable_pdl`.
+fn parameters(op: &OpInfo) -> Vec<Parameter> {
+    let tensors = |out: bool| (0..op.tensors.len()).filter(move |&i| (op.tensors[i].role == Role::Out) == out);
+    tensors(false)
+        .map(Parameter::Tensor)
+        .chain((0..op.scalars.len()).map(Parameter::Scalar))
+        .chain(tensors(true).map(Parameter::Tensor))
+        .chain([Parameter::EnablePdl])
+        .collect()
 }
 
-/// `out = (input - mean) / sqrt(var + eps) * gemma + beta`; returns `out` (new).
-#[pyfunction]
-#[pyo3(signature = (input, gemma, beta, eps = 1e-6))]
-fn layernorm<'py>(
-    input: &Bound<'py, PyAny>,
-    gemma: &Bound<'py, PyAny>,
-    beta: &Bound<'py, PyAny>,
-    eps: f32,
-) -> PyResult<Bound<'py, PyAny>> {
-    normalize(NormRoutine::LayerNorm, input, gemma, Some(beta), eps, None)
+fn parameter_name(op: &OpInfo, parameter: Parameter) -> &'static str {
+    match parameter {
+        Parameter::Tensor(i) => op.tensors[i].alias.unwrap_or(op.tensors[i].name),
+        Parameter::Scalar(i) => op.scalars[i].name,
+        Parameter::EnablePdl => "enable_pdl",
+    }
 }
 
-/// `residual += input; input = rmsnorm(residual) * weight`, both in place.
-#[pyfunction]
-#[pyo3(signature = (input, residual, weight, eps = 1e-6))]
-fn fused_add_rmsnorm(
-    input: &Bound<'_, PyAny>,
-    residual: &Bound<'_, PyAny>,
-    weight: &Bound<'_, PyAny>,
-    eps: f32,
-) -> PyResult<()> {
-    fused(NormRoutine::FusedAddRmsNorm, input, residual, weight, eps)
+/// `name(input, weight, eps=1e-6, out=None, enable_pdl=None)`: what `inspect.signature` shows.
+fn signature(op: &OpInfo) -> String {
+    let parameters: Vec<String> = parameters(op)
+        .into_iter()
+        .map(|p| match p {
+            Parameter::Tensor(i) if op.tensors[i].role == Role::Out => format!("{}=None", parameter_name(op, p)),
+            Parameter::Scalar(i) => format!("{}={:?}", op.scalars[i].name, op.scalars[i].default),
+            Parameter::EnablePdl => "enable_pdl=None".into(),
+            Parameter::Tensor(_) => parameter_name(op, p).into(),
+        })
+        .collect();
+    format!("{}({})", op.name, parameters.join(", "))
 }
 
-/// Gemma's fused add + rmsnorm (`weight + 1`), both in place.
-#[pyfunction]
-#[pyo3(signature = (input, residual, weight, eps = 1e-6))]
-fn gemma_fused_add_rmsnorm(
-    input: &Bound<'_, PyAny>,
-    residual: &Bound<'_, PyAny>,
-    weight: &Bound<'_, PyAny>,
-    eps: f32,
-) -> PyResult<()> {
-    fused(NormRoutine::GemmaFusedAddRmsNorm, input, residual, weight, eps)
-}
-
-fn normalize<'py>(
-    routine: NormRoutine,
-    input: &Bound<'py, PyAny>,
-    weight: &Bound<'py, PyAny>,
-    bias: Option<&Bound<'py, PyAny>>,
-    eps: f32,
-    out: Option<Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let target = Target::of(input)?;
-    let weight_name = if bias.is_some() { "gamma" } else { "weight" };
-    let (x, w) = (target.import("input", input)?, target.import(weight_name, weight)?);
-    let out = match out {
-        Some(out) => out,
-        None => empty_like(input)?,
+/// The Python function of `op`.
+fn function<'py>(py: Python<'py>, op: &'static OpInfo) -> PyResult<Bound<'py, PyCFunction>> {
+    let leak = |text: String| -> PyResult<&'static std::ffi::CStr> {
+        let text = CString::new(text).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(Box::leak(text.into_boxed_c_str()))
     };
-    let o = target.import("out", &out)?;
-    let b = bias.map(|b| target.import("beta", b)).transpose()?;
-    let (mut xv, wv, mut ov) = (x.view()?, w.view()?, o.view()?);
-    let bv = b.as_ref().map(Imported::view).transpose()?.unwrap_or_else(|| wv.clone());
-    routine.run(&mut xv.clone(), &mut xv, &wv, &bv, &mut ov, eps, target.stream()).map_err(to_python)?;
-    target.finish()?;
-    Ok(out)
+    let name = leak(op.name.to_owned())?;
+    let doc = leak(format!("{}\n--\n\n{}", signature(op), op.doc.trim()))?;
+    PyCFunction::new_closure(py, Some(name), Some(doc), move |args, kwargs| call(op, args, kwargs).map(Bound::unbind))
 }
 
-fn fused(
-    routine: NormRoutine,
-    input: &Bound<'_, PyAny>,
-    residual: &Bound<'_, PyAny>,
-    weight: &Bound<'_, PyAny>,
-    eps: f32,
-) -> PyResult<()> {
-    let target = Target::of(input)?;
-    let (x, r, w) =
-        (target.import("input", input)?, target.import("residual", residual)?, target.import("weight", weight)?);
-    let (mut xv, mut rv, wv) = (x.view()?, r.view()?, w.view()?);
-    routine.run(&mut xv.clone(), &mut rv, &wv, &wv, &mut xv, eps, target.stream()).map_err(to_python)?;
-    target.finish()
+/// One call from Python: binds the arguments, imports the tensors, allocates a missing output,
+/// runs, and returns the output (or None).
+fn call<'py>(
+    op: &'static OpInfo,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = args.py();
+    ferrinfer_launch::logging::experimental("the ferrinfer Python module", "its Python API may still change");
+    let bound = bind(op, args, kwargs)?;
+    let tensor_object = |i: usize| bound.iter().find(|(p, _)| *p == Parameter::Tensor(i)).and_then(|(_, v)| v.clone());
+    let first = tensor_object(0)
+        .ok_or_else(|| PyTypeError::new_err(format!("{}: missing `{}`", op.name, op.tensors[0].name)))?;
+    let target = Target::of(&first)?;
+    let mut objects = Vec::with_capacity(op.tensors.len());
+    for (i, arg) in op.tensors.iter().enumerate() {
+        objects.push(match tensor_object(i) {
+            Some(object) => object,
+            None => allocate_like(&first, arg.extent, op.tensors[0].extent)?,
+        });
+    }
+    let imported = op
+        .tensors
+        .iter()
+        .zip(&objects)
+        .map(|(arg, object)| target.import(arg.name, object))
+        .collect::<PyResult<Vec<_>>>()?;
+    let views = imported.iter().map(Imported::view).collect::<PyResult<Vec<_>>>()?;
+    let scalars = (0..op.scalars.len())
+        .map(|i| match bound.iter().find(|(p, _)| *p == Parameter::Scalar(i)).and_then(|(_, v)| v.as_ref()) {
+            Some(value) => value.extract::<f64>().map_err(|_| {
+                PyTypeError::new_err(format!("`{}` must be a number; got {}", op.scalars[i].name, type_name(value)))
+            }),
+            None => Ok(op.scalars[i].default),
+        })
+        .collect::<PyResult<Vec<f64>>>()?;
+    let pdl = match bound.iter().find(|(p, _)| *p == Parameter::EnablePdl).and_then(|(_, v)| v.as_ref()) {
+        Some(value) if !value.is_none() => Some(value.extract::<bool>()?),
+        _ => None,
+    };
+    let view_refs: Vec<&TensorView> = views.iter().collect();
+    ferrinfer_launch::with_pdl(pdl, || op.call(&view_refs, &scalars, target.stream())).map_err(to_python)?;
+    target.finish()?;
+    match op.tensors.iter().position(|arg| arg.role == Role::Out) {
+        Some(i) => Ok(objects[i].clone()),
+        None => Ok(py.None().into_bound(py)),
+    }
+}
+
+/// Binds positional and keyword arguments to `op`'s parameters, as Python would (a TypeError for
+/// a missing, repeated or unknown argument).
+fn bind<'py>(
+    op: &OpInfo,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Vec<(Parameter, Option<Bound<'py, PyAny>>)>> {
+    let parameters = parameters(op);
+    if args.len() > parameters.len() {
+        let message = format!("{}() takes at most {} arguments ({} given)", op.name, parameters.len(), args.len());
+        return Err(PyTypeError::new_err(message));
+    }
+    let mut bound: Vec<(Parameter, Option<Bound<'py, PyAny>>)> = parameters.iter().map(|&p| (p, None)).collect();
+    for (slot, value) in bound.iter_mut().zip(args.iter()) {
+        slot.1 = Some(value);
+    }
+    for (key, value) in kwargs.into_iter().flat_map(|k| k.iter()) {
+        let key: String = key.extract()?;
+        let slot = bound.iter_mut().find(|(p, _)| {
+            parameter_name(op, *p) == key || matches!(p, Parameter::Tensor(i) if op.tensors[*i].name == key)
+        });
+        let Some(slot) = slot else {
+            return Err(PyTypeError::new_err(format!("{}() got an unexpected keyword argument '{key}'", op.name)));
+        };
+        if slot.1.is_some() {
+            return Err(PyTypeError::new_err(format!("{}() got multiple values for argument '{key}'", op.name)));
+        }
+        slot.1 = Some(value);
+    }
+    for (parameter, value) in &mut bound {
+        // `out=None` is no output given.
+        if value.as_ref().is_some_and(|v| v.is_none()) && matches!(parameter, Parameter::Tensor(_)) {
+            *value = None;
+        }
+        if let (Parameter::Tensor(i), None) = (*parameter, &value)
+            && op.tensors[i].role != Role::Out
+        {
+            let name = parameter_name(op, *parameter);
+            return Err(PyTypeError::new_err(format!("{}() missing required argument: '{name}'", op.name)));
+        }
+    }
+    Ok(bound)
+}
+
+fn type_name(object: &Bound<'_, PyAny>) -> String {
+    object.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
 }
 
 /// DLPack's device type code for CUDA memory (`kDLCUDA`).
 const DLPACK_CUDA: i32 = 2;
+
+/// torch's objects the light path compares with, looked up once (only if torch is imported).
+struct Torch {
+    tensor: Py<PyAny>,
+    dtypes: [(Py<PyAny>, DType); 3],
+    strided: Py<PyAny>,
+    /// `torch._C._cuda_getCurrentRawStream(device)`: the current stream as an integer.
+    raw_stream: Py<PyAny>,
+}
+
+fn torch(py: Python<'_>) -> PyResult<Option<&Torch>> {
+    static TORCH: PyOnceLock<Option<Torch>> = PyOnceLock::new();
+    if py.import("sys")?.getattr("modules")?.get_item("torch").is_err() {
+        return Ok(None);
+    }
+    TORCH
+        .get_or_try_init(py, || -> PyResult<Option<Torch>> {
+            let torch = py.import("torch")?;
+            let dtype = |name: &str| torch.getattr(name).map(Bound::unbind);
+            Ok(Some(Torch {
+                tensor: torch.getattr("Tensor")?.unbind(),
+                dtypes: [
+                    (dtype("float16")?, DType::F16),
+                    (dtype("bfloat16")?, DType::Bf16),
+                    (dtype("float32")?, DType::F32),
+                ],
+                strided: dtype("strided")?,
+                raw_stream: torch.getattr("_C")?.getattr("_cuda_getCurrentRawStream")?.unbind(),
+            }))
+        })
+        .map(Option::as_ref)
+}
+
+/// `object` as a torch tensor, if it is one (subclasses too).
+fn as_torch<'a, 'py>(object: &Bound<'py, PyAny>, torch: Option<&'a Torch>) -> PyResult<Option<&'a Torch>> {
+    Ok(match torch {
+        Some(t) if object.is_instance(t.tensor.bind(object.py()))? => Some(t),
+        _ => None,
+    })
+}
 
 /// Where a call runs, decided by `input`: the CPU backend, or the producer's current CUDA stream.
 enum Target {
@@ -153,12 +249,19 @@ enum Target {
 
 impl Target {
     fn of(input: &Bound<'_, PyAny>) -> PyResult<Self> {
-        ferrinfer_launch::logging::experimental("the ferrinfer Python module", "its Python API may still change");
-        let (device_type, ordinal) = dlpack_device("input", input)?;
-        if device_type != DLPACK_CUDA {
-            return Ok(Target::Cpu);
-        }
-        let current = current_stream(input, ordinal)?;
+        let torch = as_torch(input, torch(input.py())?)?;
+        let cuda = match torch {
+            Some(_) if input.getattr("is_cuda")?.extract::<bool>()? => {
+                Some(input.call_method0("get_device")?.extract()?)
+            }
+            Some(_) => None,
+            None => match dlpack_device("input", input)? {
+                (DLPACK_CUDA, ordinal) => Some(ordinal),
+                _ => None,
+            },
+        };
+        let Some(ordinal) = cuda else { return Ok(Target::Cpu) };
+        let current = current_stream(input, torch, ordinal)?;
         let raw = current.unwrap_or(0);
         // SAFETY: the producer's framework owns this stream of device `ordinal` (primary context,
         // as the CUDA runtime uses) and keeps it alive across this call; 0 is the legacy stream.
@@ -166,14 +269,17 @@ impl Target {
         Ok(Target::Cuda { stream, protocol: if raw == 0 { 1 } else { raw }, producers_stream: current.is_some() })
     }
 
-    /// Exports `object` through DLPack; CUDA data for this target's stream. (A tensor on another
-    /// kind of device is exported plainly: the launch layer then names it in a device error.)
+    /// `object` without copying: torch tensors directly, others through DLPack (CUDA data for
+    /// this target's stream; a tensor elsewhere is exported plainly and named in a device error).
     fn import(&self, argument: &'static str, object: &Bound<'_, PyAny>) -> PyResult<Imported> {
+        if let Some(torch) = as_torch(object, torch(object.py())?)? {
+            return torch_parts(argument, object, torch).map(Imported::Torch);
+        }
         let stream = match self {
             Target::Cuda { protocol, .. } if dlpack_device(argument, object)?.0 == DLPACK_CUDA => Some(*protocol),
             _ => None,
         };
-        Imported::new(argument, object, stream)
+        Imported::dlpack(argument, object, stream)
     }
 
     /// After a launch: on a stream the producer does not order its own work by, wait for it
@@ -199,7 +305,8 @@ impl Target {
 fn dlpack_device(argument: &str, object: &Bound<'_, PyAny>) -> PyResult<(i32, usize)> {
     let not_dlpack = |_| {
         PyTypeError::new_err(format!(
-            "`{argument}` does not support DLPack (no __dlpack_device__ returning (type, id))"
+            "`{argument}` is a {}, which supports neither torch's tensor API nor DLPack (no __dlpack_device__)",
+            type_name(object)
         ))
     };
     object.call_method0("__dlpack_device__").and_then(|d| d.extract()).map_err(not_dlpack)
@@ -207,13 +314,15 @@ fn dlpack_device(argument: &str, object: &Bound<'_, PyAny>) -> PyResult<(i32, us
 
 /// The raw `CUstream` the producer's framework currently issues work to on device `ordinal`
 /// (0: PyTorch's default stream, the legacy one); `None` for producers with no notion of a
-/// current stream (JAX, …). Subclasses count: `isinstance`, not the type's module name.
-fn current_stream(input: &Bound<'_, PyAny>, ordinal: usize) -> PyResult<Option<usize>> {
-    if let Some(torch) = framework(input, "torch", "Tensor")? {
-        let stream = torch.getattr("cuda")?.call_method1("current_stream", (ordinal,))?;
-        return stream.getattr("cuda_stream")?.extract().map(Some);
+/// current stream (JAX, …).
+fn current_stream(input: &Bound<'_, PyAny>, torch: Option<&Torch>, ordinal: usize) -> PyResult<Option<usize>> {
+    if let Some(torch) = torch {
+        return torch.raw_stream.bind(input.py()).call1((ordinal,))?.extract().map(Some);
     }
-    if let Some(cupy) = framework(input, "cupy", "ndarray")? {
+    let modules = input.py().import("sys")?.getattr("modules")?;
+    if let Ok(cupy) = modules.get_item("cupy")
+        && input.is_instance(&cupy.getattr("ndarray")?)?
+    {
         // CuPy's current stream is per device: ask with `ordinal` current.
         let device = cupy.getattr("cuda")?.call_method1("Device", (ordinal,))?;
         device.call_method0("__enter__")?;
@@ -224,53 +333,100 @@ fn current_stream(input: &Bound<'_, PyAny>, ordinal: usize) -> PyResult<Option<u
     Ok(None)
 }
 
-/// The module `name` if it is imported and `object` is one of its `class` (no import forced).
-fn framework<'py>(object: &Bound<'py, PyAny>, name: &str, class: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
-    let modules = object.py().import("sys")?.getattr("modules")?;
-    let Ok(module) = modules.get_item(name) else { return Ok(None) };
-    Ok(object.is_instance(&module.getattr(class)?)?.then_some(module))
-}
-
-/// A new array like `input`, from the producer's own namespace (array API, else torch).
-fn empty_like<'py>(input: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    if input.hasattr("__array_namespace__")? {
-        return input.call_method0("__array_namespace__")?.call_method1("empty_like", (input,));
+/// A new array for an `Out` argument of `extent`, from the first tensor (of `first_extent`): its
+/// leading dimensions and `H`, its dtype and device, from its own framework.
+fn allocate_like<'py>(first: &Bound<'py, PyAny>, extent: Extent, first_extent: Extent) -> PyResult<Bound<'py, PyAny>> {
+    let shape: Vec<i64> = first.getattr("shape")?.extract()?;
+    let mut out_shape = shape.clone();
+    if let Some(last) = out_shape.last_mut() {
+        *last = match (first_extent, extent) {
+            (Extent::DoubleRows, Extent::Rows) => *last / 2,
+            (Extent::Rows, Extent::DoubleRows) => *last * 2,
+            _ => *last,
+        };
     }
-    let module: String = input.get_type().getattr("__module__")?.extract()?;
-    if module.starts_with("torch") {
-        return input.py().import("torch")?.call_method1("empty_like", (input,));
+    let same = out_shape == shape;
+    if as_torch(first, torch(first.py())?)?.is_some() {
+        return match same {
+            true => first.py().import("torch")?.call_method1("empty_like", (first,)),
+            false => first.call_method1("new_empty", (out_shape,)),
+        };
     }
-    Err(PyTypeError::new_err(format!("cannot allocate an output like a `{module}` tensor; pass out=")))
+    if first.hasattr("__array_namespace__")? {
+        let xp = first.call_method0("__array_namespace__")?;
+        if same {
+            return xp.call_method1("empty_like", (first,));
+        }
+        let kwargs = [("dtype", first.getattr("dtype")?)].into_py_dict(first.py())?;
+        return xp.call_method("empty", (out_shape,), Some(&kwargs));
+    }
+    Err(PyTypeError::new_err(format!("cannot allocate an output like a {} ; pass out=", type_name(first))))
 }
 
 fn to_python(error: Error) -> PyErr {
-    match error {
-        Error::DTypeMismatch { .. } => PyTypeError::new_err(error.to_string()),
-        _ => PyValueError::new_err(error.to_string()),
-    }
+    if error.is_dtype() { PyTypeError::new_err(error.to_string()) } else { PyValueError::new_err(error.to_string()) }
 }
 
-/// A tensor taken through `__dlpack__`: the capsule is marked used, and the producer's deleter
-/// runs when this is dropped (the DLPack ownership rule).
-struct Imported {
+/// What a torch tensor is, read from its attributes.
+struct TorchParts {
     argument: &'static str,
-    tensor: NonNull<DLManagedTensor>,
+    data: usize,
+    dtype: DType,
+    device: Device,
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+}
+
+/// A torch tensor's memory as ferrinfer sees it, or a typed error naming the argument.
+fn torch_parts(argument: &'static str, object: &Bound<'_, PyAny>, torch: &Torch) -> PyResult<TorchParts> {
+    let py = object.py();
+    let dtype_object = object.getattr("dtype")?;
+    let Some(&(_, dtype)) = torch.dtypes.iter().find(|(d, _)| d.bind(py).is(&dtype_object)) else {
+        let found = dtype_object.str()?.to_string().trim_start_matches("torch.").to_owned();
+        let expected = "float16, bfloat16 or float32".into();
+        return Err(to_python(Error::UnsupportedDType { argument, found, expected }));
+    };
+    let layout_error = |reason: String| to_python(Error::UnsupportedLayout { argument, reason });
+    if !object.getattr("layout")?.is(torch.strided.bind(py)) {
+        return Err(layout_error("not a strided (dense) tensor".into()));
+    }
+    // A lazily negated view (torch's neg bit) stores the values un-negated.
+    if object.call_method0("is_neg")?.extract::<bool>()? {
+        return Err(layout_error("a lazily negated view (neg bit set); call `resolve_neg()` first".into()));
+    }
+    let device = if object.getattr("is_cuda")?.extract::<bool>()? {
+        Device::Cuda(object.call_method0("get_device")?.extract()?)
+    } else {
+        let kind: String = object.getattr("device")?.getattr("type")?.extract()?;
+        if kind != "cpu" {
+            return Err(layout_error(format!("on device `{kind}`; ferrinfer runs CPU and CUDA tensors")));
+        }
+        Device::Cpu
+    };
+    let shape: Vec<i64> = object.getattr("shape")?.extract()?;
+    if shape.len() > MAX_DIMS {
+        return Err(layout_error(format!("{} dimensions; at most {MAX_DIMS} are supported", shape.len())));
+    }
+    let strides: Vec<i64> = object.call_method0("stride")?.extract()?;
+    let data: usize = object.call_method0("data_ptr")?.extract()?;
+    Ok(TorchParts { argument, data, dtype, device, shape, strides })
+}
+
+/// A tensor taken without copying: a torch tensor's parts (alive while the caller holds the
+/// object), or a DLPack export (the capsule is marked used, and the producer's deleter runs when
+/// this is dropped — the DLPack ownership rule).
+enum Imported {
+    Torch(TorchParts),
+    Dlpack { argument: &'static str, tensor: NonNull<DLManagedTensor> },
 }
 
 impl Imported {
     /// Takes `object.__dlpack__()`, passing `stream` (DLPack's stream protocol) for CUDA data.
-    fn new(argument: &'static str, object: &Bound<'_, PyAny>, stream: Option<usize>) -> PyResult<Self> {
+    fn dlpack(argument: &'static str, object: &Bound<'_, PyAny>, stream: Option<usize>) -> PyResult<Self> {
         let not_dlpack = |_| {
             PyTypeError::new_err(format!("`{argument}` does not support DLPack (no __dlpack__ returning a capsule)"))
         };
         let py = object.py();
-        // torch refuses to export a tensor that requires grad (model parameters do); its
-        // detached twin is the same memory.
-        let object = if object.getattr("requires_grad").and_then(|g| g.extract::<bool>()).unwrap_or(false) {
-            object.call_method0("detach")?
-        } else {
-            object.clone()
-        };
         let export = object.getattr("__dlpack__").map_err(not_dlpack)?;
         let capsule = match stream {
             None => export.call0(),
@@ -283,22 +439,57 @@ impl Imported {
         let pointer = capsule.pointer_checked(Some(c"dltensor"))?;
         // SAFETY: a live capsule; renaming it passes ownership of the tensor to us.
         unsafe { pyo3::ffi::PyCapsule_SetName(capsule.as_ptr(), c"used_dltensor".as_ptr()) };
-        Ok(Imported { argument, tensor: pointer.cast() })
+        Ok(Imported::Dlpack { argument, tensor: pointer.cast() })
     }
 
     fn view(&self) -> PyResult<TensorView<'_>> {
-        // SAFETY: the producer keeps the memory alive until our deleter call (in Drop).
-        unsafe { view_from_dlpack(self.argument, &self.tensor.as_ref().dl_tensor) }.map_err(to_python)
+        match self {
+            // SAFETY: the torch tensor keeps its storage alive while the call holds the object.
+            Imported::Torch(p) => {
+                unsafe { TensorView::from_raw_parts(p.data as *mut _, 0, p.dtype, &p.shape, &p.strides, p.device) }
+                    .map_err(|e| to_python(rename(e, p.argument)))
+            }
+            // SAFETY: the producer keeps the memory alive until our deleter call (in Drop).
+            Imported::Dlpack { argument, tensor } => {
+                unsafe { view_from_dlpack(argument, &tensor.as_ref().dl_tensor) }.map_err(to_python)
+            }
+        }
+    }
+}
+
+/// A view error, naming the argument (views are made before they know it).
+fn rename(error: Error, argument: &'static str) -> Error {
+    match error {
+        Error::UnsupportedLayout { reason, .. } => Error::UnsupportedLayout { argument, reason },
+        error => error,
     }
 }
 
 impl Drop for Imported {
     fn drop(&mut self) {
-        // SAFETY: we own the managed tensor since renaming its capsule; deleter runs once.
-        unsafe {
-            if let Some(deleter) = self.tensor.as_ref().deleter {
-                deleter(self.tensor.as_ptr());
+        if let Imported::Dlpack { tensor, .. } = self {
+            // SAFETY: we own the managed tensor since renaming its capsule; deleter runs once.
+            unsafe {
+                if let Some(deleter) = tensor.as_ref().deleter {
+                    deleter(tensor.as_ptr());
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_follow_flashinfer() {
+        let op = |name| ferrinfer_launch::op(name).unwrap();
+        assert_eq!(signature(op("rmsnorm")), "rmsnorm(input, weight, eps=1e-6, out=None, enable_pdl=None)");
+        assert_eq!(
+            signature(op("fused_add_rmsnorm")),
+            "fused_add_rmsnorm(input, residual, weight, eps=1e-6, enable_pdl=None)"
+        );
+        assert_eq!(signature(op("layernorm")), "layernorm(input, gemma, beta, eps=1e-6, out=None, enable_pdl=None)");
     }
 }

@@ -1,7 +1,8 @@
-//! The `torch` feature: FlashInfer's norm ops on `tch::Tensor`s (tch 0.24, libtorch 2.11),
-//! with FlashInfer's signatures plus the stream to run on: `rmsnorm(input, weight, eps, out,
-//! stream)` returns `out` (a new tensor like `input` when `None`); the fused ops update `input`
-//! and `residual` in place.
+//! The `torch` feature: every op of the registry as a function on `tch::Tensor`s (tch 0.24,
+//! libtorch 2.11), made from each family's op table: inputs, outputs, scalars, then the stream to
+//! run on — `rmsnorm(input, weight, out, eps, stream)` returns `out` (a new tensor like `input`
+//! when `None`); in-place ops (`fused_add_rmsnorm(input, residual, weight, eps, stream)`) update
+//! their `&mut` tensors.
 //!
 //! - No copies: a tensor's data pointer (tch's `data_ptr` includes the storage offset), sizes
 //!   and strides become a `TensorView`; strided rows (`narrow`, slices of a larger buffer) are
@@ -20,7 +21,7 @@
 use std::sync::Arc;
 
 use ferrinfer_launch::cudarc::driver::CudaStream;
-use ferrinfer_launch::norm::NormRoutine;
+use ferrinfer_launch::op::Extent;
 use ferrinfer_launch::{DType, Device, Error, MAX_DIMS, Stream, TensorView};
 use tch::{Kind, TchError, Tensor};
 
@@ -56,100 +57,117 @@ impl TorchStream {
     }
 }
 
-/// `out = input / sqrt(mean(input²) + eps) * weight` over the last dimension; returns `out`.
-pub fn rmsnorm(
-    input: &Tensor,
-    weight: &Tensor,
-    eps: f32,
-    out: Option<&mut Tensor>,
-    stream: &TorchStream,
-) -> Result<Tensor, TchError> {
-    normalize(NormRoutine::RmsNorm, input, weight, None, eps, out, stream)
+/// One tch function per op of a family's table (`ferrinfer_launch::norm_ops!(tch_functions)`):
+/// inputs (`&Tensor`; `&mut Tensor` for those updated in place), outputs (`Option<&mut Tensor>`:
+/// a new tensor when `None`), scalars, the stream; returns the output (or `()`).
+macro_rules! tch_functions {
+    (
+        family $family:ident;
+        $(
+            $(#[doc = $doc:literal])*
+            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)?]),+)
+                $(-> $($out:ident : Out [$out_extent:ident]),+)?
+                $(; $($scalar:ident : f32 = $default:literal),+)?
+                => $op:expr, reference $reference:path;
+        )+
+    ) => {
+        $(
+            $(#[doc = $doc])*
+            #[allow(clippy::too_many_arguments)]
+            pub fn $name(
+                $($tensor: tch_param!($role),)+
+                $($($out: Option<&mut Tensor>,)+)?
+                $($($scalar: f32,)+)?
+                stream: &TorchStream,
+            ) -> Result<tch_returns!($($($out)+)?), TchError> {
+                let outputs: Vec<Option<&Tensor>> = vec![$($($out.map(|t| &*t)),+)?];
+                let scalars = [$($($scalar as f64),+)?];
+                let produced = call(&ferrinfer_launch::$family::$name::INFO, &[$(&*$tensor),+], outputs, &scalars, stream)?;
+                Produced::take(produced)
+            }
+        )+
+    };
 }
 
-/// Gemma's rmsnorm (`weight + 1`); returns `out`.
-pub fn gemma_rmsnorm(
-    input: &Tensor,
-    weight: &Tensor,
-    eps: f32,
-    out: Option<&mut Tensor>,
-    stream: &TorchStream,
-) -> Result<Tensor, TchError> {
-    normalize(NormRoutine::GemmaRmsNorm, input, weight, None, eps, out, stream)
+/// An input's parameter type: `&mut` for tensors updated in place, as tch's in-place ops.
+macro_rules! tch_param {
+    (In) => {
+        &Tensor
+    };
+    (InOut) => {
+        &mut Tensor
+    };
 }
 
-/// `(input - mean) / sqrt(var + eps) * gamma + beta`; returns a new tensor like `input`.
-/// `gamma` and `beta` are of `input`'s kind or both f32 (FlashInfer's signature has no `out`).
-pub fn layernorm(
-    input: &Tensor,
-    gamma: &Tensor,
-    beta: &Tensor,
-    eps: f32,
-    stream: &TorchStream,
-) -> Result<Tensor, TchError> {
-    normalize(NormRoutine::LayerNorm, input, gamma, Some(beta), eps, None, stream)
+/// What an op returns: its output, or `()` for in-place ops.
+macro_rules! tch_returns {
+    () => {
+        ()
+    };
+    ($out:ident) => {
+        Tensor
+    };
 }
 
-/// `residual += input; input = rmsnorm(residual) * weight`, both in place.
-pub fn fused_add_rmsnorm(
-    input: &mut Tensor,
-    residual: &mut Tensor,
-    weight: &Tensor,
-    eps: f32,
-    stream: &TorchStream,
-) -> Result<(), TchError> {
-    fused(NormRoutine::FusedAddRmsNorm, input, residual, weight, eps, stream)
+ferrinfer_launch::norm_ops!(tch_functions);
+
+/// The outputs an op produced, as its function returns them.
+trait Produced: Sized {
+    fn take(outputs: Vec<Tensor>) -> Result<Self, TchError>;
 }
 
-/// Gemma's fused add + rmsnorm (`weight + 1`), both in place.
-pub fn gemma_fused_add_rmsnorm(
-    input: &mut Tensor,
-    residual: &mut Tensor,
-    weight: &Tensor,
-    eps: f32,
-    stream: &TorchStream,
-) -> Result<(), TchError> {
-    fused(NormRoutine::GemmaFusedAddRmsNorm, input, residual, weight, eps, stream)
+impl Produced for () {
+    fn take(_: Vec<Tensor>) -> Result<Self, TchError> {
+        Ok(())
+    }
 }
 
-/// The ops that write `out`: views of every argument, then ferrinfer-launch validates and runs.
-fn normalize(
-    routine: NormRoutine,
-    input: &Tensor,
-    weight: &Tensor,
-    bias: Option<&Tensor>,
-    eps: f32,
-    out: Option<&mut Tensor>,
+impl Produced for Tensor {
+    fn take(outputs: Vec<Tensor>) -> Result<Self, TchError> {
+        outputs.into_iter().next().ok_or_else(|| TchError::Torch("ferrinfer: the op produced no output".into()))
+    }
+}
+
+/// Runs any op on tch tensors, by position (what the per-op functions call): views of every input
+/// and output (a missing output allocated like the first input: its device and kind, its leading
+/// dimensions, the output's row length), then ferrinfer-launch validates and runs. Returns the
+/// outputs.
+pub fn call(
+    op: &'static ferrinfer_launch::OpInfo,
+    inputs: &[&Tensor],
+    outputs: Vec<Option<&Tensor>>,
+    scalars: &[f64],
     stream: &TorchStream,
-) -> Result<Tensor, TchError> {
-    // layernorm's weight is `gamma` in ferrinfer-launch's errors; ours must agree.
-    let weight_name = if bias.is_some() { "gamma" } else { "weight" };
-    let (mut x, w) = (view("input", input)?, view(weight_name, weight)?);
-    let b = bias.map(|b| view("beta", b)).transpose()?;
+) -> Result<Vec<Tensor>, TchError> {
+    let (names, first) = (op.tensors.iter().map(|a| a.name), inputs[0]);
+    let mut views = inputs.iter().zip(names.clone()).map(|(t, name)| view(name, t)).collect::<Result<Vec<_>, _>>()?;
     // Allocated only once the inputs are known to be tensors we can read; `empty_like` keeps
     // `input`'s device (and, for dense inputs, its strides).
-    let out = match out {
-        Some(out) => out.shallow_clone(),
-        None => input.f_empty_like()?,
-    };
-    let mut o = view("out", &out)?;
-    let b = b.unwrap_or_else(|| w.clone()); // ignored by the rms ops
-    routine.run(&mut x.clone(), &mut x, &w, &b, &mut o, eps, stream.launch_stream()).map_err(to_tch)?;
-    Ok(out)
+    let outputs: Vec<Tensor> = outputs
+        .into_iter()
+        .zip(&op.tensors[inputs.len()..])
+        .map(|(given, arg)| match given {
+            Some(tensor) => Ok(tensor.shallow_clone()),
+            None => allocate_like(first, op.tensors[0].extent, arg.extent),
+        })
+        .collect::<Result<_, TchError>>()?;
+    for (tensor, name) in outputs.iter().zip(names.skip(inputs.len())) {
+        views.push(view(name, tensor)?);
+    }
+    let views: Vec<&TensorView> = views.iter().collect();
+    op.call(&views, scalars, stream.launch_stream()).map_err(to_tch)?;
+    Ok(outputs)
 }
 
-/// The fused ops: `input` and `residual` are written in place (`&mut`, as tch's in-place ops).
-fn fused(
-    routine: NormRoutine,
-    input: &mut Tensor,
-    residual: &mut Tensor,
-    weight: &Tensor,
-    eps: f32,
-    stream: &TorchStream,
-) -> Result<(), TchError> {
-    let (x, mut r, w) = (view("input", input)?, view("residual", residual)?, view("weight", weight)?);
-    // The fused ops ignore `out` and `bias`; `run` still wants something in their place.
-    routine.run(&mut x.clone(), &mut r, &w, &w, &mut x.clone(), eps, stream.launch_stream()).map_err(to_tch)
+/// A new tensor for an output of `extent`, like `first` (of `first_extent`).
+fn allocate_like(first: &Tensor, first_extent: Extent, extent: Extent) -> Result<Tensor, TchError> {
+    let mut shape = first.size();
+    match (first_extent, extent, shape.last_mut()) {
+        (Extent::DoubleRows, Extent::Rows, Some(last)) => *last /= 2,
+        (Extent::Rows, Extent::DoubleRows, Some(last)) => *last *= 2,
+        _ => return first.f_empty_like(),
+    }
+    Tensor::f_empty(shape, (first.f_kind()?, first.device()))
 }
 
 /// A view of `tensor`'s memory (no copy), valid while `tensor` is borrowed. The checks before
@@ -186,7 +204,10 @@ fn dtype(argument: &'static str, kind: Kind) -> Result<DType, TchError> {
         Kind::Half => Ok(DType::F16),
         Kind::BFloat16 => Ok(DType::Bf16),
         Kind::Float => Ok(DType::F32),
-        other => Err(TchError::Kind(format!("`{argument}` has kind {other:?}; expected Half, BFloat16 or Float"))),
+        other => {
+            let expected = "Half, BFloat16 or Float".into();
+            Err(to_tch(Error::UnsupportedDType { argument, found: format!("{other:?}"), expected }))
+        }
     }
 }
 
@@ -201,16 +222,12 @@ fn device(argument: &'static str, device: tch::Device) -> Result<Device, TchErro
 /// ferrinfer's error as the `TchError` variant tch uses for that kind of problem.
 fn to_tch(error: Error) -> TchError {
     let message = error.to_string();
-    match error {
-        Error::DTypeMismatch { .. } => TchError::Kind(message),
-        Error::ShapeMismatch { .. }
-        | Error::Empty { .. }
-        | Error::LastDimNotContiguous { .. }
-        | Error::UnsupportedLayout { .. }
-        | Error::TooLarge { .. }
-        | Error::Misaligned { .. }
-        | Error::OutOfBounds { .. } => TchError::Shape(message),
-        _ => TchError::Torch(message),
+    if error.is_dtype() {
+        TchError::Kind(message)
+    } else if error.is_shape() {
+        TchError::Shape(message)
+    } else {
+        TchError::Torch(message)
     }
 }
 
@@ -232,6 +249,7 @@ mod tests {
     fn torch_errors_keep_ferrinfer_messages_in_tch_variants() {
         let shape = Error::ShapeMismatch { argument: "out", expected: "[2, 3]".into(), found: vec![3] };
         assert!(matches!(to_tch(shape), TchError::Shape(m) if m.starts_with("`out` has shape [3]")));
-        assert!(matches!(to_tch(Error::InvalidEps(-1.0)), TchError::Torch(m) if m.starts_with("`eps` is -1")));
+        let eps = Error::InvalidScalar { argument: "eps", value: -1.0, expected: "a finite number ≥ 0" };
+        assert!(matches!(to_tch(eps), TchError::Torch(m) if m.starts_with("`eps` is -1")));
     }
 }

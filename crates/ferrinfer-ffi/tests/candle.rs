@@ -6,40 +6,22 @@
 
 mod candle_common;
 
-use candle_common::{EPS, Elem, dtype, error_of, reference_of, run_helper, tensor, values, within_two_units};
+use candle_common::{EPS, Elem, check_op, dtype, error_of, tensor, values, within_two_units};
 use candle_core::{DType as CandleDType, Device, IndexOp, Tensor, WithDType};
-use ferrinfer_ffi::candle::{self as fc, GemmaRmsNorm, LayerNorm, RmsNorm};
-use ferrinfer_launch::DType;
-use ferrinfer_launch::norm::NormRoutine;
+use ferrinfer_ffi::candle::{self as fc, Op};
 use ferrinfer_launch::reference;
+use ferrinfer_launch::{DType, fused_add_rmsnorm, rmsnorm};
 use half::{bf16, f16};
 
-/// `routine` on tensors of `shape` (2-D for narrowed views) with weights of `W`, against the
-/// reference: the output, the residual (fused ops), and that the weights were not written.
-fn check<T: Elem, W: Elem>(routine: NormRoutine, shape: &[usize], narrow: bool, seed: u64) {
-    let h = shape[shape.len() - 1];
-    let (x, r) = (tensor::<T>(shape, narrow, seed), tensor::<T>(shape, narrow, seed + 1));
-    let (w, b) = (tensor::<W>(&[h], false, seed + 2), tensor::<W>(&[h], false, seed + 3));
-    let before: Vec<Vec<f64>> = [&x, &r, &w, &b].map(values).into();
-    let out = run_helper(routine, &x, &r, &w, &b).unwrap();
-    let (want, want_residual) = reference_of::<T>(routine, &before[0], &before[1], &before[2], &before[3]);
-    let context = format!("{routine:?} {:?} {shape:?} narrow={narrow}", dtype::<T>());
-    assert_eq!(out.dims(), shape, "{context}");
-    reference::compare(dtype::<T>(), &values(&out), &want).unwrap_or_else(|e| panic!("{context}: {e}"));
-    reference::compare(dtype::<T>(), &values(&r), &want_residual)
-        .unwrap_or_else(|e| panic!("{context}: residual: {e}"));
-    assert_eq!((values(&w), values(&b)), (before[2].clone(), before[3].clone()), "{context}: weights written");
-}
-
 fn check_every_op<T: Elem>(seed: u64) {
-    for (i, routine) in NormRoutine::ALL.into_iter().enumerate() {
+    for (i, op) in ferrinfer_launch::ops().enumerate() {
         let seed = seed + 100 * i as u64;
-        check::<T, T>(routine, &[19, 500], false, seed);
-        check::<T, T>(routine, &[5, 4, 128], false, seed + 10); // tokens × heads × head_dim
-        check::<T, T>(routine, &[19, 1004], true, seed + 20);
+        check_op::<T, T>(&Device::Cpu, op, &[19, 500], false, seed);
+        check_op::<T, T>(&Device::Cpu, op, &[5, 4, 128], false, seed + 10); // tokens × heads × head_dim
+        check_op::<T, T>(&Device::Cpu, op, &[19, 1004], true, seed + 20);
+        // f32 weights where an op takes them with any input dtype (layernorm's γ, β).
+        check_op::<T, f32>(&Device::Cpu, op, &[7, 1024], true, seed + 30);
     }
-    // layernorm's f32 gamma and beta with any input dtype.
-    check::<T, f32>(NormRoutine::LayerNorm, &[7, 1024], true, seed + 1000);
 }
 
 #[test]
@@ -57,24 +39,29 @@ fn candle_every_op_matches_the_reference_bf16() {
     check_every_op::<bf16>(20_000);
 }
 
+fn op(name: &str) -> Op {
+    Op::new(name, &[EPS as f64]).unwrap()
+}
+
 /// The candle op forms give exactly the helpers' results; in place writes the view and nothing
 /// else of the tensor it is a view of.
 fn check_op_forms<T: Elem>(seed: u64) {
     let (x, w) = (tensor::<T>(&[9, 256], true, seed), tensor::<T>(&[256], false, seed + 1));
     let (b, eps, xs) = (tensor::<T>(&[256], false, seed + 2), EPS, values(&x));
+    let _ = eps;
     let rms = fc::rmsnorm(&x, &w, eps).unwrap();
-    assert_eq!(values(&x.apply_op2_no_bwd(&w, &RmsNorm { eps }).unwrap()), values(&rms));
+    assert_eq!(values(&x.apply_op2_no_bwd(&w, &op("rmsnorm")).unwrap()), values(&rms));
     let gemma = fc::gemma_rmsnorm(&x, &w, eps).unwrap();
-    assert_eq!(values(&x.apply_op2_no_bwd(&w, &GemmaRmsNorm { eps }).unwrap()), values(&gemma));
+    assert_eq!(values(&x.apply_op2_no_bwd(&w, &op("gemma_rmsnorm")).unwrap()), values(&gemma));
     let layer = fc::layernorm(&x, &w, &b, eps).unwrap();
-    assert_eq!(values(&x.apply_op3_no_bwd(&w, &b, &LayerNorm { eps }).unwrap()), values(&layer));
+    assert_eq!(values(&x.apply_op3_no_bwd(&w, &b, &op("layernorm")).unwrap()), values(&layer));
     assert_eq!(values(&x), xs, "apply_op*_no_bwd leaves x alone");
 
     type InPlace<'a> = &'a dyn Fn(&Tensor) -> candle_core::Result<()>;
     let in_place: [(InPlace, Tensor); 3] = [
-        (&|x| x.inplace_op2(&w, &RmsNorm { eps }), rms),
-        (&|x| x.inplace_op2(&w, &GemmaRmsNorm { eps }), gemma),
-        (&|x| x.inplace_op3(&w, &b, &LayerNorm { eps }), layer),
+        (&|x| x.inplace_op2(&w, &op("rmsnorm")), rms),
+        (&|x| x.inplace_op2(&w, &op("gemma_rmsnorm")), gemma),
+        (&|x| x.inplace_op3(&w, &b, &op("layernorm")), layer),
     ];
     for (i, (op, want)) in in_place.into_iter().enumerate() {
         // `x` again, as rows 1.. and columns 3..259 of a tensor of 10 × 261.
@@ -105,7 +92,7 @@ fn candle_op_forms_and_in_place_views() {
 fn candle_rmsnorm_agrees_with_candle_nn() {
     fn agree<T: Elem>(seed: u64) {
         let (x, w) = (tensor::<T>(&[33, 4096], false, seed), tensor::<T>(&[4096], false, seed + 1));
-        let want = reference::rmsnorm(&values(&x), &values(&w), 4096, EPS as f64, 0.0);
+        let want = rms_reference(&values(&x), &values(&w), 4096);
         let ours = values(&fc::rmsnorm(&x, &w, EPS).unwrap());
         let theirs = values(&candle_nn::ops::rms_norm(&x, &w, EPS).unwrap());
         reference::compare(dtype::<T>(), &ours, &want).unwrap_or_else(|e| panic!("{:?}: {e}", dtype::<T>()));
@@ -130,16 +117,16 @@ fn candle_errors_name_the_argument() {
     let err = error_of(fc::rmsnorm(&x, &w, -1.0));
     assert!(err.contains("`eps` is -1"), "{err}");
     let err = error_of(fc::rmsnorm(&x.to_dtype(CandleDType::U32).unwrap(), &w, EPS));
-    assert!(err.contains("`input`") && err.contains("candle dtype u32"), "{err}");
+    assert!(err.contains("`input` has dtype u32; expected f16, bf16 or f32"), "{err}");
     let err = error_of(fc::gemma_rmsnorm(&x, &w.to_dtype(CandleDType::F64).unwrap(), EPS));
-    assert!(err.contains("`weight`") && err.contains("candle dtype f64"), "{err}");
+    assert!(err.contains("`weight` has dtype f64"), "{err}");
     let err = error_of(fc::rmsnorm(&x.t().unwrap(), &tensor::<f32>(&[4], false, 1), EPS));
     assert!(err.contains("`input`") && err.contains("contiguous"), "{err}");
     // In place: an error leaves `x` as it was.
     let before = values(&x);
-    let err = error_of(x.inplace_op2(&w.i(..8).unwrap(), &RmsNorm { eps: EPS }));
+    let err = error_of(x.inplace_op2(&w.i(..8).unwrap(), &op("rmsnorm")));
     assert!(err.contains("`weight` has shape [8]"), "{err}");
-    let err = error_of(x.inplace_op3(&w, &w16, &LayerNorm { eps: EPS }));
+    let err = error_of(x.inplace_op3(&w, &w16, &op("layernorm")));
     assert!(err.contains("`beta` has dtype f16"), "{err}");
     assert_eq!(values(&x), before);
 }
@@ -176,7 +163,7 @@ fn candle_fused_refuses_one_storage_twice() {
     let err = error_of(fc::gemma_fused_add_rmsnorm(&x, &r, &r.i(1).unwrap(), EPS));
     assert!(err.contains("`weight`: unsupported layout: shares its candle storage with `residual`"), "{err}");
     // Not a fused op: candle's own check refuses a weight aliasing the tensor written in place.
-    assert!(x.inplace_op2(&x.i(0).unwrap(), &RmsNorm { eps: EPS }).is_err());
+    assert!(x.inplace_op2(&x.i(0).unwrap(), &op("rmsnorm")).is_err());
 }
 
 /// Every order of the three storages in candle's lock order (which decides which nested step
@@ -200,9 +187,9 @@ fn candle_fused_locks_in_one_order() {
         seen.insert(by_key.map(|(_, i)| i));
         let (xs, rs, ws) = (values(&x), values(&r), values(&w));
         fc::fused_add_rmsnorm(&x, &r, &w, EPS).unwrap();
-        let (want, sums) = reference::fused_add_rmsnorm::<f32>(&xs, &rs, &ws, 128, EPS as f64, 0.0);
-        reference::compare(DType::F32, &values(&x), &want).unwrap();
-        reference::compare(DType::F32, &values(&r), &sums).unwrap();
+        let written = [values(&x), values(&r)];
+        reference::check_written(&fused_add_rmsnorm::INFO, DType::F32, 128, &[xs, rs, ws], &written, &[EPS as f64])
+            .unwrap();
     }
     // The weight locked by the outer step (before `second`) and by the inner one (after it).
     let weight_last = seen.iter().any(|o| o[2] == 2);
@@ -222,15 +209,16 @@ fn candle_fused_locks_in_one_order() {
 fn candle_docs_quickstart() -> candle_core::Result<()> {
     // quickstart:begin
     use candle_core::{DType, Device, Tensor};
-    use ferrinfer_ffi::candle::{self as ferrinfer, RmsNorm};
+    use ferrinfer_ffi::candle::{self as ferrinfer, Op};
 
     let device = Device::Cpu; // or Device::new_cuda(0)? with the `candle-cuda` feature
     let x = Tensor::randn(0f32, 1.0, (4, 4096), &device)?.to_dtype(DType::BF16)?;
     let w = Tensor::ones(4096, DType::BF16, &device)?;
     let y = ferrinfer::rmsnorm(&x, &w, 1e-6)?; // a new tensor
-    let same = x.apply_op2_no_bwd(&w, &RmsNorm { eps: 1e-6 })?; // the same, as a candle op
+    let rms = Op::new("rmsnorm", &[1e-6])?; // any op of ferrinfer by name, with its scalars
+    let same = x.apply_op2_no_bwd(&w, &rms)?; // the same, as a candle op
     assert_eq!(y.to_vec2::<half::bf16>()?, same.to_vec2::<half::bf16>()?);
-    x.narrow(1, 0, 2048)?.inplace_op2(&w.narrow(0, 0, 2048)?, &RmsNorm { eps: 1e-6 })?; // in place, on a view
+    x.narrow(1, 0, 2048)?.inplace_op2(&w.narrow(0, 0, 2048)?, &rms)?; // in place, on a view
 
     let (hidden, residual) = (x.copy()?, Tensor::zeros((4, 4096), DType::BF16, &device)?);
     ferrinfer::fused_add_rmsnorm(&hidden, &residual, &w, 1e-6)?; // residual += hidden; hidden = rmsnorm(residual) * w
@@ -252,4 +240,17 @@ fn candle_docs_quickstart_is_the_documented_one() {
         this.split("// quickstart:begin\n").nth(1).and_then(|s| s.split("    // quickstart:end").next()).unwrap();
     let test: String = test.lines().map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l))).collect();
     assert_eq!(documented, test, "docs/adapters.md's candle snippet differs from the test that runs it");
+}
+
+/// rmsnorm in f64, through the op's own reference.
+fn rms_reference(x: &[f64], w: &[f64], hidden: usize) -> Vec<f64> {
+    let tensors = [x.to_vec(), w.to_vec(), Vec::new()];
+    let problem = ferrinfer_launch::op::Problem {
+        dtype: DType::F32,
+        hidden,
+        tensors: &tensors,
+        written: &[],
+        scalars: &[EPS as f64],
+    };
+    rmsnorm::INFO.reference(&problem).remove(0)
 }

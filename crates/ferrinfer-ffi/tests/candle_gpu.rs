@@ -1,6 +1,6 @@
 //! The candle adapter on CUDA tensors (feature `candle-cuda`): every op in every dtype on candle
 //! CUDA tensors — contiguous, 3-D, and narrowed views with a start offset and a row stride —
-//! against the same op on the CPU and ferrinfer's f64 reference; in place on views; candle-nn's
+//! against ferrinfer's f64 reference; in place on views; candle-nn's
 //! fused CUDA rms_norm against ours; errors, mixed devices included. Without a CUDA driver or
 //! device every test prints that it was SKIPPED, and why, and passes.
 #![cfg(feature = "candle-cuda")]
@@ -9,14 +9,11 @@ mod candle_common;
 
 use std::io::Write;
 
-use candle_common::{
-    EPS, Elem, dtype, error_of, reference_of, run_helper, tensor, tensor_on, values, within_two_units,
-};
+use candle_common::{EPS, Elem, check_op, dtype, error_of, tensor_on, values, within_two_units};
 use candle_core::{DType as CandleDType, Device, IndexOp, Tensor};
-use ferrinfer_ffi::candle::{self as fc, GemmaRmsNorm, LayerNorm, RmsNorm};
-use ferrinfer_launch::cuda_device_count;
-use ferrinfer_launch::norm::NormRoutine;
+use ferrinfer_ffi::candle::{self as fc, Op};
 use ferrinfer_launch::reference;
+use ferrinfer_launch::{DType, cuda_device_count, rmsnorm};
 use half::{bf16, f16};
 
 /// candle's CUDA device 0, or `None` after saying why the test is skipped.
@@ -29,48 +26,41 @@ fn gpu(test: &str) -> Option<Device> {
     Some(Device::new_cuda(0).expect("candle CUDA device 0"))
 }
 
-/// `routine` on CUDA copies of CPU tensors (`shape`, narrowed or not) against the reference and
-/// the CPU adapter's result; weights of `W`.
-fn check<T: Elem, W: Elem>(gpu: &Device, routine: NormRoutine, shape: &[usize], narrow: bool, seed: u64) {
-    let h = shape[shape.len() - 1];
-    let (x, r) = (tensor::<T>(shape, narrow, seed), tensor::<T>(shape, narrow, seed + 1));
-    let (w, b) = (tensor::<W>(&[h], false, seed + 2), tensor::<W>(&[h], false, seed + 3));
-    // to_device copies the storage and keeps the layout: the GPU views are narrowed the same way.
-    let on_gpu = [&x, &r, &w, &b].map(|t| t.to_device(gpu).unwrap());
-    assert_eq!(on_gpu[0].layout(), x.layout());
-    let before: Vec<Vec<f64>> = [&x, &r, &w, &b].map(values).into();
-    let [xg, rg, wg, bg] = &on_gpu;
-    let out = run_helper(routine, xg, rg, wg, bg).unwrap();
-    let cpu_out = run_helper(routine, &x, &r, &w, &b).unwrap();
-    let (want, want_residual) = reference_of::<T>(routine, &before[0], &before[1], &before[2], &before[3]);
-    let context = format!("{routine:?} {:?} {shape:?} narrow={narrow}", dtype::<T>());
-    assert!(out.device().is_cuda() && out.dims() == shape, "{context}");
-    let (got, got_residual) = (values(&out), values(rg));
-    reference::compare(dtype::<T>(), &got, &want).unwrap_or_else(|e| panic!("{context}: {e}"));
-    reference::compare(dtype::<T>(), &got_residual, &want_residual)
-        .unwrap_or_else(|e| panic!("{context}: residual: {e}"));
-    within_two_units::<T>(&format!("{context}: GPU vs CPU"), &got, &values(&cpu_out), &want);
-    assert_eq!(values(wg), before[2], "{context}: weight written");
-}
-
 fn every_op<T: Elem>(gpu: &Device, seed: u64) {
-    for (i, routine) in NormRoutine::ALL.into_iter().enumerate() {
+    for (i, op) in ferrinfer_launch::ops().enumerate() {
         let seed = seed + 100 * i as u64;
-        check::<T, T>(gpu, routine, &[989, 4096], false, seed);
-        check::<T, T>(gpu, routine, &[7, 8, 128], false, seed + 10); // tokens × heads × head_dim
-        check::<T, T>(gpu, routine, &[99, 3584], true, seed + 20);
-        check::<T, T>(gpu, routine, &[19, 8192], true, seed + 30);
-        check::<T, T>(gpu, routine, &[1, 16384], false, seed + 40);
+        check_op::<T, T>(gpu, op, &[989, 4096], false, seed);
+        check_op::<T, T>(gpu, op, &[7, 8, 128], false, seed + 10); // tokens × heads × head_dim
+        check_op::<T, T>(gpu, op, &[99, 3584], true, seed + 20);
+        check_op::<T, T>(gpu, op, &[19, 8192], true, seed + 30);
+        check_op::<T, T>(gpu, op, &[1, 16384], false, seed + 40);
+        check_op::<T, f32>(gpu, op, &[99, 1024], true, seed + 50);
     }
-    check::<T, f32>(gpu, NormRoutine::LayerNorm, &[99, 1024], true, seed + 1000);
 }
 
 #[test]
-fn candle_gpu_every_op_matches_cpu_and_reference() {
-    let Some(gpu) = gpu("candle_gpu_every_op_matches_cpu_and_reference") else { return };
+fn candle_gpu_every_op_matches_the_reference() {
+    let Some(gpu) = gpu("candle_gpu_every_op_matches_the_reference") else { return };
     every_op::<f32>(&gpu, 1);
     every_op::<f16>(&gpu, 10_000);
     every_op::<bf16>(&gpu, 20_000);
+}
+
+fn op(name: &str) -> Op {
+    Op::new(name, &[EPS as f64]).unwrap()
+}
+
+/// rmsnorm in f64, through the op's own reference.
+fn rms_reference(x: &[f64], w: &[f64], hidden: usize) -> Vec<f64> {
+    let tensors = [x.to_vec(), w.to_vec(), Vec::new()];
+    let problem = ferrinfer_launch::op::Problem {
+        dtype: DType::F32,
+        hidden,
+        tensors: &tensors,
+        written: &[],
+        scalars: &[EPS as f64],
+    };
+    rmsnorm::INFO.reference(&problem).remove(0)
 }
 
 /// In place on a narrowed CUDA view (start offset, row stride): the view is normalised exactly as
@@ -80,12 +70,12 @@ fn candle_gpu_in_place_on_a_narrowed_view() {
     let Some(gpu) = gpu("candle_gpu_in_place_on_a_narrowed_view") else { return };
     let (w, b) = (tensor_on::<bf16>(&gpu, &[1024], false, 31), tensor_on::<bf16>(&gpu, &[1024], false, 32));
     // Each op twice: in place, and as a new tensor (the expected result).
-    type Op<'a> = &'a dyn Fn(&Tensor) -> candle_core::Result<()>;
+    type InPlace<'a> = &'a dyn Fn(&Tensor) -> candle_core::Result<()>;
     type New<'a> = &'a dyn Fn(&Tensor) -> candle_core::Result<Tensor>;
-    let ops: [(&str, Op, New); 3] = [
-        ("rmsnorm", &|x| x.inplace_op2(&w, &RmsNorm { eps: EPS }), &|x| fc::rmsnorm(x, &w, EPS)),
-        ("gemma_rmsnorm", &|x| x.inplace_op2(&w, &GemmaRmsNorm { eps: EPS }), &|x| fc::gemma_rmsnorm(x, &w, EPS)),
-        ("layernorm", &|x| x.inplace_op3(&w, &b, &LayerNorm { eps: EPS }), &|x| fc::layernorm(x, &w, &b, EPS)),
+    let ops: [(&str, InPlace, New); 3] = [
+        ("rmsnorm", &|x| x.inplace_op2(&w, &op("rmsnorm")), &|x| fc::rmsnorm(x, &w, EPS)),
+        ("gemma_rmsnorm", &|x| x.inplace_op2(&w, &op("gemma_rmsnorm")), &|x| fc::gemma_rmsnorm(x, &w, EPS)),
+        ("layernorm", &|x| x.inplace_op3(&w, &b, &op("layernorm")), &|x| fc::layernorm(x, &w, &b, EPS)),
     ];
     for (i, (name, op, new)) in ops.into_iter().enumerate() {
         let base = tensor_on::<bf16>(&gpu, &[65, 1030], false, 40 + i as u64);
@@ -115,7 +105,7 @@ fn candle_gpu_rmsnorm_agrees_with_candle_nn() {
         for (rows, hidden) in [(1, 4096), (128, 4096), (1024, 8192)] {
             let x = tensor_on::<T>(gpu, &[rows, hidden], false, seed);
             let w = tensor_on::<T>(gpu, &[hidden], false, seed + 1);
-            let want = reference::rmsnorm(&values(&x), &values(&w), hidden, EPS as f64, 0.0);
+            let want = rms_reference(&values(&x), &values(&w), hidden);
             let ours = values(&fc::rmsnorm(&x, &w, EPS).unwrap());
             let theirs = values(&candle_nn::ops::rms_norm(&x, &w, EPS).unwrap());
             reference::compare(dtype::<T>(), &ours, &want).unwrap_or_else(|e| panic!("{:?}: {e}", dtype::<T>()));
@@ -135,7 +125,7 @@ fn candle_gpu_errors_name_the_argument_and_write_nothing() {
     let before = (values(&x), values(&r));
     let err = error_of(fc::rmsnorm(&x, &w.to_dtype(CandleDType::F16).unwrap(), EPS));
     assert!(err.contains("`weight` has dtype f16; expected bf16"), "{err}");
-    let err = error_of(x.inplace_op2(&w.i(..8).unwrap(), &RmsNorm { eps: EPS }));
+    let err = error_of(x.inplace_op2(&w.i(..8).unwrap(), &op("rmsnorm")));
     assert!(err.contains("`weight` has shape [8]"), "{err}");
     let err = error_of(fc::fused_add_rmsnorm(&x, &r, &w.i(..8).unwrap(), EPS));
     assert!(err.contains("`weight` has shape [8]"), "{err}");

@@ -7,10 +7,9 @@
 #![cfg(feature = "torch")]
 
 use ferrinfer_ffi::torch::{self as ft, TorchStream};
-use ferrinfer_launch::norm::NormRoutine;
+use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role};
 use ferrinfer_launch::reference::{self, random_normal};
 use ferrinfer_launch::{DType, cuda_device_count};
-use half::{bf16, f16};
 use tch::{Device, Kind, TchError, Tensor};
 
 const EPS: f32 = 1e-6;
@@ -56,100 +55,73 @@ fn dtype(kind: Kind) -> DType {
     }
 }
 
-/// The f64 reference of `routine` on the values before the call: (output, new residual).
-fn reference_of(routine: NormRoutine, kind: Kind, x: &[f64], r: &[f64], w: &[f64], b: &[f64]) -> (Vec<f64>, Vec<f64>) {
-    let (hidden, eps, offset) = (w.len(), EPS as f64, routine.weight_offset() as f64);
-    let fused = match kind {
-        Kind::Half => reference::fused_add_rmsnorm::<f16>,
-        Kind::BFloat16 => reference::fused_add_rmsnorm::<bf16>,
-        _ => reference::fused_add_rmsnorm::<f32>,
-    };
-    match routine {
-        NormRoutine::LayerNorm => (reference::layernorm(x, w, b, hidden, eps), r.to_vec()),
-        _ if routine.is_fused() => fused(x, r, w, hidden, eps, offset),
-        _ => (reference::rmsnorm(x, w, hidden, eps, offset), r.to_vec()),
-    }
-}
-
-/// Runs `routine` on CPU tensors; the ops with an output write it into `out`.
-fn run(
-    routine: NormRoutine,
-    x: &mut Tensor,
-    r: &mut Tensor,
-    w: &Tensor,
-    b: &Tensor,
-    out: &mut Tensor,
-) -> Result<(), TchError> {
-    let cpu = &TorchStream::Cpu;
-    let returned = match routine {
-        NormRoutine::RmsNorm => ft::rmsnorm(x, w, EPS, Some(out), cpu)?,
-        NormRoutine::GemmaRmsNorm => ft::gemma_rmsnorm(x, w, EPS, Some(out), cpu)?,
-        NormRoutine::LayerNorm => {
-            let y = ft::layernorm(x, w, b, EPS, cpu)?;
-            out.f_copy_(&y)?; // FlashInfer's layernorm has no `out`
-            y
-        }
-        NormRoutine::FusedAddRmsNorm => return ft::fused_add_rmsnorm(x, r, w, EPS, cpu),
-        NormRoutine::GemmaFusedAddRmsNorm => return ft::gemma_fused_add_rmsnorm(x, r, w, EPS, cpu),
-    };
-    assert!(routine == NormRoutine::LayerNorm || returned.data_ptr() == out.data_ptr(), "returns `out` itself");
-    Ok(())
-}
-
-/// One op, kind and layout: written tensors match the reference, and the memory around narrowed
-/// outputs (the rest of their buffer) is still the NaN it was filled with.
-fn check(routine: NormRoutine, kind: Kind, narrow: bool, hidden: i64, seed: u64) {
+/// One op, kind and layout: every input made (narrowed or not; f32 weights where the op takes
+/// them with any kind), outputs given as narrowed NaN-filled windows; written tensors match the
+/// reference, read-only ones are untouched, and the memory around narrowed outputs (the rest of
+/// their buffer) is still NaN.
+fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64, seed: u64) {
     let rows = 7;
-    let (mut x, mut r) = (tensor(kind, rows, hidden, narrow, seed), tensor(kind, rows, hidden, narrow, seed + 1));
-    // layernorm takes f32 gamma and beta with every input kind (FlashInfer's signature).
-    let weight_kind = if routine == NormRoutine::LayerNorm { Kind::Float } else { kind };
-    let (w, b) = (row(weight_kind, hidden, seed + 2), row(weight_kind, hidden, seed + 3));
-    let out_buffer = buffer(kind, rows, hidden, narrow, 0).fill_(f64::NAN);
-    let mut out = window(&out_buffer, rows, hidden, narrow);
-    let (x0, r0) = (values(&x), values(&r));
-    run(routine, &mut x, &mut r, &w, &b, &mut out).unwrap();
-    let (want, sums) = reference_of(routine, kind, &x0, &r0, &values(&w), &values(&b));
-    let context = format!("{routine:?} {kind:?} narrow={narrow} hidden={hidden}");
-    let got = if routine.is_fused() { values(&x) } else { values(&out) };
-    reference::compare(dtype(kind), &got, &want).unwrap_or_else(|e| panic!("{context}: {e}"));
-    reference::compare(dtype(kind), &values(&r), &sums).unwrap_or_else(|e| panic!("{context}: residual: {e}"));
-    if !routine.is_fused() {
-        let written = values(&out_buffer).iter().filter(|v| !v.is_nan()).count();
+    let mut inputs: Vec<Tensor> = op
+        .tensors
+        .iter()
+        .filter(|a| a.role != Role::Out)
+        .enumerate()
+        .map(|(i, arg)| match arg.extent {
+            Extent::Row if wide && arg.dtype == DTypeRule::SameOrF32 => row(Kind::Float, hidden, seed + i as u64),
+            Extent::Row => row(kind, hidden, seed + i as u64),
+            Extent::Rows => tensor(kind, rows, hidden, narrow, seed + i as u64),
+            Extent::DoubleRows => tensor(kind, rows, 2 * hidden, narrow, seed + i as u64),
+        })
+        .collect();
+    let buffers: Vec<Tensor> = op
+        .tensors
+        .iter()
+        .filter(|a| a.role == Role::Out)
+        .map(|_| buffer(kind, rows, hidden, narrow, 0).fill_(f64::NAN))
+        .collect();
+    let outputs: Vec<Tensor> = buffers.iter().map(|b| window(b, rows, hidden, narrow)).collect();
+    let before: Vec<Vec<f64>> = inputs.iter().map(values).collect();
+    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.default).collect();
+    let refs: Vec<&Tensor> = inputs.iter_mut().map(|t| &*t).collect();
+    let produced = ft::call(op, &refs, outputs.iter().map(Some).collect(), &scalars, &TorchStream::Cpu).unwrap();
+    let context = format!("{} {kind:?} wide={wide} narrow={narrow} hidden={hidden}", op.name);
+    for (p, o) in produced.iter().zip(&outputs) {
+        assert_eq!(p.data_ptr(), o.data_ptr(), "{context}: returns `out` itself");
+    }
+    let mut written = Vec::new();
+    for ((arg, t), b) in op.tensors.iter().zip(&inputs).zip(&before) {
+        match arg.role {
+            Role::InOut => written.push(values(t)),
+            _ => assert_eq!(&values(t), b, "{context}: `{}` was written", arg.name),
+        }
+    }
+    written.extend(outputs.iter().map(values));
+    let mut tensors = before.clone();
+    tensors.extend(outputs.iter().map(|_| Vec::new()));
+    reference::check_written(op, dtype(kind), hidden as usize, &tensors, &written, &scalars)
+        .unwrap_or_else(|e| panic!("{context}: {e}"));
+    for b in &buffers {
+        let written = values(b).iter().filter(|v| !v.is_nan()).count();
         assert_eq!(written, (rows * hidden) as usize, "{context}: wrote outside `out`");
     }
 }
 
-fn check_every_kind_and_layout(routine: NormRoutine, seed: u64) {
-    for (i, kind) in KINDS.into_iter().enumerate() {
-        for (j, (narrow, hidden)) in [(false, 1024), (true, 1024), (false, 111), (true, 111)].into_iter().enumerate() {
-            check(routine, kind, narrow, hidden, seed + 100 * i as u64 + 10 * j as u64);
+/// Every op of the registry in every kind and layout, against its reference.
+#[test]
+fn torch_every_op_matches_the_reference() {
+    for (o, op) in ferrinfer_launch::ops().enumerate() {
+        for (i, kind) in KINDS.into_iter().enumerate() {
+            for (j, (narrow, hidden)) in
+                [(false, 1024), (true, 1024), (false, 111), (true, 111)].into_iter().enumerate()
+            {
+                let seed = 1000 * o as u64 + 100 * i as u64 + 10 * j as u64;
+                check(op, kind, false, narrow, hidden, seed);
+                if kind != Kind::Float && op.tensors.iter().any(|a| a.dtype == DTypeRule::SameOrF32) {
+                    check(op, kind, true, narrow, hidden, seed + 5);
+                }
+            }
         }
     }
-}
-
-#[test]
-fn torch_rmsnorm_matches_the_reference() {
-    check_every_kind_and_layout(NormRoutine::RmsNorm, 1_000);
-}
-
-#[test]
-fn torch_gemma_rmsnorm_matches_the_reference() {
-    check_every_kind_and_layout(NormRoutine::GemmaRmsNorm, 2_000);
-}
-
-#[test]
-fn torch_fused_add_rmsnorm_matches_the_reference() {
-    check_every_kind_and_layout(NormRoutine::FusedAddRmsNorm, 3_000);
-}
-
-#[test]
-fn torch_gemma_fused_add_rmsnorm_matches_the_reference() {
-    check_every_kind_and_layout(NormRoutine::GemmaFusedAddRmsNorm, 4_000);
-}
-
-#[test]
-fn torch_layernorm_matches_the_reference() {
-    check_every_kind_and_layout(NormRoutine::LayerNorm, 5_000);
 }
 
 /// A new output is like `input`; `out = input` runs in place; 3-D input (QK-norm) is rows of
@@ -158,13 +130,13 @@ fn torch_layernorm_matches_the_reference() {
 fn torch_new_output_in_place_and_three_dims() {
     let x = tensor(Kind::Float, 6, 128, false, 6_000).view([2, 3, 128]);
     let w = row(Kind::Float, 128, 6_001);
-    let y = ft::rmsnorm(&x, &w, EPS, None, &TorchStream::Cpu).unwrap();
+    let y = ft::rmsnorm(&x, &w, None, EPS, &TorchStream::Cpu).unwrap();
     assert_eq!((y.size(), y.kind(), y.device()), (x.size(), Kind::Float, Device::Cpu));
     assert_ne!(y.data_ptr(), x.data_ptr());
     let tch_math = &x * (x.square().mean_dim(-1, true, Kind::Float) + EPS as f64).rsqrt() * &w;
     reference::compare(DType::F32, &values(&y), &values(&tch_math)).unwrap();
     let mut in_place = x.shallow_clone();
-    let returned = ft::rmsnorm(&x, &w, EPS, Some(&mut in_place), &TorchStream::Cpu).unwrap();
+    let returned = ft::rmsnorm(&x, &w, Some(&mut in_place), EPS, &TorchStream::Cpu).unwrap();
     assert_eq!(returned.data_ptr(), x.data_ptr());
     assert_eq!(values(&x), values(&y));
 }
@@ -179,32 +151,32 @@ fn torch_errors_name_the_argument_and_write_nothing() {
     let mut out = Tensor::full([4, 64], f64::NAN, (Kind::BFloat16, Device::Cpu));
     let (x0, r0) = (values(&x), values(&r));
     let kind = |e: TchError| matches!(e, TchError::Kind(m) if m.contains("`weight` has dtype f32"));
-    assert!(kind(ft::rmsnorm(&x, &row(Kind::Float, 64, 1), EPS, Some(&mut out), cpu).unwrap_err()));
+    assert!(kind(ft::rmsnorm(&x, &row(Kind::Float, 64, 1), Some(&mut out), EPS, cpu).unwrap_err()));
     let shape = ft::fused_add_rmsnorm(&mut x, &mut r, &row(Kind::BFloat16, 32, 1), EPS, cpu).unwrap_err();
     assert!(matches!(&shape, TchError::Shape(m) if m.contains("`weight` has shape [32]")), "{shape}");
     let transposed = tensor(Kind::BFloat16, 64, 4, false, 1).tr();
-    let layout = ft::gemma_rmsnorm(&transposed, &w, EPS, None, cpu).unwrap_err();
+    let layout = ft::gemma_rmsnorm(&transposed, &w, None, EPS, cpu).unwrap_err();
     assert!(matches!(&layout, TchError::Shape(m) if m.contains("`input`: the last dimension must be contiguous")));
-    let integer = ft::rmsnorm(&x.to_kind(Kind::Int64), &w, EPS, None, cpu).unwrap_err();
-    assert!(matches!(&integer, TchError::Kind(m) if m.starts_with("`input` has kind Int64")), "{integer}");
-    let undefined = ft::rmsnorm(&x, &Tensor::new(), EPS, None, cpu).unwrap_err();
+    let integer = ft::rmsnorm(&x.to_kind(Kind::Int64), &w, None, EPS, cpu).unwrap_err();
+    assert!(matches!(&integer, TchError::Kind(m) if m.starts_with("`input` has dtype Int64")), "{integer}");
+    let undefined = ft::rmsnorm(&x, &Tensor::new(), None, EPS, cpu).unwrap_err();
     assert!(matches!(&undefined, TchError::Torch(m) if m == "`weight` is an undefined tensor"), "{undefined}");
-    let f16_gamma = ft::layernorm(&x, &row(Kind::Half, 64, 1), &row(Kind::Half, 64, 2), EPS, cpu).unwrap_err();
+    let f16_gamma = ft::layernorm(&x, &row(Kind::Half, 64, 1), &row(Kind::Half, 64, 2), None, EPS, cpu).unwrap_err();
     assert!(matches!(&f16_gamma, TchError::Kind(m) if m.starts_with("`gamma` has dtype f16")), "{f16_gamma}");
-    let beta = ft::layernorm(&x, &row(Kind::Float, 64, 1), &w, EPS, cpu).unwrap_err();
+    let beta = ft::layernorm(&x, &row(Kind::Float, 64, 1), &w, None, EPS, cpu).unwrap_err();
     assert!(matches!(&beta, TchError::Kind(m) if m.starts_with("`beta` has dtype bf16")), "{beta}");
     let eps = ft::gemma_fused_add_rmsnorm(&mut x, &mut r, &w, -1.0, cpu).unwrap_err();
     assert!(matches!(&eps, TchError::Torch(m) if m.starts_with("`eps` is -1")), "{eps}");
     let rows = tensor(Kind::BFloat16, 5, 64, false, 7_003);
-    let overlap = ft::rmsnorm(&rows.narrow(0, 0, 4), &w, EPS, Some(&mut rows.narrow(0, 1, 4)), cpu).unwrap_err();
+    let overlap = ft::rmsnorm(&rows.narrow(0, 0, 4), &w, Some(&mut rows.narrow(0, 1, 4)), EPS, cpu).unwrap_err();
     assert!(matches!(&overlap, TchError::Torch(m) if m.starts_with("`out` overlaps `input`")), "{overlap}");
     for sparse in [x.to_sparse(None, None::<&[i64]>, None), x.to_sparse_csr(None)] {
-        let error = ft::rmsnorm(&sparse, &w, EPS, None, cpu).unwrap_err();
+        let error = ft::rmsnorm(&sparse, &w, None, EPS, cpu).unwrap_err();
         assert!(
             matches!(&error, TchError::Shape(m) if m == "`input`: unsupported layout: not a strided (dense) tensor")
         );
     }
-    let negated = ft::rmsnorm(&x, &w.internal_neg_view(), EPS, None, cpu).unwrap_err();
+    let negated = ft::rmsnorm(&x, &w.internal_neg_view(), None, EPS, cpu).unwrap_err();
     assert!(matches!(&negated, TchError::Shape(m) if m.starts_with("`weight`: unsupported layout: a lazily negated")));
     assert_eq!((values(&x), values(&r)), (x0, r0), "inputs untouched");
     assert!(values(&out).iter().all(|v| v.is_nan()), "`out` untouched");
@@ -224,7 +196,7 @@ fn torch_streams_are_checked_against_the_tensors() {
     if count > 0 {
         // SAFETY: 0 is the legacy default stream of device 0, always alive.
         let stream = unsafe { TorchStream::cuda(0, 0) }.unwrap();
-        let error = ft::rmsnorm(&x, &w, EPS, None, &stream).unwrap_err();
+        let error = ft::rmsnorm(&x, &w, None, EPS, &stream).unwrap_err();
         assert!(
             matches!(&error, TchError::Torch(m) if m.starts_with("`stream` is on cuda:0; expected cpu")),
             "{error}"
@@ -243,8 +215,8 @@ fn torch_docs_quickstart() -> Result<(), tch::TchError> {
     let stream = TorchStream::Cpu; // CUDA tensors: TorchStream::Cuda(..) or unsafe TorchStream::cuda(device, raw)
     let x = Tensor::f_randn([4, 4096], (Kind::BFloat16, Device::Cpu))?;
     let w = Tensor::f_ones([4096], (Kind::BFloat16, Device::Cpu))?;
-    let mut y = ferrinfer::rmsnorm(&x, &w, 1e-6, None, &stream)?; // a new tensor like x
-    let same = ferrinfer::rmsnorm(&x, &w, 1e-6, Some(&mut y), &stream)?; // or into `out`, returned too
+    let mut y = ferrinfer::rmsnorm(&x, &w, None, 1e-6, &stream)?; // a new tensor like x
+    let same = ferrinfer::rmsnorm(&x, &w, Some(&mut y), 1e-6, &stream)?; // or into `out`, returned too
     assert_eq!(same.data_ptr(), y.data_ptr());
 
     let (mut hidden, mut residual) = (x.copy(), x.f_zeros_like()?);
@@ -252,7 +224,7 @@ fn torch_docs_quickstart() -> Result<(), tch::TchError> {
     assert!(residual.f_equal(&x)?); // residual += hidden (it was 0)
     assert!(hidden.f_allclose(&y, 1e-2, 1e-2, false)?); // hidden = rmsnorm(residual) * w
 
-    let err = ferrinfer::rmsnorm(&x, &w.f_narrow(0, 0, 8)?, 1e-6, None, &stream).unwrap_err();
+    let err = ferrinfer::rmsnorm(&x, &w.f_narrow(0, 0, 8)?, None, 1e-6, &stream).unwrap_err();
     assert!(matches!(err, tch::TchError::Shape(m) if m.contains("`weight` has shape [8]")));
     // quickstart:end
     Ok(())

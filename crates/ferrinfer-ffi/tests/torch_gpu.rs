@@ -1,6 +1,6 @@
 //! The tch adapter on CUDA tensors: every op and kind, contiguous and narrowed, on (a) a stream
-//! cudarc made and (b) the legacy default stream PyTorch uses (raw handle 0), against the same
-//! call on CPU and the f64 reference; CUDA tensors with the CPU stream, or with a CPU weight,
+//! cudarc made and (b) the legacy default stream PyTorch uses (raw handle 0), against the f64
+//! reference; CUDA tensors with the CPU stream, or with a CPU weight,
 //! are refused and left untouched. Without a CUDA device, or when torch's CUDA backend cannot be
 //! loaded, each test prints SKIPPED and why, and passes (CI has no GPU).
 //!
@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use ferrinfer_ffi::torch::{self as ft, TorchStream};
 use ferrinfer_launch::cudarc::driver::{CudaContext, CudaStream};
-use ferrinfer_launch::norm::NormRoutine;
+use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role};
 use ferrinfer_launch::reference::{self, random_normal};
 use ferrinfer_launch::{DType, cuda_device_count};
 use tch::{Device, Kind, TchError, Tensor};
@@ -85,53 +85,59 @@ fn dtype(kind: Kind) -> DType {
     }
 }
 
-/// One call's tensors on a device; `out_buffer` is the whole memory of `out`, NaN-filled.
-struct Inputs {
-    x: Tensor,
-    r: Tensor,
-    w: Tensor,
-    b: Tensor,
-    out: Tensor,
-    out_buffer: Tensor,
+/// One call's tensors on a device: the inputs (layernorm's gamma and beta f32), and each output
+/// as a (narrowed) window of a NaN-filled buffer.
+struct Call {
+    inputs: Vec<Tensor>,
+    outputs: Vec<(Tensor, Tensor)>,
 }
 
-/// The same values (per seed) on any device; layernorm's gamma and beta are f32.
-fn inputs(routine: NormRoutine, kind: Kind, narrow: bool, seed: u64, device: Device) -> Inputs {
-    let (x, r) =
-        (tensor(kind, ROWS, HIDDEN, narrow, seed, device).0, tensor(kind, ROWS, HIDDEN, narrow, seed + 1, device).0);
-    let weight_kind = if routine == NormRoutine::LayerNorm { Kind::Float } else { kind };
-    let row = |seed| tensor(weight_kind, 1, HIDDEN, false, seed, device).0.view([HIDDEN]);
-    let (out, mut out_buffer) = tensor(kind, ROWS, HIDDEN, narrow, 0, device);
-    let _ = out_buffer.fill_(f64::NAN);
-    Inputs { x, r, w: row(seed + 2), b: row(seed + 3), out, out_buffer }
+/// The same values (per seed) on any device.
+fn tensors(op: &OpInfo, kind: Kind, narrow: bool, seed: u64, device: Device) -> Call {
+    let inputs = op
+        .tensors
+        .iter()
+        .filter(|a| a.role != Role::Out)
+        .enumerate()
+        .map(|(i, arg)| {
+            let seed = seed + i as u64;
+            let weight_kind = if arg.dtype == DTypeRule::SameOrF32 { Kind::Float } else { kind };
+            match arg.extent {
+                Extent::Row => tensor(weight_kind, 1, HIDDEN, false, seed, device).0.view([HIDDEN]),
+                Extent::Rows => tensor(kind, ROWS, HIDDEN, narrow, seed, device).0,
+                Extent::DoubleRows => tensor(kind, ROWS, 2 * HIDDEN, narrow, seed, device).0,
+            }
+        })
+        .collect();
+    let outputs = op
+        .tensors
+        .iter()
+        .filter(|a| a.role == Role::Out)
+        .map(|_| {
+            let (out, mut buffer) = tensor(kind, ROWS, HIDDEN, narrow, 0, device);
+            let _ = buffer.fill_(f64::NAN);
+            (out, buffer)
+        })
+        .collect();
+    Call { inputs, outputs }
 }
 
-/// What one call wrote: the output (`input` for fused ops), the residual, the output's buffer.
-struct Written {
-    out: Vec<f64>,
-    residual: Vec<f64>,
-    out_buffer: Vec<f64>,
-}
-
-/// Runs `routine` on `stream` and waits for it: a cudarc stream is synchronized, the legacy
-/// default stream through torch.
-fn run(routine: NormRoutine, inputs: Inputs, stream: &TorchStream) -> Written {
-    let Inputs { mut x, mut r, w, b, mut out, out_buffer } = inputs;
+/// Runs `op` on `stream` and waits for it (a cudarc stream is synchronized, the legacy default
+/// stream through torch); returns what it wrote (in-out inputs, then outputs) and the outputs'
+/// whole buffers.
+fn run(op: &'static OpInfo, call: Call, stream: &TorchStream) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
     // The inputs were written on torch's stream; a cudarc stream (non-blocking) does not wait.
-    sync_torch(&x);
-    match routine {
-        NormRoutine::RmsNorm => drop(ft::rmsnorm(&x, &w, EPS, Some(&mut out), stream).unwrap()),
-        NormRoutine::GemmaRmsNorm => drop(ft::gemma_rmsnorm(&x, &w, EPS, Some(&mut out), stream).unwrap()),
-        NormRoutine::LayerNorm => out = ft::layernorm(&x, &w, &b, EPS, stream).unwrap(),
-        NormRoutine::FusedAddRmsNorm => ft::fused_add_rmsnorm(&mut x, &mut r, &w, EPS, stream).unwrap(),
-        NormRoutine::GemmaFusedAddRmsNorm => ft::gemma_fused_add_rmsnorm(&mut x, &mut r, &w, EPS, stream).unwrap(),
-    }
+    sync_torch(&call.inputs[0]);
+    let refs: Vec<&Tensor> = call.inputs.iter().collect();
+    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.default).collect();
+    ft::call(op, &refs, call.outputs.iter().map(|(o, _)| Some(o)).collect(), &scalars, stream).unwrap();
     if let TorchStream::Cuda(stream) = stream {
         stream.synchronize().unwrap();
     }
-    sync_torch(&x);
-    let out = if routine.is_fused() { values(&x) } else { values(&out) };
-    Written { out, residual: values(&r), out_buffer: values(&out_buffer) }
+    sync_torch(&call.inputs[0]);
+    let in_out = op.tensors.iter().zip(&call.inputs).filter(|(a, _)| a.role == Role::InOut).map(|(_, t)| values(t));
+    let written = in_out.chain(call.outputs.iter().map(|(o, _)| values(o))).collect();
+    (written, call.outputs.iter().map(|(_, b)| values(b)).collect())
 }
 
 /// Waits for torch's work on the device of `t`, if a CUDA one.
@@ -141,53 +147,34 @@ fn sync_torch(t: &Tensor) {
     }
 }
 
-/// Every op, kind and layout on both streams: the GPU writes what the CPU writes (within the
-/// dtype's rounding), and matches the f64 reference; nothing outside a narrowed output.
+/// Every op, kind and layout on both streams: the GPU writes what matches the f64 reference, and
+/// nothing outside a narrowed output.
 #[test]
 fn torch_gpu_every_op_on_a_cudarc_stream_and_the_default_stream() {
     let Some(cudarc_stream) = gpu("torch_gpu_every_op_on_a_cudarc_stream_and_the_default_stream") else { return };
     // SAFETY: 0 is the legacy default stream of device 0 (PyTorch's default), always alive.
     let default_stream = unsafe { TorchStream::cuda(0, 0) }.unwrap();
     let streams = [("cudarc stream", TorchStream::Cuda(cudarc_stream)), ("default stream", default_stream)];
-    for (i, routine) in NormRoutine::ALL.into_iter().enumerate() {
+    for (i, op) in ferrinfer_launch::ops().enumerate() {
         for (j, kind) in [Kind::Float, Kind::Half, Kind::BFloat16].into_iter().enumerate() {
             for narrow in [false, true] {
                 let seed = 10_000 * i as u64 + 1_000 * j as u64 + 100 * narrow as u64;
-                let on_cpu = inputs(routine, kind, narrow, seed, Device::Cpu);
-                let (x, r, w, b) = (values(&on_cpu.x), values(&on_cpu.r), values(&on_cpu.w), values(&on_cpu.b));
-                let (want, _) = reference_of(routine, kind, &x, &r, &w, &b);
-                let cpu = run(routine, on_cpu, &TorchStream::Cpu);
+                let on_cpu = tensors(op, kind, narrow, seed, Device::Cpu);
+                let mut before: Vec<Vec<f64>> = on_cpu.inputs.iter().map(values).collect();
+                before.extend(on_cpu.outputs.iter().map(|_| Vec::new()));
+                let scalars: Vec<f64> = op.scalars.iter().map(|s| s.default).collect();
                 for (name, stream) in &streams {
-                    let gpu = run(routine, inputs(routine, kind, narrow, seed, CUDA), stream);
-                    let context = format!("{routine:?} {kind:?} narrow={narrow} on the {name}");
-                    let check = |got: &[f64], want: &[f64], what: &str| {
-                        reference::compare(dtype(kind), got, want).unwrap_or_else(|e| panic!("{context}: {what}: {e}"));
-                    };
-                    check(&gpu.out, &cpu.out, "vs CPU");
-                    check(&gpu.out, &want, "vs reference");
-                    check(&gpu.residual, &cpu.residual, "residual vs CPU");
-                    if routine != NormRoutine::LayerNorm && !routine.is_fused() {
-                        let written = gpu.out_buffer.iter().filter(|v| !v.is_nan()).count();
+                    let (written, buffers) = run(op, tensors(op, kind, narrow, seed, CUDA), stream);
+                    let context = format!("{} {kind:?} narrow={narrow} on the {name}", op.name);
+                    reference::check_written(op, dtype(kind), HIDDEN as usize, &before, &written, &scalars)
+                        .unwrap_or_else(|e| panic!("{context}: {e}"));
+                    for buffer in buffers {
+                        let written = buffer.iter().filter(|v| !v.is_nan()).count();
                         assert_eq!(written, (ROWS * HIDDEN) as usize, "{context}: wrote outside `out`");
                     }
                 }
             }
         }
-    }
-}
-
-/// The f64 reference of `routine`: (output, new residual).
-fn reference_of(routine: NormRoutine, kind: Kind, x: &[f64], r: &[f64], w: &[f64], b: &[f64]) -> (Vec<f64>, Vec<f64>) {
-    let (hidden, eps, offset) = (w.len(), EPS as f64, routine.weight_offset() as f64);
-    let fused = match kind {
-        Kind::Half => reference::fused_add_rmsnorm::<half::f16>,
-        Kind::BFloat16 => reference::fused_add_rmsnorm::<half::bf16>,
-        _ => reference::fused_add_rmsnorm::<f32>,
-    };
-    match routine {
-        NormRoutine::LayerNorm => (reference::layernorm(x, w, b, hidden, eps), r.to_vec()),
-        _ if routine.is_fused() => fused(x, r, w, hidden, eps, offset),
-        _ => (reference::rmsnorm(x, w, hidden, eps, offset), r.to_vec()),
     }
 }
 
@@ -200,13 +187,13 @@ fn torch_gpu_refuses_the_cpu_stream_and_mixed_devices() {
         (tensor(Kind::BFloat16, 4, 256, false, 1, CUDA).0, tensor(Kind::BFloat16, 4, 256, false, 2, CUDA).0);
     let w = tensor(Kind::BFloat16, 1, 256, false, 3, CUDA).0.view([256]);
     let (x0, r0) = (values(&x), values(&r));
-    let error = ft::rmsnorm(&x, &w, EPS, None, &TorchStream::Cpu).unwrap_err();
+    let error = ft::rmsnorm(&x, &w, None, EPS, &TorchStream::Cpu).unwrap_err();
     assert!(matches!(&error, TchError::Torch(m) if m.starts_with("`stream` is on cpu; expected cuda:0")), "{error}");
     let error = ft::fused_add_rmsnorm(&mut x, &mut r, &w, EPS, &TorchStream::Cpu).unwrap_err();
     assert!(matches!(&error, TchError::Torch(m) if m.starts_with("`stream` is on cpu")), "{error}");
     // SAFETY: the legacy default stream of device 0.
     let stream = unsafe { TorchStream::cuda(0, 0) }.unwrap();
-    let error = ft::rmsnorm(&x, &w.to_device(Device::Cpu), EPS, None, &stream).unwrap_err();
+    let error = ft::rmsnorm(&x, &w.to_device(Device::Cpu), None, EPS, &stream).unwrap_err();
     assert!(matches!(&error, TchError::Torch(m) if m.starts_with("`weight` is on cpu; expected cuda:0")), "{error}");
     assert_eq!((values(&x), values(&r)), (x0, r0), "inputs untouched");
 }

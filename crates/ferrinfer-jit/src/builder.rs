@@ -370,13 +370,14 @@ mod tests {
 
     #[test]
     fn register_caps_go_between_parameters_and_body() {
-        let mut spec = crate::norm::gen_norm_spec(
-            crate::norm::NormOp::RmsNorm,
-            ferrinfer_kernels::element::DType::F32,
-            ferrinfer_kernels::element::DType::F32,
-            CudaArch::HOPPER,
-            false,
-        );
+        use ferrinfer_kernels::element::DType;
+        let module = crate::norm::NormModule {
+            kernel: crate::norm::NormKernel::Rms,
+            dtype: DType::F32,
+            weight: DType::F32,
+            vec: 4,
+        };
+        let mut spec = module.spec(CudaArch::HOPPER, false);
         spec.entry_points.truncate(1);
         spec.entry_points[0].max_registers = Some(96);
         let name = spec.entry_points[0].name.clone();

@@ -1,7 +1,7 @@
 //! Layer 3 of ferrinfer: what to compile, and compiling it — FlashInfer's JIT, done by content.
 //!
-//! A [`JitSpec`] (one per module; `gen_<family>_spec` per op family, e.g.
-//! [`norm::gen_norm_spec`]) becomes a tiny generated crate that instantiates the generic kernels
+//! A [`JitSpec`] (one per module; each op family describes its own, e.g.
+//! [`norm::NormModule::spec`]) becomes a tiny generated crate that instantiates the generic kernels
 //! of `ferrinfer-kernels` as `extern "ptx-kernel"` entry points ([`codegen`]). Its key is a
 //! SHA-256 over the spec, the generated source, the kernel sources it uses (embedded in this
 //! crate at build time), the builder's flags and the exact nightly toolchain ([`key`]). The

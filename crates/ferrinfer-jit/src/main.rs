@@ -102,13 +102,14 @@ fn bench_cache(config: JitConfig, dir: Option<PathBuf>) -> Result<(), JitError> 
     let _ = std::fs::remove_dir_all(&dir);
     let mut config = JitConfig { cache_dir: dir.clone(), aot_dir: None, disable_jit: false, ..config };
     config.target_dir = config.target_dir.clone();
-    let spec = ferrinfer_jit::norm::gen_norm_spec(
-        ferrinfer_jit::norm::NormOp::RmsNorm,
-        ferrinfer_kernels::element::DType::Bf16,
-        ferrinfer_kernels::element::DType::Bf16,
-        CudaArch::HOPPER,
-        false,
-    );
+    let bf16 = ferrinfer_kernels::element::DType::Bf16;
+    let module = ferrinfer_jit::norm::NormModule {
+        kernel: ferrinfer_jit::norm::NormKernel::Rms,
+        dtype: bf16,
+        weight: bf16,
+        vec: 8,
+    };
+    let spec = module.spec(CudaArch::HOPPER, false);
     let warm = Cache::new(config.clone(), &[]);
     warm.keys(&spec)?; // queries the toolchain once, outside the timings
     let time = |cache: &Cache| -> Result<(f64, Origin), JitError> {

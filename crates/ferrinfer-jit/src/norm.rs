@@ -1,6 +1,8 @@
-//! The norm family at layer 3: `gen_norm_spec` (FlashInfer's `gen_norm_module`) describes one
-//! module per op, dtype and weight dtype, holding for every vector width a register-resident
-//! kernel per chunk count and a streaming kernel (rows of any length).
+//! The norm family at layer 3: [`NormModule::spec`] (FlashInfer's `gen_norm_module`) describes one
+//! module per kernel (rmsnorm, Gemma's, the fused adds, layernorm), dtype, weight dtype and vector
+//! width, holding a register-resident kernel per chunk count ([`CHUNK_COUNTS`]) and a streaming
+//! kernel (rows of any length). Small modules keep a cold JIT build short; the launcher picks the
+//! entry by [`NormModule::register_entry`] / [`NormModule::STREAM_ENTRY`].
 
 use std::collections::BTreeMap;
 
@@ -12,56 +14,116 @@ use crate::{CudaArch, Family};
 /// The norm family: its kernel file and every module it declares (for AOT).
 pub const FAMILY: Family = Family { name: "norm", sources: &["norm.rs"], specs: declared_specs };
 
-/// Register chunk counts compiled: each thread holds up to 16 vectors (64 registers of data), so
-/// one warp holds a 4096-wide bf16 row.
-pub const CHUNK_COUNTS: [u32; 5] = [1, 2, 4, 8, 16];
+/// Register chunk counts compiled: each thread holds up to 8 vectors of its row (128 bytes).
+pub const CHUNK_COUNTS: [u32; 4] = [1, 2, 4, 8];
 
-/// The norm ops with a kernel of their own (Gemma's variants are these with a weight offset).
+/// The norm kernels (`NormKind` types of `ferrinfer-kernels`), one per op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum NormOp {
-    RmsNorm,
-    FusedAddRmsNorm,
-    LayerNorm,
+pub enum NormKernel {
+    Rms,
+    GemmaRms,
+    FusedAddRms,
+    GemmaFusedAddRms,
+    Layer,
 }
 
-impl NormOp {
-    pub const ALL: [NormOp; 3] = [NormOp::RmsNorm, NormOp::FusedAddRmsNorm, NormOp::LayerNorm];
+impl NormKernel {
+    pub const ALL: [NormKernel; 5] = [
+        NormKernel::Rms,
+        NormKernel::GemmaRms,
+        NormKernel::FusedAddRms,
+        NormKernel::GemmaFusedAddRms,
+        NormKernel::Layer,
+    ];
 
+    /// FlashInfer's name of the op it computes.
     pub fn name(self) -> &'static str {
         match self {
-            NormOp::RmsNorm => "rmsnorm",
-            NormOp::FusedAddRmsNorm => "fused_add_rmsnorm",
-            NormOp::LayerNorm => "layernorm",
+            NormKernel::Rms => "rmsnorm",
+            NormKernel::GemmaRms => "gemma_rmsnorm",
+            NormKernel::FusedAddRms => "fused_add_rmsnorm",
+            NormKernel::GemmaFusedAddRms => "gemma_fused_add_rmsnorm",
+            NormKernel::Layer => "layernorm",
         }
     }
 
-    /// The `NormKind` type the kernels are instantiated with.
+    /// The `NormKind` type, relative to `ferrinfer_kernels`.
     fn kind(self) -> &'static str {
         match self {
-            NormOp::RmsNorm => "norm::Rms",
-            NormOp::FusedAddRmsNorm => "norm::FusedAddRms",
-            NormOp::LayerNorm => "norm::Layer",
+            NormKernel::Rms => "norm::Rms",
+            NormKernel::GemmaRms => "norm::GemmaRms",
+            NormKernel::FusedAddRms => "norm::FusedAddRms",
+            NormKernel::GemmaFusedAddRms => "norm::GemmaFusedAddRms",
+            NormKernel::Layer => "norm::Layer",
         }
     }
 
-    /// Weight dtypes the op accepts with `dtype` input: its own, and f32 for layernorm.
-    pub fn weight_dtypes(self, dtype: DType) -> Vec<DType> {
-        match self {
-            NormOp::LayerNorm if dtype != DType::F32 => vec![dtype, DType::F32],
-            _ => vec![dtype],
+    /// Whether it reads and writes a residual (two row tensors in registers).
+    pub fn is_fused(self) -> bool {
+        matches!(self, NormKernel::FusedAddRms | NormKernel::GemmaFusedAddRms)
+    }
+
+    /// Weight dtypes it takes with `dtype` input: its own, and f32 for layernorm.
+    pub fn weight_dtypes(self, dtype: DType) -> &'static [DType] {
+        match (self, dtype) {
+            (NormKernel::Layer, DType::F16) => &[DType::F16, DType::F32],
+            (NormKernel::Layer, DType::Bf16) => &[DType::Bf16, DType::F32],
+            (_, DType::F16) => &[DType::F16],
+            (_, DType::Bf16) => &[DType::Bf16],
+            (_, DType::F32) => &[DType::F32],
         }
     }
 }
 
-/// Register cap (`.maxnreg`) of a register-resident kernel with up to 8 chunks: 96 for
-/// everything else plus the row's registers (2× for 16-bit types, 1.5× for f32, which layernorm
-/// reads twice), rounded to 8 — without a cap ptxas spends registers on hoisting loads and fewer
-/// rows stay resident. 16 chunks get no cap: at 128 they spilled (ptxas), and ptxas's own choice
-/// (about 190 for 16-bit types) spills nothing. Streaming kernels need none.
-fn register_cap(dtype: DType, vec: u32, chunks: u32) -> Option<u32> {
-    let row_registers = chunks * vec * dtype.size() as u32 / 4;
-    let row_registers = if dtype.size() == 2 { row_registers * 2 } else { row_registers * 3 / 2 };
-    (1..=8).contains(&chunks).then(|| (96 + row_registers).next_multiple_of(8).min(255))
+/// One norm module: a kernel for a dtype, a weight dtype and a vector width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NormModule {
+    pub kernel: NormKernel,
+    pub dtype: DType,
+    pub weight: DType,
+    /// Elements per vector access.
+    pub vec: u32,
+}
+
+impl NormModule {
+    /// The streaming kernel's entry index (after the register kernels).
+    pub const STREAM_ENTRY: usize = CHUNK_COUNTS.len();
+
+    /// The entry index of the register kernel holding `chunks` vectors per thread.
+    pub fn register_entry(chunks: u32) -> Option<usize> {
+        CHUNK_COUNTS.iter().position(|&c| c == chunks)
+    }
+
+    /// The module's spec for `arch`.
+    pub fn spec(&self, arch: CudaArch, debug: bool) -> JitSpec {
+        let weight_suffix = if self.weight == self.dtype { String::new() } else { format!("_w{}", self.weight.name()) };
+        let base = format!("{}_{}{weight_suffix}_v{}", self.kernel.name(), self.dtype.name(), self.vec);
+        let types = [element_type(self.dtype), element_type(self.weight), self.kernel.kind()].map(String::from);
+        let register = CHUNK_COUNTS.map(|chunks| EntrySpec {
+            name: format!("ferrinfer_{base}_c{chunks}"),
+            kernel: "norm::norm_rows".into(),
+            params: "norm::NormParams".into(),
+            generics: [types.to_vec(), vec![self.vec.to_string(), chunks.to_string()]].concat(),
+            max_registers: None,
+        });
+        let stream = EntrySpec {
+            name: format!("ferrinfer_{base}_stream"),
+            kernel: "norm::norm_stream".into(),
+            params: "norm::NormParams".into(),
+            generics: [types.to_vec(), vec![self.vec.to_string()]].concat(),
+            max_registers: None,
+        };
+        JitSpec {
+            name: format!("norm_{base}"),
+            family: FAMILY.name.into(),
+            arch,
+            debug,
+            sources: FAMILY.sources.iter().map(|s| s.to_string()).collect(),
+            constants: BTreeMap::new(),
+            flags: Vec::new(),
+            entry_points: register.into_iter().chain([stream]).collect(),
+        }
+    }
 }
 
 /// The kernels crate's type for a dtype, as a path relative to `ferrinfer_kernels`.
@@ -79,54 +141,15 @@ pub fn vector_widths(dtype: DType) -> impl Iterator<Item = u32> {
     (0..=widest.trailing_zeros()).map(move |shift| widest >> shift)
 }
 
-/// The module of `op` for `dtype` input and `weight` dtype on `arch`.
-pub fn gen_norm_spec(op: NormOp, dtype: DType, weight: DType, arch: CudaArch, debug: bool) -> JitSpec {
-    let weight_suffix = if weight == dtype { String::new() } else { format!("_w{}", weight.name()) };
-    let base = format!("{}_{}{weight_suffix}", op.name(), dtype.name());
-    let types = [element_type(dtype).to_string(), element_type(weight).into(), op.kind().into()];
-    let entry = |vec: u32, chunks: u32| {
-        let (kernel, suffix, mut generics) = match chunks {
-            0 => ("norm::norm_stream", "stream".to_string(), types.to_vec()),
-            _ => ("norm::norm_regs", format!("c{chunks}"), types.to_vec()),
-        };
-        generics.push(vec.to_string());
-        if chunks > 0 {
-            generics.push(chunks.to_string());
-        }
-        EntrySpec {
-            name: format!("ferrinfer_{base}_v{vec}_{suffix}"),
-            kernel: kernel.into(),
-            params: "norm::NormParams".into(),
-            generics,
-            vec,
-            chunks,
-            max_registers: register_cap(dtype, vec, chunks),
-        }
-    };
-    let entry_points = vector_widths(dtype)
-        .flat_map(|vec| CHUNK_COUNTS.into_iter().chain([0]).map(move |chunks| (vec, chunks)))
-        .map(|(vec, chunks)| entry(vec, chunks))
-        .collect();
-    JitSpec {
-        name: format!("norm_{base}"),
-        family: FAMILY.name.into(),
-        dtype: dtype.name().into(),
-        arch,
-        debug,
-        sources: FAMILY.sources.iter().map(|s| s.to_string()).collect(),
-        constants: BTreeMap::new(),
-        flags: Vec::new(),
-        entry_points,
-    }
-}
-
-/// Every module the norm family declares: each op × dtype × weight dtype.
+/// Every module the norm family declares: each kernel × dtype × weight dtype × vector width.
 pub fn declared_specs(arch: CudaArch, debug: bool) -> Vec<JitSpec> {
     let mut specs = Vec::new();
-    for op in NormOp::ALL {
+    for kernel in NormKernel::ALL {
         for dtype in DType::ALL {
-            for weight in op.weight_dtypes(dtype) {
-                specs.push(gen_norm_spec(op, dtype, weight, arch, debug));
+            for &weight in kernel.weight_dtypes(dtype) {
+                for vec in vector_widths(dtype) {
+                    specs.push(NormModule { kernel, dtype, weight, vec }.spec(arch, debug));
+                }
             }
         }
     }
@@ -138,11 +161,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_width_has_a_kernel_per_chunk_count_and_a_streaming_one() {
-        let spec = gen_norm_spec(NormOp::RmsNorm, DType::Bf16, DType::Bf16, CudaArch::HOPPER, false);
-        assert_eq!(spec.entry_points.len(), 4 * 6);
-        assert_eq!(spec.entry_point(8, 16).unwrap().name, "ferrinfer_rmsnorm_bf16_v8_c16");
-        assert_eq!(spec.entry_point(1, 0).unwrap().generics, ["element::Bf16", "element::Bf16", "norm::Rms", "1"]);
+    fn a_module_holds_a_kernel_per_chunk_count_then_the_streaming_one() {
+        let module = NormModule { kernel: NormKernel::Rms, dtype: DType::Bf16, weight: DType::Bf16, vec: 8 };
+        let spec = module.spec(CudaArch::HOPPER, false);
+        assert_eq!(spec.entry_points.len(), CHUNK_COUNTS.len() + 1);
+        let c4 = &spec.entry_points[NormModule::register_entry(4).unwrap()];
+        assert_eq!(c4.name, "ferrinfer_rmsnorm_bf16_v8_c4");
+        assert_eq!(c4.generics, ["element::Bf16", "element::Bf16", "norm::Rms", "8", "4"]);
+        assert_eq!(spec.entry_points[NormModule::STREAM_ENTRY].name, "ferrinfer_rmsnorm_bf16_v8_stream");
+        assert_eq!(NormModule::register_entry(16), None);
         let f32_widths: Vec<u32> = vector_widths(DType::F32).collect();
         assert_eq!(f32_widths, [4, 2, 1]);
     }
@@ -151,7 +178,8 @@ mod tests {
     fn layernorm_takes_f32_weights_with_half_inputs() {
         let specs = declared_specs(CudaArch::HOPPER, false);
         let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-        assert!(names.contains(&"norm_layernorm_bf16_wf32") && names.contains(&"norm_layernorm_f32"));
-        assert_eq!(specs.len(), 3 + 3 + 5);
+        assert!(names.contains(&"norm_layernorm_bf16_wf32_v8") && names.contains(&"norm_layernorm_f32_v4"));
+        // 5 kernels × (4 + 4 + 3 widths), plus layernorm's f32 weights with f16/bf16 (4 + 4).
+        assert_eq!(specs.len(), 5 * 11 + 8);
     }
 }

@@ -14,7 +14,6 @@ pub struct JitSpec {
     pub name: String,
     /// The op family (`norm`): one file of that name in every layer.
     pub family: String,
-    pub dtype: String,
     pub arch: CudaArch,
     /// Keep line info (for compute-sanitizer, cuda-gdb); optimisation stays on.
     pub debug: bool,
@@ -31,7 +30,8 @@ pub struct JitSpec {
 /// One `extern "ptx-kernel"` function: a generic kernel instantiated with concrete arguments.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct EntrySpec {
-    /// The stable exported name, e.g. `ferrinfer_rmsnorm_bf16_v8`.
+    /// The stable exported name, e.g. `ferrinfer_rmsnorm_bf16_v8_c4`. The launcher addresses entry
+    /// points by their index in [`JitSpec::entry_points`], which each family defines.
     pub name: String,
     /// Path of the generic kernel in `ferrinfer_kernels`, e.g. `norm::norm_regs`.
     pub kernel: String,
@@ -39,10 +39,6 @@ pub struct EntrySpec {
     pub params: String,
     /// Generic arguments, in order, e.g. `["element::Bf16", "8"]`.
     pub generics: Vec<String>,
-    /// Elements per vector access (the launcher picks the entry by this and `chunks`).
-    pub vec: u32,
-    /// Vectors each thread keeps in registers; 0 for a kernel that streams the row instead.
-    pub chunks: u32,
     /// Register cap (PTX `.maxnreg`) the builder puts on the entry; without one ptxas spends up
     /// to 255 registers on hoisting loads, and occupancy falls. ptxas checks it causes no spill.
     pub max_registers: Option<u32>,
@@ -64,10 +60,5 @@ impl JitSpec {
 
     pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
         toml::from_str(text)
-    }
-
-    /// The entry point with vector width `vec` and `chunks` register vectors (0: streaming).
-    pub fn entry_point(&self, vec: u32, chunks: u32) -> Option<&EntrySpec> {
-        self.entry_points.iter().find(|e| e.vec == vec && e.chunks == chunks)
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ferrinfer_jit::norm::{NormOp, gen_norm_spec};
+use ferrinfer_jit::norm::{NormKernel, NormModule};
 use ferrinfer_jit::{Cache, CudaArch, EmbeddedPtx, JitConfig, JitError, JitSpec, Origin, aot};
 use ferrinfer_kernels::element::DType;
 
@@ -21,7 +21,8 @@ fn config(cache_dir: &Path) -> JitConfig {
 }
 
 fn spec(dtype: DType) -> JitSpec {
-    gen_norm_spec(NormOp::RmsNorm, dtype, dtype, CudaArch::HOPPER, false)
+    NormModule { kernel: NormKernel::Rms, dtype, weight: dtype, vec: 16 / dtype.size() as u32 }
+        .spec(CudaArch::HOPPER, false)
 }
 
 fn entry_of(cache: &Cache, spec: &JitSpec) -> PathBuf {
@@ -157,8 +158,9 @@ fn jit_eight_processes_racing_build_once() {
         })
         .collect();
     let all = logs.concat();
-    let builds = all.lines().filter(|l| l.starts_with("ferrinfer-jit: built norm_rmsnorm_bf16")).count();
-    let hits = all.lines().filter(|l| l.starts_with("ferrinfer-jit: norm_rmsnorm_bf16: Disk")).count();
+    let name = spec(DType::Bf16).name;
+    let builds = all.lines().filter(|l| l.starts_with(&format!("ferrinfer-jit: built {name} "))).count();
+    let hits = all.lines().filter(|l| l.starts_with(&format!("ferrinfer-jit: {name}: Disk"))).count();
     assert_eq!((builds, hits), (1, 7), "expected one build and 7 disk hits:\n{all}");
 }
 

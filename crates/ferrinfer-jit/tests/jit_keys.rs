@@ -2,13 +2,14 @@
 
 use ferrinfer_jit::codegen::generate;
 use ferrinfer_jit::key::{key, source_key};
-use ferrinfer_jit::norm::{NormOp, gen_norm_spec};
+use ferrinfer_jit::norm::{NormKernel, NormModule};
 use ferrinfer_jit::sources::{CORE_SOURCES, KernelSources};
 use ferrinfer_jit::{CudaArch, FAMILIES, JitSpec};
 use ferrinfer_kernels::element::DType;
 
 fn spec(dtype: DType) -> JitSpec {
-    gen_norm_spec(NormOp::RmsNorm, dtype, dtype, CudaArch::HOPPER, false)
+    NormModule { kernel: NormKernel::Rms, dtype, weight: dtype, vec: 16 / dtype.size() as u32 }
+        .spec(CudaArch::HOPPER, false)
 }
 
 fn key_of(spec: &JitSpec, sources: &KernelSources) -> String {

@@ -30,7 +30,7 @@ fn jit_every_declared_module_passes_ptxas_without_spills() {
             for entry in &spec.entry_points {
                 assert!(manifest.contains(&format!("name = \"{}\"", entry.name)), "no ptxas report for {}", entry.name);
             }
-            assert!(module.ptx.contains("ferrinfer_block_partials"));
+            assert!(module.ptx.contains("ferrinfer_group_partials"), "{}: the module-scope shared memory", spec.name);
         }
     }
 }

@@ -4,15 +4,26 @@
 use ferrinfer_jit::codegen::generate;
 use ferrinfer_jit::{CudaArch, FAMILIES};
 
+/// Per family: every module it declares with each entry point's kernel and generic arguments,
+/// and the whole generated crate and spec of its first module.
 #[test]
 fn jit_generated_sources_and_specs() {
     for family in FAMILIES {
-        for spec in (family.specs)(CudaArch::HOPPER, false) {
-            let generated = generate(&spec);
-            insta::assert_snapshot!(format!("{}_spec", spec.name), spec.to_toml());
-            insta::assert_snapshot!(format!("{}_lib_rs", spec.name), generated.lib_rs);
-            insta::assert_snapshot!(format!("{}_cargo_toml", spec.name), generated.cargo_toml);
+        let specs = (family.specs)(CudaArch::HOPPER, false);
+        let mut listing = String::new();
+        for spec in &specs {
+            listing.push_str(&format!("{}\n", spec.name));
+            for entry in &spec.entry_points {
+                let cap = entry.max_registers.map_or(String::new(), |r| format!(" maxnreg {r}"));
+                listing.push_str(&format!("  {} = {}<{}>{cap}\n", entry.name, entry.kernel, entry.generics.join(", ")));
+            }
         }
+        insta::assert_snapshot!(format!("{}_modules", family.name), listing);
+        let first = &specs[0];
+        let generated = generate(first);
+        insta::assert_snapshot!(format!("{}_first_spec", family.name), first.to_toml());
+        insta::assert_snapshot!(format!("{}_first_lib_rs", family.name), generated.lib_rs);
+        insta::assert_snapshot!(format!("{}_first_cargo_toml", family.name), generated.cargo_toml);
     }
 }
 

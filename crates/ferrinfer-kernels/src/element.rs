@@ -48,6 +48,12 @@ pub trait Element: Copy + 'static {
     fn half_to_f32(word: u32, high: bool) -> f32 {
         Self::from_bits(crate::vector::half_of(word, high as usize)).to_f32()
     }
+    /// Two values rounded to this (16-bit) type and packed into one word, `low` in the low half:
+    /// on the GPU one `cvt.rn.{bf16x2,f16x2}.f32` (sm_80+) for the pair.
+    #[inline(always)]
+    fn pack_pair(low: f32, high: f32) -> u32 {
+        (Self::from_f32(low).to_bits() & 0xffff) | (Self::from_f32(high).to_bits() << 16)
+    }
 }
 
 /// bfloat16 as its bit pattern.
@@ -112,6 +118,11 @@ impl Element for Bf16 {
         #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_80")))]
         return Bf16(f32_to_bf16_bits(value));
     }
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+    #[inline(always)]
+    fn pack_pair(low: f32, high: f32) -> u32 {
+        hardware::pack_bf16x2(low, high)
+    }
 }
 
 impl Element for F16 {
@@ -137,6 +148,11 @@ impl Element for F16 {
         return F16(hardware::f32_to_f16(value));
         #[cfg(not(target_arch = "nvptx64"))]
         return F16(f32_to_f16_bits(value));
+    }
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+    #[inline(always)]
+    fn pack_pair(low: f32, high: f32) -> u32 {
+        hardware::pack_f16x2(low, high)
     }
 }
 
@@ -187,6 +203,27 @@ mod hardware {
         let bits: u16;
         unsafe { asm!("cvt.rn.bf16.f32 {h}, {v};", h = out(reg16) bits, v = in(reg32) value, options(nomem, nostack)) };
         bits
+    }
+
+    /// Both halves rounded by one instruction (`d.hi = cvt(a)`, `d.lo = cvt(b)`).
+    #[cfg(target_feature = "sm_80")]
+    #[inline(always)]
+    pub fn pack_bf16x2(low: f32, high: f32) -> u32 {
+        let word: u32;
+        unsafe {
+            asm!("cvt.rn.bf16x2.f32 {w}, {h}, {l};", w = out(reg32) word, h = in(reg32) high, l = in(reg32) low, options(nomem, nostack))
+        };
+        word
+    }
+
+    #[cfg(target_feature = "sm_80")]
+    #[inline(always)]
+    pub fn pack_f16x2(low: f32, high: f32) -> u32 {
+        let word: u32;
+        unsafe {
+            asm!("cvt.rn.f16x2.f32 {w}, {h}, {l};", w = out(reg32) word, h = in(reg32) high, l = in(reg32) low, options(nomem, nostack))
+        };
+        word
     }
 
     #[inline(always)]
@@ -266,4 +303,26 @@ impl core::fmt::Display for DType {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// Runs `$body` with `$t` naming the kernels' element type for `$dtype` (a [`DType`]): the one
+/// dtype dispatch of host code that instantiates kernel numerics (the CPU backends).
+#[macro_export]
+macro_rules! with_element {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            $crate::element::DType::F16 => {
+                type $t = $crate::element::F16;
+                $body
+            }
+            $crate::element::DType::Bf16 => {
+                type $t = $crate::element::Bf16;
+                $body
+            }
+            $crate::element::DType::F32 => {
+                type $t = f32;
+                $body
+            }
+        }
+    };
 }

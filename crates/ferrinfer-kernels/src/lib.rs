@@ -14,7 +14,8 @@
 //! declares no entry points: `ferrinfer-jit` generates a tiny crate per spec that instantiates the
 //! generic kernels here as `extern "ptx-kernel"` functions with stable names.
 #![no_std]
-#![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, asm_experimental_arch))]
+#![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, asm_experimental_arch, core_intrinsics))]
+#![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 
 pub mod element;
 pub mod math;

@@ -1,17 +1,19 @@
 //! The norm family, accumulating in f32 whatever the storage type:
-//! - rmsnorm: `y = x / √(mean(x²) + eps) · (w + offset)` (offset 1 for Gemma);
+//! - rmsnorm: `y = x / √(mean(x²) + eps) · w` (Gemma's: `· (1 + w)`);
 //! - fused add + rmsnorm: `residual += x`, then `x = rmsnorm(residual)` — both in place;
 //! - layernorm: `y = (x − mean) / √(var + eps) · γ + β`.
 //!
-//! One parameter struct for every norm kernel, shared with the host; the per-row math shared by
-//! the device kernels and the host's CPU backend; and two device kernels, generic over the norm,
-//! the element and weight types and the vector width: `norm_regs` keeps the row in registers
-//! (one pass over global memory; `CHUNKS` vectors per thread, `warps_per_row` warps per row) and
-//! `norm_stream` re-reads it (any row length). Entry points are generated per spec by
-//! `ferrinfer-jit`.
+//! One parameter struct for every norm kernel, shared with the host; the per-row math of the
+//! host's CPU backend ([`norm_row`], exact and portable); and two device kernels, generic over the
+//! norm, the element and weight types and the vector width: [`norm_rows`] keeps rows in registers
+//! (one pass over global memory; `CHUNKS` vectors per thread, `threads_per_row` threads per row,
+//! the next row loaded while the current one is reduced) and [`norm_stream`] re-reads rows too long
+//! for registers. The device code uses the GPU's arithmetic (FMA, reduction trees, `rsqrt.approx`,
+//! packed conversions), so its results differ from the CPU backend's by rounding only.
+//! Entry points are generated per spec by `ferrinfer-jit`.
 
 use crate::element::Element;
-use crate::math::rsqrt;
+use crate::math::rsqrt_exact;
 
 /// Arguments of every norm kernel, passed by value. Pointers are device (or, for the CPU backend,
 /// host) addresses, 0 where an op has no such tensor; strides and counts are in elements and
@@ -33,10 +35,9 @@ pub struct NormParams {
     pub output_row_stride: u64,
     pub hidden: u32,
     pub eps: f32,
-    /// Added to every weight: 1 for Gemma's `(1 + w)`, else 0.
-    pub weight_offset: f32,
-    /// `norm_regs`: warps that share one row (the block holds `blockDim / 32 / warps_per_row` rows).
-    pub warps_per_row: u32,
+    /// `norm_rows`: threads per row, a power of two ≤ 1024 (the block holds
+    /// `blockDim / threads_per_row` rows at a time). `norm_stream`: `blockDim`.
+    pub threads_per_row: u32,
 }
 
 /// Which norm a kernel computes: a type parameter, so each compiles to its own code.
@@ -45,45 +46,40 @@ pub trait NormKind: 'static {
     const FUSED_ADD: bool;
     /// Centre on the mean and add a bias (layernorm); else scale by the root mean square.
     const CENTERED: bool;
+    /// Gemma: scale by `1 + w` instead of `w`.
+    const UNIT_OFFSET: bool;
 }
 
-/// rmsnorm (and Gemma's, through `weight_offset`).
-pub struct Rms;
-/// Fused add + rmsnorm.
-pub struct FusedAddRms;
-/// layernorm.
-pub struct Layer;
-
-impl NormKind for Rms {
-    const FUSED_ADD: bool = false;
-    const CENTERED: bool = false;
-}
-impl NormKind for FusedAddRms {
-    const FUSED_ADD: bool = true;
-    const CENTERED: bool = false;
-}
-impl NormKind for Layer {
-    const FUSED_ADD: bool = false;
-    const CENTERED: bool = true;
+macro_rules! norm_kinds {
+    ($($(#[$doc:meta])* $kind:ident: fused $fused:literal, centered $centered:literal, unit_offset $offset:literal;)*) => {$(
+        $(#[$doc])*
+        pub struct $kind;
+        impl NormKind for $kind {
+            const FUSED_ADD: bool = $fused;
+            const CENTERED: bool = $centered;
+            const UNIT_OFFSET: bool = $offset;
+        }
+    )*};
 }
 
-/// How a row's values map to outputs: `y = (x − shift) · scale · (w + offset) + b`.
+norm_kinds! {
+    /// rmsnorm.
+    Rms: fused false, centered false, unit_offset false;
+    /// Gemma's rmsnorm.
+    GemmaRms: fused false, centered false, unit_offset true;
+    /// Fused add + rmsnorm.
+    FusedAddRms: fused true, centered false, unit_offset false;
+    /// Gemma's fused add + rmsnorm.
+    GemmaFusedAddRms: fused true, centered false, unit_offset true;
+    /// layernorm.
+    Layer: fused false, centered true, unit_offset false;
+}
+
+/// How a row's values map to outputs: `y = (x − shift) · scale · w' (+ b)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RowScale {
     pub shift: f32,
     pub scale: f32,
-}
-
-/// rms: no shift, scale 1/√(Σx²/hidden + eps).
-#[inline(always)]
-pub fn rms_scale(sum_of_squares: f32, hidden: u32, eps: f32) -> RowScale {
-    RowScale { shift: 0.0, scale: rsqrt(sum_of_squares / hidden as f32 + eps) }
-}
-
-/// layernorm: shift by the mean, scale 1/√(Σ(x − mean)²/hidden + eps).
-#[inline(always)]
-pub fn layer_scale(mean: f32, centered_sum_of_squares: f32, hidden: u32, eps: f32) -> RowScale {
-    RowScale { shift: mean, scale: rsqrt(centered_sum_of_squares / hidden as f32 + eps) }
 }
 
 /// The input value a row's statistics are taken from: for a fused add, the new residual as
@@ -93,12 +89,10 @@ pub fn fused_sum<T: Element>(x: T, residual: T) -> T {
     T::from_f32(x.to_f32() + residual.to_f32())
 }
 
-/// One output element, rounded once to the storage type.
+/// The weight as applied: `w`, or Gemma's `1 + w`.
 #[inline(always)]
-pub fn normalize<K: NormKind, T: Element, W: Element>(x: f32, row: RowScale, weight: W, offset: f32, bias: W) -> T {
-    let scaled = if K::CENTERED { (x - row.shift) * row.scale } else { x * row.scale };
-    let y = scaled * (weight.to_f32() + offset);
-    T::from_f32(if K::CENTERED { y + bias.to_f32() } else { y })
+fn applied_weight<K: NormKind>(w: f32) -> f32 {
+    if K::UNIT_OFFSET { 1.0 + w } else { w }
 }
 
 /// Sum of `f(x)` over a row in eight partial sums (like a vectorised device thread), so long
@@ -138,66 +132,115 @@ pub unsafe fn norm_row<K: NormKind, T: Element, W: Element>(params: &NormParams,
     };
     let stats = if K::CENTERED {
         let mean = row_sum(source, hidden, |x| x) / hidden as f32;
-        layer_scale(mean, row_sum(source, hidden, |x| (x - mean) * (x - mean)), p.hidden, p.eps)
+        let variance = row_sum(source, hidden, |x| (x - mean) * (x - mean)) / hidden as f32;
+        RowScale { shift: mean, scale: rsqrt_exact(variance + p.eps) }
     } else {
-        rms_scale(row_sum(source, hidden, |x| x * x), p.hidden, p.eps)
+        RowScale { shift: 0.0, scale: rsqrt_exact(row_sum(source, hidden, |x| x * x) / hidden as f32 + p.eps) }
     };
     let (weight, bias) = (p.weight as *const W, p.bias as *const W);
     let output = row_ptr::<T>(p.output, row, p.output_row_stride);
     for i in 0..hidden {
         unsafe {
-            let b = if K::CENTERED { bias.add(i).read() } else { W::from_f32(0.0) };
-            output.add(i).write(normalize::<K, T, W>(
-                source.add(i).read().to_f32(),
-                stats,
-                weight.add(i).read(),
-                p.weight_offset,
-                b,
-            ));
+            let x = source.add(i).read().to_f32();
+            let w = applied_weight::<K>(weight.add(i).read().to_f32());
+            let y = if K::CENTERED {
+                (x - stats.shift) * stats.scale * w + bias.add(i).read().to_f32()
+            } else {
+                x * stats.scale * w
+            };
+            output.add(i).write(T::from_f32(y));
         }
     }
 }
 
 #[cfg(target_arch = "nvptx64")]
-pub use device_kernels::{norm_regs, norm_stream};
+pub use device_kernels::{norm_rows, norm_stream};
 
 #[cfg(target_arch = "nvptx64")]
 mod device_kernels {
     use super::*;
-    use crate::device::{block_index, block_size, block_sum, divide, grid_size, thread_index, warp_sum};
-    use crate::vector::{Packed, load, store};
+    use crate::device::{RowGroup, allow_dependent_grids, block_index, grid_size, thread_index, wait_for_prior_grids};
+    use crate::math::{mul_add, rsqrt};
+    use crate::vector::{Coherent, Once, Packed, Reused};
 
-    /// `norm_regs` loads weights before the row's reduction at up to this many chunks.
-    const PREFETCH_WEIGHT_CHUNKS: usize = 4;
+    /// Independent partial sums per thread: one FMA chain each, so the adds overlap.
+    const ACCUMULATORS: usize = 8;
 
-    /// Sum over the threads of one row: its warp, or (several warps per row) the block.
+    /// The register-resident kernel. Each row belongs to a group of `threads_per_row` threads
+    /// (sub-warp, a warp or several warps), each of which holds up to `CHUNKS` vectors of it:
+    /// vector `c · threads_per_row + lane` for chunk `c`. Rows are read from global memory once;
+    /// each group strides over rows (`gridDim · rows per block` apart), loading its next row
+    /// before it reduces the current one, and holds its weights in registers throughout.
+    /// Launcher's guarantees: `threads_per_row` a power of two dividing `blockDim.x` (≤ 1024),
+    /// at most 15 multi-warp groups per block (named barriers 1–15);
+    /// `hidden ≤ CHUNKS · threads_per_row · VEC`; `hidden`, row strides and pointers multiples of
+    /// `VEC` elements (of their own type).
     #[inline(always)]
-    fn row_group_sum(value: f32, warps_per_row: u32) -> f32 {
-        if warps_per_row == 1 { warp_sum(value) } else { block_sum(value) }
-    }
-
-    /// The register-resident kernel. Each row belongs to `32 · warps_per_row` threads, each of
-    /// which holds up to `CHUNKS` vectors of it: vector `c · threads + lane` for chunk `c`. The
-    /// row is read from global memory once. Launcher's guarantees: `blockDim.x` is a multiple of
-    /// `32 · warps_per_row`, at most 1024, and one row per block when `warps_per_row > 1`; one
-    /// block per `blockDim / (32 · warps_per_row)` rows (no grid-stride loop: loop-invariant chunk
-    /// offsets hoisted out of one cost registers); `hidden ≤ CHUNKS · 32 · warps_per_row · VEC`;
-    /// `hidden`, row strides and pointers are multiples of `VEC` elements (of their own type).
-    #[inline(always)]
-    pub unsafe fn norm_regs<T: Element, W: Element, K: NormKind, const VEC: usize, const CHUNKS: usize>(
+    pub unsafe fn norm_rows<T: Element, W: Element, K: NormKind, const VEC: usize, const CHUNKS: usize>(
         p: &NormParams,
     ) {
         // Rows that fill every chunk of every lane (the common case) need no per-chunk bounds
-        // test: a separate copy without them loads all chunks back to back, with fewer registers.
-        if p.hidden as usize / VEC == CHUNKS * 32 * p.warps_per_row as usize {
-            unsafe { norm_regs_row::<T, W, K, VEC, CHUNKS, true>(p) }
+        // test: a separate copy without them.
+        if p.hidden as usize / VEC == CHUNKS * p.threads_per_row as usize {
+            unsafe { norm_rows_of::<T, W, K, VEC, CHUNKS, true>(p) }
         } else {
-            unsafe { norm_regs_row::<T, W, K, VEC, CHUNKS, false>(p) }
+            unsafe { norm_rows_of::<T, W, K, VEC, CHUNKS, false>(p) }
         }
     }
 
+    /// One thread's share of a row: its chunks (and for a fused add, the residual's).
+    #[derive(Clone, Copy)]
+    struct Share<T, const VEC: usize, const CHUNKS: usize> {
+        x: [Packed<T, VEC>; CHUNKS],
+        residual: [Packed<T, VEC>; CHUNKS],
+    }
+
+    impl<T: Element, const VEC: usize, const CHUNKS: usize> Share<T, VEC, CHUNKS> {
+        const ZERO: Self = Share { x: [Packed::ZERO; CHUNKS], residual: [Packed::ZERO; CHUNKS] };
+    }
+
+    /// Where one thread's chunks lie in a row. Offsets are 32-bit (a register row has far fewer
+    /// than 2^31 elements) and recomputed at each use: kept for the whole row loop, eight 64-bit
+    /// chunk offsets cost sixteen registers.
+    #[derive(Clone, Copy)]
+    struct Columns<const VEC: usize, const FULL: bool> {
+        threads_per_row: u32,
+        lane: u32,
+        vectors: u32,
+    }
+
+    impl<const VEC: usize, const FULL: bool> Columns<VEC, FULL> {
+        /// Element offsets of the chunks, computed afresh (see [`opaque`]).
+        #[inline(always)]
+        fn offsets<const CHUNKS: usize>(&self) -> [usize; CHUNKS] {
+            let stride = opaque(self.threads_per_row * VEC as u32);
+            let first = self.lane * VEC as u32;
+            let mut at = [0; CHUNKS];
+            for (c, at) in at.iter_mut().enumerate() {
+                *at = (first + c as u32 * stride) as usize;
+            }
+            at
+        }
+
+        #[inline(always)]
+        fn valid(&self, c: usize) -> bool {
+            FULL || c as u32 * self.threads_per_row + self.lane < self.vectors
+        }
+    }
+
+    /// `value`, hidden from LLVM so that what is computed from it is not hoisted out of the row
+    /// loop (and kept live in registers across it).
     #[inline(always)]
-    unsafe fn norm_regs_row<
+    fn opaque(value: u32) -> u32 {
+        let out: u32;
+        unsafe {
+            core::arch::asm!("mov.b32 {o}, {i};", o = out(reg32) out, i = in(reg32) value, options(nomem, nostack))
+        };
+        out
+    }
+
+    #[inline(always)]
+    unsafe fn norm_rows_of<
         T: Element,
         W: Element,
         K: NormKind,
@@ -207,100 +250,202 @@ mod device_kernels {
     >(
         p: &NormParams,
     ) {
-        let threads_per_row = p.warps_per_row as usize * 32;
-        let rows_per_block = divide(block_size() as usize, threads_per_row);
-        let group = divide(thread_index() as usize, threads_per_row);
-        let lane = thread_index() as usize - group * threads_per_row;
-        let vectors = p.hidden as usize / VEC;
-        let slot = |c: usize| c * threads_per_row + lane;
-        let valid = |c: usize| FULL || slot(c) < vectors;
-        let row = block_index() as u64 * rows_per_block as u64 + group as u64;
+        let mut group = RowGroup::of_thread(p.threads_per_row);
+        let columns = Columns::<VEC, FULL> {
+            threads_per_row: p.threads_per_row,
+            lane: group.lane,
+            vectors: p.hidden / VEC as u32,
+        };
+        let rows_per_block = group.per_block() as u64;
+        let stride = grid_size() as u64 * rows_per_block;
+        // Groups smaller than a warp iterate with their warp (their reductions are the warp's
+        // shuffles): `lead` is the row of the warp's first group; a group past the last row
+        // computes on zeros and stores nothing.
+        let mut lead = block_index() as u64 * rows_per_block + group.first_of_warp() as u64;
+        let in_warp = (group.group - group.first_of_warp()) as u64;
+        wait_for_prior_grids();
+        if lead < p.rows {
+            let mut weights = [(Packed::<W, VEC>::ZERO, Packed::<W, VEC>::ZERO); CHUNKS];
+            let offsets = columns.offsets::<CHUNKS>();
+            for (c, slot) in weights.iter_mut().enumerate() {
+                if columns.valid(c) {
+                    let at = offsets[c];
+                    slot.0 = unsafe { Packed::load::<Reused>((p.weight as *const W).add(at)) };
+                    if K::CENTERED {
+                        slot.1 = unsafe { Packed::load::<Reused>((p.bias as *const W).add(at)) };
+                    }
+                }
+            }
+            let inverse_hidden = 1.0 / p.hidden as f32;
+            let mut share = unsafe { load_share::<T, K, VEC, CHUNKS, FULL>(p, lead + in_warp, &columns) };
+            loop {
+                let next = lead + stride;
+                let prefetched = if next < p.rows {
+                    unsafe { load_share::<T, K, VEC, CHUNKS, FULL>(p, next + in_warp, &columns) }
+                } else {
+                    Share::ZERO
+                };
+                let row = lead + in_warp;
+                unsafe {
+                    norm_share::<T, W, K, VEC, CHUNKS, FULL>(
+                        p,
+                        row,
+                        share,
+                        &weights,
+                        &columns,
+                        &mut group,
+                        inverse_hidden,
+                    )
+                };
+                if next >= p.rows {
+                    break;
+                }
+                lead = next;
+                share = prefetched;
+            }
+        }
+        allow_dependent_grids();
+    }
+
+    /// Loads this thread's chunks of `row` (chunks past the row stay zero).
+    #[inline(always)]
+    unsafe fn load_share<T: Element, K: NormKind, const VEC: usize, const CHUNKS: usize, const FULL: bool>(
+        p: &NormParams,
+        row: u64,
+        columns: &Columns<VEC, FULL>,
+    ) -> Share<T, VEC, CHUNKS> {
+        let mut share = Share::ZERO;
         if row >= p.rows {
-            return;
+            return share;
         }
         let input = row_ptr::<T>(p.input, row, p.input_row_stride);
-        let mut v = [Packed::<T, VEC>::ZERO; CHUNKS];
+        let residual = row_ptr::<T>(p.residual, row, p.residual_row_stride);
+        let offsets = columns.offsets::<CHUNKS>();
+        for c in 0..CHUNKS {
+            if columns.valid(c) {
+                let at = offsets[c];
+                if K::FUSED_ADD {
+                    // Both are written back in place: coherent loads.
+                    share.x[c] = unsafe { Packed::load::<Coherent>(input.add(at)) };
+                    share.residual[c] = unsafe { Packed::load::<Coherent>(residual.add(at)) };
+                } else {
+                    share.x[c] = unsafe { Packed::load::<Once>(input.add(at)) };
+                }
+            }
+        }
+        share
+    }
+
+    /// Sum over the thread's values of `f`, in `ACCUMULATORS` FMA chains and a tree.
+    #[inline(always)]
+    fn thread_sum<T: Element, const VEC: usize, const CHUNKS: usize>(
+        x: &[Packed<T, VEC>; CHUNKS],
+        valid: impl Fn(usize) -> bool,
+        term: impl Fn(f32, f32) -> f32,
+    ) -> f32 {
+        let mut acc = [0.0f32; ACCUMULATORS];
         for c in 0..CHUNKS {
             if valid(c) {
-                let at = slot(c) * VEC;
-                v[c] = unsafe { Packed::load(input.add(at)) };
-                if K::FUSED_ADD {
-                    let residual = row_ptr::<T>(p.residual, row, p.residual_row_stride).wrapping_add(at);
-                    let r = unsafe { load::<T, VEC>(residual) };
+                for i in 0..VEC {
+                    // A compile-time index (an index counted at run time puts `acc` on the stack).
+                    let k = (c * VEC + i) % ACCUMULATORS;
+                    acc[k] = term(x[c].get_f32(i), acc[k]);
+                }
+            }
+        }
+        let mut width = ACCUMULATORS / 2;
+        while width > 0 {
+            for j in 0..width {
+                acc[j] += acc[j + width];
+            }
+            width /= 2;
+        }
+        acc[0]
+    }
+
+    /// Normalises one row from this thread's share and writes its chunks (fused: also the new
+    /// residual); a `row` past the last computes on zeros, for its warp's reductions, and writes
+    /// nothing.
+    #[inline(always)]
+    unsafe fn norm_share<
+        T: Element,
+        W: Element,
+        K: NormKind,
+        const VEC: usize,
+        const CHUNKS: usize,
+        const FULL: bool,
+    >(
+        p: &NormParams,
+        row: u64,
+        mut share: Share<T, VEC, CHUNKS>,
+        weights: &[(Packed<W, VEC>, Packed<W, VEC>); CHUNKS],
+        columns: &Columns<VEC, FULL>,
+        group: &mut RowGroup,
+        inverse_hidden: f32,
+    ) {
+        let offsets = columns.offsets::<CHUNKS>();
+        let writes = row < p.rows;
+        if K::FUSED_ADD {
+            let residual = row_ptr::<T>(p.residual, row, p.residual_row_stride);
+            for c in 0..CHUNKS {
+                if columns.valid(c) && writes {
+                    let (x, r) = (share.x[c].to_f32(), share.residual[c].to_f32());
+                    let mut sum = [0.0f32; VEC];
                     for i in 0..VEC {
-                        v[c].set(i, fused_sum(v[c].get(i), r[i]));
+                        sum[i] = x[i] + r[i];
                     }
-                    unsafe { v[c].store(residual) };
+                    share.x[c] = Packed::from_f32(sum);
+                    unsafe { share.x[c].store(residual.add(offsets[c])) };
                 }
             }
         }
-        // Few chunks (short rows per thread: small batches, where latency is all): load the
-        // weights before the reduction so their latency overlaps it rather than following it.
-        // With many chunks the extra registers would cost more occupancy than they save.
-        let weights = |c: usize| {
-            let at = slot(c) * VEC;
-            let w = unsafe { load::<W, VEC>((p.weight as *const W).add(at)) };
-            let b = if K::CENTERED { unsafe { load::<W, VEC>((p.bias as *const W).add(at)) } } else { w };
-            (w, b)
-        };
-        let mut early = [([W::from_bits(0); VEC], [W::from_bits(0); VEC]); CHUNKS];
-        if CHUNKS <= PREFETCH_WEIGHT_CHUNKS {
-            for (c, slot) in early.iter_mut().enumerate() {
-                if valid(c) {
-                    *slot = weights(c);
-                }
-            }
-        }
+        let valid = |c| columns.valid(c);
         let stats = if K::CENTERED {
-            let mut sum = 0.0;
-            for c in 0..CHUNKS {
-                for i in 0..VEC {
-                    sum += v[c].get_f32(i);
-                }
-            }
-            let mean = row_group_sum(sum, p.warps_per_row) / p.hidden as f32;
-            let mut centered = 0.0;
-            for c in 0..CHUNKS {
-                if valid(c) {
-                    for i in 0..VEC {
-                        let d = v[c].get_f32(i) - mean;
-                        centered += d * d;
-                    }
-                }
-            }
-            layer_scale(mean, row_group_sum(centered, p.warps_per_row), p.hidden, p.eps)
+            let mean = group.sum(thread_sum(&share.x, valid, |x, acc| acc + x)) * inverse_hidden;
+            let centered = thread_sum(&share.x, valid, |x, acc| mul_add(x - mean, x - mean, acc));
+            RowScale { shift: mean, scale: rsqrt(mul_add(group.sum(centered), inverse_hidden, p.eps)) }
         } else {
-            let mut squares = 0.0;
-            for c in 0..CHUNKS {
-                for i in 0..VEC {
-                    let x = v[c].get_f32(i);
-                    squares += x * x;
-                }
-            }
-            rms_scale(row_group_sum(squares, p.warps_per_row), p.hidden, p.eps)
+            let squares = thread_sum(&share.x, valid, |x, acc| mul_add(x, x, acc));
+            RowScale { shift: 0.0, scale: rsqrt(mul_add(group.sum(squares), inverse_hidden, p.eps)) }
         };
         let output = row_ptr::<T>(p.output, row, p.output_row_stride);
         for c in 0..CHUNKS {
-            if valid(c) {
-                let at = slot(c) * VEC;
-                let (w, b) = if CHUNKS <= PREFETCH_WEIGHT_CHUNKS { early[c] } else { weights(c) };
-                let mut y = [T::from_bits(0); VEC];
+            if columns.valid(c) && writes {
+                let (w, b) = weights[c];
+                let mut y = [0.0f32; VEC];
                 for i in 0..VEC {
-                    y[i] = normalize::<K, T, W>(v[c].get_f32(i), stats, w[i], p.weight_offset, b[i]);
+                    y[i] = normalized::<K>(share.x[c].get_f32(i), stats, w.get_f32(i), b.get_f32(i));
                 }
-                unsafe { store::<T, VEC>(output.add(at), y) };
+                unsafe { Packed::<T, VEC>::from_f32(y).store(output.add(offsets[c])) };
             }
         }
     }
 
-    /// The streaming kernel, for rows too long for registers: a block per row (the grid strides
-    /// over rows), each thread taking every `blockDim`-th vector; statistics passes read the row,
-    /// the last pass re-reads it (from L1/L2) and writes. `blockDim.x` a multiple of 32, ≤ 1024.
+    /// One output value in f32, with FMAs: `(x − shift) · scale · w' + b`.
+    #[inline(always)]
+    fn normalized<K: NormKind>(x: f32, row: RowScale, w: f32, b: f32) -> f32 {
+        if K::CENTERED {
+            mul_add((x - row.shift) * row.scale, w, b)
+        } else if K::UNIT_OFFSET {
+            let scaled = x * row.scale;
+            mul_add(scaled, w, scaled)
+        } else {
+            x * row.scale * w
+        }
+    }
+
+    /// The streaming kernel, for rows too long for registers: one row per block at a time (the
+    /// grid strides over rows), each thread taking every `blockDim`-th vector; statistics passes
+    /// read the row, the last pass re-reads it (from L1/L2) and writes. `blockDim.x` a power of
+    /// two, 32 to 1024, and `threads_per_row == blockDim.x`.
     #[inline(always)]
     pub unsafe fn norm_stream<T: Element, W: Element, K: NormKind, const VEC: usize>(p: &NormParams) {
+        let mut group = RowGroup::of_thread(p.threads_per_row);
         let vectors = p.hidden as usize / VEC;
-        let (first, step) = (thread_index() as usize, block_size() as usize);
+        let (first, step) = (thread_index() as usize, p.threads_per_row as usize);
+        let inverse_hidden = 1.0 / p.hidden as f32;
         let mut row = block_index() as u64;
+        wait_for_prior_grids();
         while row < p.rows {
             let input = row_ptr::<T>(p.input, row, p.input_row_stride);
             let source = if K::FUSED_ADD { row_ptr::<T>(p.residual, row, p.residual_row_stride) } else { input };
@@ -308,49 +453,58 @@ mod device_kernels {
             let mut sum = 0.0;
             let mut v = first;
             while v < vectors {
-                let mut x = unsafe { load::<T, VEC>(input.add(v * VEC)) };
+                let mut x = unsafe { Packed::<T, VEC>::load::<Coherent>(input.add(v * VEC)) };
                 if K::FUSED_ADD {
-                    let r = unsafe { load::<T, VEC>(source.add(v * VEC)) };
+                    let r = unsafe { Packed::<T, VEC>::load::<Coherent>(source.add(v * VEC)) }.to_f32();
+                    let mut s = x.to_f32();
                     for i in 0..VEC {
-                        x[i] = fused_sum(x[i], r[i]);
+                        s[i] += r[i];
                     }
-                    unsafe { store::<T, VEC>(source.add(v * VEC), x) };
+                    x = Packed::from_f32(s);
+                    unsafe { x.store(source.add(v * VEC)) };
                 }
                 for i in 0..VEC {
-                    sum += if K::CENTERED { x[i].to_f32() } else { x[i].to_f32() * x[i].to_f32() };
+                    let value = x.get_f32(i);
+                    sum = if K::CENTERED { sum + value } else { mul_add(value, value, sum) };
                 }
                 v += step;
             }
-            let total = block_sum(sum);
+            let total = group.sum(sum);
             let stats = if K::CENTERED {
-                let mean = total / p.hidden as f32;
+                let mean = total * inverse_hidden;
                 let mut centered = 0.0;
                 let mut v = first;
                 while v < vectors {
-                    let x = unsafe { load::<T, VEC>(source.add(v * VEC)) };
+                    let x = unsafe { Packed::<T, VEC>::load::<Coherent>(source.add(v * VEC)) };
                     for i in 0..VEC {
-                        centered += (x[i].to_f32() - mean) * (x[i].to_f32() - mean);
+                        let d = x.get_f32(i) - mean;
+                        centered = mul_add(d, d, centered);
                     }
                     v += step;
                 }
-                layer_scale(mean, block_sum(centered), p.hidden, p.eps)
+                RowScale { shift: mean, scale: rsqrt(mul_add(group.sum(centered), inverse_hidden, p.eps)) }
             } else {
-                rms_scale(total, p.hidden, p.eps)
+                RowScale { shift: 0.0, scale: rsqrt(mul_add(total, inverse_hidden, p.eps)) }
             };
             let output = row_ptr::<T>(p.output, row, p.output_row_stride);
             let mut v = first;
             while v < vectors {
-                let x = unsafe { load::<T, VEC>(source.add(v * VEC)) };
-                let w = unsafe { load::<W, VEC>((p.weight as *const W).add(v * VEC)) };
-                let b = if K::CENTERED { unsafe { load::<W, VEC>((p.bias as *const W).add(v * VEC)) } } else { w };
-                let mut y = x;
+                let x = unsafe { Packed::<T, VEC>::load::<Coherent>(source.add(v * VEC)) };
+                let w = unsafe { Packed::<W, VEC>::load::<Reused>((p.weight as *const W).add(v * VEC)) };
+                let b = if K::CENTERED {
+                    unsafe { Packed::<W, VEC>::load::<Reused>((p.bias as *const W).add(v * VEC)) }
+                } else {
+                    w
+                };
+                let mut y = [0.0f32; VEC];
                 for i in 0..VEC {
-                    y[i] = normalize::<K, T, W>(x[i].to_f32(), stats, w[i], p.weight_offset, b[i]);
+                    y[i] = normalized::<K>(x.get_f32(i), stats, w.get_f32(i), b.get_f32(i));
                 }
-                unsafe { store::<T, VEC>(output.add(v * VEC), y) };
+                unsafe { Packed::<T, VEC>::from_f32(y).store(output.add(v * VEC)) };
                 v += step;
             }
             row += grid_size() as u64;
         }
+        allow_dependent_grids();
     }
 }

@@ -1,184 +1,188 @@
-//! Vector loads and stores: `VEC` elements moved as one aligned access of `VEC · size_of::<T>()`
-//! bytes (2, 4, 8 or 16), which the nvptx backend emits as a single `ld`/`st` (`.v4.u32` for 16);
-//! 32 bytes (8 f32 weights beside 8 bf16 values) as two 16-byte accesses.
+//! Vector loads and stores: `VEC` elements moved as aligned accesses of `VEC · size_of::<T>()`
+//! bytes (2, 4, 8 or 16 in one instruction; 32 — eight f32 weights beside eight bf16 values — in
+//! two), kept packed in 32-bit words ([`Packed`]) until an element is used.
 //!
-//! The caller guarantees the pointer is aligned to that many bytes; the launcher picks `VEC` so
-//! that it is (see `ferrinfer-launch`).
+//! On the GPU every access is an explicit `ld.global`/`st.global` (LLVM emits generic `ld`/`st`
+//! for pointers it cannot place; the tensors are always global memory), with the cache behaviour
+//! the data deserves ([`Load`]). The caller guarantees the pointer is aligned to the access; the
+//! launcher picks `VEC` so that it is (see `ferrinfer-launch`).
 
 use core::marker::PhantomData;
 use core::mem::size_of;
 
 use crate::element::Element;
 
-#[derive(Clone, Copy)]
-#[repr(C, align(16))]
-struct Bytes16([u32; 4]);
-
-/// One aligned access of 16, 8, 4 or 2 bytes. On the GPU an explicit `ld.global`/`st.global`
-/// (LLVM emits generic `ld`/`st` for pointers it cannot place; the tensors are always global
-/// memory); on the host a plain read or write.
-trait Access: Copy {
-    unsafe fn read_from(src: *const Self) -> Self;
-    unsafe fn write_to(self, dst: *mut Self);
+/// How a load may be cached. On the host every kind is a plain read.
+pub trait Load {
+    /// # Safety
+    /// `src` readable and aligned to `BYTES` (2, 4, 8 or 16); the words beyond `BYTES` are 0.
+    unsafe fn words<const BYTES: usize>(src: *const u8) -> [u32; 4];
 }
 
-macro_rules! global_access {
-    ($t:ty, $load:literal, $store:literal, ($($r:ident),+), $class:ident, |$v:ident| $split:expr, |$($p:ident),+| $join:expr) => {
-        impl Access for $t {
-            #[inline(always)]
-            unsafe fn read_from(src: *const Self) -> Self {
-                #[cfg(target_arch = "nvptx64")]
-                {
-                    $(let $r;)+
-                    unsafe {
-                        core::arch::asm!(
-                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $load, " }}"),
-                            a = in(reg64) src, $($r = out($class) $r,)+ options(pure, readonly, nostack),
-                        );
-                    }
-                    let ($($p,)+) = ($($r,)+);
-                    $join
-                }
-                #[cfg(not(target_arch = "nvptx64"))]
-                unsafe { src.read() }
-            }
+/// Data the kernel reads once and never writes (a row of the input): through the read-only
+/// (non-coherent) path, not kept in L1.
+pub struct Once;
+/// Read-only data many threads read again (weights): through the read-only path, cached in L1.
+pub struct Reused;
+/// Data this kernel also writes (rows updated in place): a plain coherent load.
+pub struct Coherent;
 
+macro_rules! load_kind {
+    ($kind:ty, $prefix:literal) => {
+        impl Load for $kind {
             #[inline(always)]
-            unsafe fn write_to(self, dst: *mut Self) {
+            unsafe fn words<const BYTES: usize>(src: *const u8) -> [u32; 4] {
                 #[cfg(target_arch = "nvptx64")]
-                {
-                    let $v = self;
-                    let ($($r,)+) = $split;
-                    unsafe {
-                        core::arch::asm!(
-                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $store, " }}"),
-                            a = in(reg64) dst, $($r = in($class) $r,)+ options(nostack),
-                        );
+                unsafe {
+                    let (mut w0, mut w1, mut w2, mut w3) = (0u32, 0u32, 0u32, 0u32);
+                    match BYTES {
+                        16 => core::arch::asm!(
+                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".v4.u32 {{{w0}, {w1}, {w2}, {w3}}}, [g]; }}"),
+                            a = in(reg64) src, w0 = out(reg32) w0, w1 = out(reg32) w1, w2 = out(reg32) w2, w3 = out(reg32) w3,
+                            options(pure, readonly, nostack),
+                        ),
+                        8 => core::arch::asm!(
+                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".v2.u32 {{{w0}, {w1}}}, [g]; }}"),
+                            a = in(reg64) src, w0 = out(reg32) w0, w1 = out(reg32) w1,
+                            options(pure, readonly, nostack),
+                        ),
+                        4 => core::arch::asm!(
+                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".u32 {w0}, [g]; }}"),
+                            a = in(reg64) src, w0 = out(reg32) w0,
+                            options(pure, readonly, nostack),
+                        ),
+                        _ => {
+                            let half: u16;
+                            core::arch::asm!(
+                                concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".u16 {h}, [g]; }}"),
+                                a = in(reg64) src, h = out(reg16) half,
+                                options(pure, readonly, nostack),
+                            );
+                            w0 = half as u32;
+                        }
                     }
+                    [w0, w1, w2, w3]
                 }
                 #[cfg(not(target_arch = "nvptx64"))]
-                unsafe { dst.write(self) }
+                unsafe { host_words::<BYTES>(src) }
             }
         }
     };
 }
 
-global_access!(
-    Bytes16,
-    "ld.global.v4.u32 {{{w0}, {w1}, {w2}, {w3}}}, [g];",
-    "st.global.v4.u32 [g], {{{w0}, {w1}, {w2}, {w3}}};",
-    (w0, w1, w2, w3),
-    reg32,
-    |v| (v.0[0], v.0[1], v.0[2], v.0[3]),
-    |a, b, c, d| Bytes16([a, b, c, d])
-);
-global_access!(u64, "ld.global.u64 {w0}, [g];", "st.global.u64 [g], {w0};", (w0), reg64, |v| (v,), |a| a);
-global_access!(u32, "ld.global.u32 {w0}, [g];", "st.global.u32 [g], {w0};", (w0), reg32, |v| (v,), |a| a);
-global_access!(u16, "ld.global.u16 {w0}, [g];", "st.global.u16 [g], {w0};", (w0), reg16, |v| (v,), |a| a);
+load_kind!(Once, "ld.global.nc.L1::no_allocate");
+load_kind!(Reused, "ld.global.nc");
+load_kind!(Coherent, "ld.global");
 
-/// Reads `VEC` consecutive elements at `src` with one access.
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+unsafe fn host_words<const BYTES: usize>(src: *const u8) -> [u32; 4] {
+    let mut bytes = [0u8; 16];
+    unsafe { core::ptr::copy_nonoverlapping(src, bytes.as_mut_ptr(), BYTES.min(16)) };
+    let word = |i: usize| u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]);
+    [word(0), word(1), word(2), word(3)]
+}
+
+/// Writes the first `BYTES` (2, 4, 8 or 16) bytes of `w` to `dst` with one access.
 ///
 /// # Safety
-/// `src..src+VEC` must be readable and `src` aligned to `VEC · size_of::<T>()` bytes.
+/// `dst` writable and aligned to `BYTES`.
 #[inline(always)]
-pub unsafe fn load<T: Copy, const VEC: usize>(src: *const T) -> [T; VEC] {
+unsafe fn store_words<const BYTES: usize>(dst: *mut u8, w: [u32; 4]) {
+    #[cfg(target_arch = "nvptx64")]
     unsafe {
-        match VEC * size_of::<T>() {
-            32 => bitcast([Bytes16::read_from(src.cast()), Bytes16::read_from(src.cast::<Bytes16>().add(1))]),
-            16 => bitcast(Bytes16::read_from(src.cast())),
-            8 => bitcast(u64::read_from(src.cast())),
-            4 => bitcast(u32::read_from(src.cast())),
-            2 => bitcast(u16::read_from(src.cast())),
-            _ => src.cast::<[T; VEC]>().read(),
+        match BYTES {
+            16 => core::arch::asm!(
+                "{{ .reg .u64 g; cvta.to.global.u64 g, {a}; st.global.v4.u32 [g], {{{w0}, {w1}, {w2}, {w3}}}; }}",
+                a = in(reg64) dst, w0 = in(reg32) w[0], w1 = in(reg32) w[1], w2 = in(reg32) w[2], w3 = in(reg32) w[3],
+                options(nostack),
+            ),
+            8 => core::arch::asm!(
+                "{{ .reg .u64 g; cvta.to.global.u64 g, {a}; st.global.v2.u32 [g], {{{w0}, {w1}}}; }}",
+                a = in(reg64) dst, w0 = in(reg32) w[0], w1 = in(reg32) w[1],
+                options(nostack),
+            ),
+            4 => core::arch::asm!(
+                "{{ .reg .u64 g; cvta.to.global.u64 g, {a}; st.global.u32 [g], {w0}; }}",
+                a = in(reg64) dst, w0 = in(reg32) w[0],
+                options(nostack),
+            ),
+            _ => core::arch::asm!(
+                "{{ .reg .u64 g; cvta.to.global.u64 g, {a}; st.global.u16 [g], {h}; }}",
+                a = in(reg64) dst, h = in(reg16) w[0] as u16,
+                options(nostack),
+            ),
         }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    unsafe {
+        let bytes = [w[0].to_le_bytes(), w[1].to_le_bytes(), w[2].to_le_bytes(), w[3].to_le_bytes()];
+        core::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<u8>(), dst, BYTES.min(16));
     }
 }
 
-/// Writes `VEC` consecutive elements at `dst` with one access.
-///
-/// # Safety
-/// `dst..dst+VEC` must be writable and `dst` aligned to `VEC · size_of::<T>()` bytes.
-#[inline(always)]
-pub unsafe fn store<T: Copy, const VEC: usize>(dst: *mut T, values: [T; VEC]) {
-    unsafe {
-        match VEC * size_of::<T>() {
-            32 => {
-                let halves: [Bytes16; 2] = bitcast(values);
-                halves[0].write_to(dst.cast());
-                halves[1].write_to(dst.cast::<Bytes16>().add(1));
-            }
-            16 => Bytes16::write_to(bitcast(values), dst.cast()),
-            8 => u64::write_to(bitcast(values), dst.cast()),
-            4 => u32::write_to(bitcast(values), dst.cast()),
-            2 => u16::write_to(bitcast(values), dst.cast()),
-            _ => dst.cast::<[T; VEC]>().write(values),
-        }
-    }
-}
-
-/// Reinterprets equally sized plain-data values (the match arms above guarantee the sizes).
-#[inline(always)]
-unsafe fn bitcast<A: Copy, B: Copy>(a: A) -> B {
-    unsafe { core::mem::transmute_copy(&a) }
-}
-
-/// `VEC` elements of `T` (at most 16 bytes) kept as packed 32-bit words and unpacked only where
+/// `VEC` elements of `T` (at most 32 bytes) kept as packed 32-bit words and unpacked only where
 /// an element is used. A kernel holding a row in registers as `[T; VEC]` arrays of 16-bit values
 /// got each value its own 32-bit register (the f16 kernels spilled at 144 registers); packed,
 /// the row costs what it weighs.
 #[derive(Clone, Copy)]
 pub struct Packed<T, const VEC: usize> {
-    words: [u32; 4],
+    words: [u32; 8],
     _element: PhantomData<T>,
 }
 
 impl<T: Element, const VEC: usize> Packed<T, VEC> {
-    pub const ZERO: Self = Packed { words: [0; 4], _element: PhantomData };
+    pub const ZERO: Self = Packed { words: [0; 8], _element: PhantomData };
+    const BYTES: usize = VEC * size_of::<T>();
 
-    /// Reads `VEC` elements with one access straight into words (through `[T; VEC]`, LLVM split
-    /// the halves apart again).
+    /// Reads `VEC` elements at `src`: one access up to 16 bytes, two for 32.
     ///
     /// # Safety
-    /// As [`load`].
+    /// `src..src+VEC` readable, `src` aligned to `min(VEC · size_of::<T>(), 16)` bytes.
     #[inline(always)]
-    pub unsafe fn load(src: *const T) -> Self {
-        let words = unsafe {
-            match VEC * size_of::<T>() {
-                16 => bitcast(Bytes16::read_from(src.cast())),
-                8 => {
-                    let pair = u64::read_from(src.cast());
-                    [pair as u32, (pair >> 32) as u32, 0, 0]
-                }
-                4 => [u32::read_from(src.cast()), 0, 0, 0],
-                _ => [u16::read_from(src.cast()) as u32, 0, 0, 0],
+    pub unsafe fn load<K: Load>(src: *const T) -> Self {
+        let src = src.cast::<u8>();
+        let (low, high) = unsafe {
+            match Self::BYTES {
+                32 => (K::words::<16>(src), K::words::<16>(src.add(16))),
+                16 => (K::words::<16>(src), [0; 4]),
+                8 => (K::words::<8>(src), [0; 4]),
+                4 => (K::words::<4>(src), [0; 4]),
+                _ => (K::words::<2>(src), [0; 4]),
             }
         };
+        let words = [low[0], low[1], low[2], low[3], high[0], high[1], high[2], high[3]];
         Packed { words, _element: PhantomData }
     }
 
-    /// Writes the `VEC` elements with one access.
+    /// Writes the `VEC` elements at `dst`.
     ///
     /// # Safety
-    /// As [`store`].
+    /// As [`Packed::load`], writable.
     #[inline(always)]
     pub unsafe fn store(&self, dst: *mut T) {
         let w = self.words;
+        let dst = dst.cast::<u8>();
         unsafe {
-            match VEC * size_of::<T>() {
-                16 => Bytes16::write_to(bitcast(w), dst.cast()),
-                8 => u64::write_to(w[0] as u64 | (w[1] as u64) << 32, dst.cast()),
-                4 => u32::write_to(w[0], dst.cast()),
-                _ => u16::write_to(w[0] as u16, dst.cast()),
+            match Self::BYTES {
+                32 => {
+                    store_words::<16>(dst, [w[0], w[1], w[2], w[3]]);
+                    store_words::<16>(dst.add(16), [w[4], w[5], w[6], w[7]]);
+                }
+                16 => store_words::<16>(dst, [w[0], w[1], w[2], w[3]]),
+                8 => store_words::<8>(dst, [w[0], w[1], 0, 0]),
+                4 => store_words::<4>(dst, [w[0], 0, 0, 0]),
+                _ => store_words::<2>(dst, [w[0], 0, 0, 0]),
             }
         }
     }
 
-    /// Element `i` (< `VEC`; the `& 3` keeps the index provably in bounds, so no panic path).
+    /// Element `i` (< `VEC`; the `& 7` keeps the index provably in bounds, so no panic path).
     #[inline(always)]
     pub fn get(&self, i: usize) -> T {
         match size_of::<T>() {
-            4 => T::from_bits(self.words[i & 3]),
-            _ => T::from_bits(half_of(self.words[(i / 2) & 3], i % 2)),
+            4 => T::from_bits(self.words[i & 7]),
+            _ => T::from_bits(half_of(self.words[(i / 2) & 7], i % 2)),
         }
     }
 
@@ -187,20 +191,38 @@ impl<T: Element, const VEC: usize> Packed<T, VEC> {
     pub fn get_f32(&self, i: usize) -> f32 {
         match size_of::<T>() {
             4 => self.get(i).to_f32(),
-            _ => T::half_to_f32(self.words[(i / 2) & 3], i % 2 == 1),
+            _ => T::half_to_f32(self.words[(i / 2) & 7], i % 2 == 1),
         }
     }
 
+    /// `VEC` values rounded to `T` and packed: 16-bit types a pair per conversion instruction.
     #[inline(always)]
-    pub fn set(&mut self, i: usize, value: T) {
-        match size_of::<T>() {
-            4 => self.words[i & 3] = value.to_bits(),
+    pub fn from_f32(values: [f32; VEC]) -> Self {
+        let mut words = [0u32; 8];
+        match (size_of::<T>(), VEC) {
+            (4, _) => {
+                for i in 0..VEC {
+                    words[i & 7] = T::from_f32(values[i]).to_bits();
+                }
+            }
+            (_, 1) => words[0] = T::from_f32(values[0]).to_bits() & 0xffff,
             _ => {
-                let shift = 16 * (i % 2) as u32;
-                let word = &mut self.words[(i / 2) & 3];
-                *word = (*word & !(0xffff << shift)) | (value.to_bits() & 0xffff) << shift;
+                for pair in 0..VEC / 2 {
+                    words[pair & 7] = T::pack_pair(values[2 * pair], values[2 * pair + 1]);
+                }
             }
         }
+        Packed { words, _element: PhantomData }
+    }
+
+    /// All `VEC` elements as f32.
+    #[inline(always)]
+    pub fn to_f32(&self) -> [f32; VEC] {
+        let mut values = [0.0; VEC];
+        for (i, value) in values.iter_mut().enumerate() {
+            *value = self.get_f32(i);
+        }
+        values
     }
 }
 

@@ -2,7 +2,7 @@
 //! crate and f64 on the host.
 
 use ferrinfer_kernels::element::{Bf16, Element, F16, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits};
-use ferrinfer_kernels::math::rsqrt;
+use ferrinfer_kernels::math::rsqrt_exact as rsqrt;
 
 /// Every f32 bit pattern whose low bits are `step`-spaced, plus each neighbourhood of a rounding
 /// boundary: enough to cover every exponent, sign, tie and subnormal case in well under a second.

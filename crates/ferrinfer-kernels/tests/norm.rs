@@ -2,7 +2,7 @@
 //! from the same element math as the device kernels — against f64 references.
 
 use ferrinfer_kernels::element::{Bf16, Element, F16};
-use ferrinfer_kernels::norm::{FusedAddRms, Layer, NormKind, NormParams, Rms, norm_row, rms_scale};
+use ferrinfer_kernels::norm::{FusedAddRms, GemmaRms, Layer, NormKind, NormParams, Rms, norm_row};
 
 fn pseudo_random(len: usize, seed: u32) -> Vec<f32> {
     let mut state = seed.wrapping_mul(2_654_435_761).max(1);
@@ -25,7 +25,7 @@ fn f64s<T: Element>(v: &[T]) -> Vec<f64> {
 }
 
 /// Runs `norm_row::<K>` on one row; returns (output, residual after).
-fn run<K: NormKind, T: Element, W: Element>(x: &[T], r: &[T], w: &[W], b: &[W], offset: f32) -> (Vec<T>, Vec<T>) {
+fn run<K: NormKind, T: Element, W: Element>(x: &[T], r: &[T], w: &[W], b: &[W]) -> (Vec<T>, Vec<T>) {
     let hidden = x.len();
     let (mut x, mut r) = (x.to_vec(), r.to_vec());
     let mut out = vec![T::from_f32(f32::NAN); hidden];
@@ -42,8 +42,7 @@ fn run<K: NormKind, T: Element, W: Element>(x: &[T], r: &[T], w: &[W], b: &[W], 
         output_row_stride: hidden as u64,
         hidden: hidden as u32,
         eps: 1e-6,
-        weight_offset: offset,
-        warps_per_row: 1,
+        threads_per_row: 1,
     };
     unsafe { norm_row::<K, T, W>(&params, 0) };
     (if K::FUSED_ADD { x } else { out }, r)
@@ -69,15 +68,15 @@ fn check_all<T: Element, W: Element>(tolerance: f64) {
             values::<W>(hidden, 8),
         );
         let what = format!("{} hidden {hidden}", std::any::type_name::<T>());
-        for offset in [0.0, 1.0] {
-            let (y, _) = run::<Rms, T, W>(&x, &r, &w, &b, offset);
-            assert_close(&f64s(&y), &rms_reference(&f64s(&x), &f64s(&w), offset as f64), tolerance, &what);
-        }
-        let (y, r_after) = run::<FusedAddRms, T, W>(&x, &r, &w, &b, 0.0);
+        let (y, _) = run::<Rms, T, W>(&x, &r, &w, &b);
+        assert_close(&f64s(&y), &rms_reference(&f64s(&x), &f64s(&w), 0.0), tolerance, &what);
+        let (y, _) = run::<GemmaRms, T, W>(&x, &r, &w, &b);
+        assert_close(&f64s(&y), &rms_reference(&f64s(&x), &f64s(&w), 1.0), tolerance, &what);
+        let (y, r_after) = run::<FusedAddRms, T, W>(&x, &r, &w, &b);
         let sums: Vec<T> = x.iter().zip(&r).map(|(x, r)| T::from_f32(x.to_f32() + r.to_f32())).collect();
         assert_eq!(f64s(&r_after), f64s(&sums), "{what}: the residual holds x + r, rounded");
         assert_close(&f64s(&y), &rms_reference(&f64s(&sums), &f64s(&w), 0.0), tolerance, &what);
-        let (y, _) = run::<Layer, T, W>(&x, &r, &w, &b, 0.0);
+        let (y, _) = run::<Layer, T, W>(&x, &r, &w, &b);
         let xs = f64s(&x);
         let mean = xs.iter().sum::<f64>() / hidden as f64;
         let inverse = 1.0 / (xs.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / hidden as f64 + 1e-6).sqrt();
@@ -100,7 +99,7 @@ fn norm_rows_match_f64_for_every_op_and_dtype() {
 fn norm_in_place_row_equals_out_of_place() {
     let x: Vec<f32> = pseudo_random(500, 3);
     let w: Vec<f32> = pseudo_random(500, 4);
-    let (y, _) = run::<Rms, f32, f32>(&x, &x, &w, &w, 0.0);
+    let (y, _) = run::<Rms, f32, f32>(&x, &x, &w, &w);
     let mut z = x.clone();
     let params = NormParams {
         input: z.as_mut_ptr() as u64,
@@ -114,15 +113,8 @@ fn norm_in_place_row_equals_out_of_place() {
         output_row_stride: 500,
         hidden: 500,
         eps: 1e-6,
-        weight_offset: 0.0,
-        warps_per_row: 1,
+        threads_per_row: 1,
     };
     unsafe { norm_row::<Rms, f32, f32>(&params, 0) };
     assert_eq!(y, z);
-}
-
-#[test]
-fn norm_rms_scale_uses_mean_plus_eps() {
-    let got = rms_scale(8.0, 2, 0.5).scale as f64; // 1/√(4 + 0.5)
-    assert!((got - 1.0 / 4.5f64.sqrt()).abs() < 1e-7);
 }

@@ -1,22 +1,32 @@
-//! Layer 2 (the module cache) and the CUDA half of layer 4. A module — the PTX of one spec,
-//! found or built by `ferrinfer-jit` (embedded → AOT dir → disk cache → JIT) — is loaded at most
-//! once per CUDA context, even under threads, and its functions looked up once. Kernels are
-//! launched with raw device pointers on the caller's stream: no `CudaSlice` arguments, so
-//! cudarc's per-slice event tracking stays out of every launch and launches can be graph-captured.
+//! Layer 2 (the module cache) and the CUDA half of layer 4, for every op family. A module — the
+//! PTX of one spec, found or built by `ferrinfer-jit` (embedded → AOT dir → disk cache → JIT) —
+//! is loaded at most once per CUDA context, even under threads, and its functions looked up once.
+//! Kernels are launched with raw device pointers on the caller's stream (no `CudaSlice`
+//! arguments, so cudarc's per-slice event tracking stays out and launches can be graph-captured),
+//! with programmatic dependent launch (PDL) where the device has it.
+//!
+//! A family names its modules with its own key type ([`KernelModule`]: which op, dtype, vector
+//! width… — whatever its axes are) and keeps one [`ModuleCache`] of them; its entry points are
+//! addressed by their index in the spec. Nothing here knows a family.
 
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::sys::CUdevice_attribute;
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::sys::{self, CUdevice_attribute, CUlaunchAttributeID};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DriverError};
 use cudarc::nvrtc::Ptx;
 use ferrinfer_jit::{Cache, CudaArch, EmbeddedPtx, JitConfig, JitSpec};
-use ferrinfer_kernels::element::DType;
 
 use crate::Error;
 
 /// Modules compiled into this binary (see `build.rs`; empty unless FERRINFER_EMBED_AOT_DIR).
 static EMBEDDED_PTX: &[EmbeddedPtx] = include!(concat!(env!("OUT_DIR"), "/embedded_ptx.rs"));
+
+/// `FERRINFER_ENABLE_PDL`: programmatic dependent launch on (`1`, default where the device
+/// supports it) or off (`0`).
+pub const ENABLE_PDL_VAR: &str = "FERRINFER_ENABLE_PDL";
 
 /// Number of CUDA devices; 0 when no driver can be loaded (then nothing here touches CUDA).
 pub fn cuda_device_count() -> usize {
@@ -54,11 +64,48 @@ pub unsafe fn borrowed_stream(ordinal: usize, raw: usize) -> Result<Arc<CudaStre
     Ok(unsafe { context.wrap_borrowed_stream(raw as cudarc::driver::sys::CUstream) })
 }
 
+/// Runs `f` with PDL forced on (`Some(true)`), off (`Some(false)`) or left to the default
+/// (`None`: on where the device supports it, unless `FERRINFER_ENABLE_PDL=0`) for the launches
+/// this thread makes meanwhile — FlashInfer's `enable_pdl` argument.
+pub fn with_pdl<R>(enabled: Option<bool>, f: impl FnOnce() -> R) -> R {
+    let previous = PDL_OVERRIDE.replace(enabled);
+    let result = f();
+    PDL_OVERRIDE.set(previous);
+    result
+}
+
+thread_local! {
+    static PDL_OVERRIDE: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Whether a launch on a device that supports PDL uses it.
+fn pdl_wanted() -> Result<bool, Error> {
+    static DEFAULT: OnceLock<Result<bool, String>> = OnceLock::new();
+    if let Some(forced) = PDL_OVERRIDE.get() {
+        return Ok(forced);
+    }
+    let default = DEFAULT.get_or_init(|| match std::env::var(ENABLE_PDL_VAR) {
+        Err(_) => Ok(true),
+        Ok(value) => parse_switch(ENABLE_PDL_VAR, &value),
+    });
+    default.clone().map_err(Error::Config)
+}
+
+/// An on/off environment variable: 1/0, true/false, yes/no, on/off in any case; anything else is
+/// an error naming the variable.
+fn parse_switch(var: &str, value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(format!("{var}={value:?}: expected 1/0, true/false, yes/no or on/off")),
+    }
+}
+
 /// Puts the thread's current CUDA context back on drop. cudarc makes its context current before
 /// the calls it makes, and the CUDA runtime — so PyTorch — takes its current device from the
 /// current context: without this, a launch on device 1 would leave the caller's torch on device
 /// 1 (FlashInfer guards the device the same way).
-struct CurrentContext(Option<cudarc::driver::sys::CUcontext>);
+struct CurrentContext(Option<sys::CUcontext>);
 
 impl CurrentContext {
     fn save() -> Result<Self, Error> {
@@ -84,20 +131,71 @@ fn jit() -> Result<&'static Cache, Error> {
     cache.as_ref().map_err(|message| Error::Config(message.clone()))
 }
 
-/// Which module: a family's op variant for a dtype and weight dtype (cheap to hash; the spec is
-/// made only on a miss).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct ModuleKey {
-    pub family: &'static str,
-    pub variant: u32,
-    pub dtype: DType,
-    pub weight: DType,
+/// A family's name for one of its modules: cheap to copy and hash (the spec is made only on a
+/// miss).
+pub(crate) trait KernelModule: Copy + Eq + Hash + Send + 'static {
+    /// The module's spec for `arch` (with line info if `debug`).
+    fn spec(&self, arch: CudaArch, debug: bool) -> JitSpec;
 }
 
-/// A loaded module: its functions, and the most threads a block of each can have (registers
-/// permitting), by (vector width, register chunks).
+/// One loaded entry point: the function, the most threads a block of it can have (registers
+/// permitting), and how many blocks of each size fit on a multiprocessor (asked once per size).
+struct Function {
+    function: CudaFunction,
+    max_threads: u32,
+    resident: Mutex<HashMap<u32, u32>>,
+}
+
+/// A loaded module: its entry points, in spec order.
 struct LoadedModule {
-    functions: HashMap<(u32, u32), (CudaFunction, u32)>,
+    name: String,
+    functions: Vec<Function>,
+}
+
+type Slot = Arc<Mutex<Option<Arc<LoadedModule>>>>;
+
+/// A family's loaded modules, by CUDA context and module key: one `static` per family.
+pub(crate) struct ModuleCache<M> {
+    slots: OnceLock<Mutex<HashMap<(usize, M), Slot>>>,
+}
+
+impl<M: KernelModule> ModuleCache<M> {
+    pub const fn new() -> Self {
+        ModuleCache { slots: OnceLock::new() }
+    }
+
+    /// The module `key` in `context`, loaded at most once (threads asking meanwhile wait).
+    fn get(&self, context: &Arc<CudaContext>, key: M, device: &DeviceInfo) -> Result<Arc<LoadedModule>, Error> {
+        let slots = self.slots.get_or_init(Default::default);
+        let slot = lock(slots).entry((context.cu_ctx() as usize, key)).or_default().clone();
+        let mut slot = lock(&slot);
+        if let Some(module) = &*slot {
+            return Ok(module.clone());
+        }
+        let loaded = Arc::new(load(context, &key.spec(device.arch, jit()?.config().debug))?);
+        *slot = Some(loaded.clone());
+        Ok(loaded)
+    }
+}
+
+/// Finds or builds `spec`'s module and loads it into `context`.
+fn load(context: &Arc<CudaContext>, spec: &JitSpec) -> Result<LoadedModule, Error> {
+    let module = jit()?.module(spec)?;
+    let cuda_module = context.load_module(Ptx::from_src(module.ptx.as_ref()))?;
+    let functions = spec
+        .entry_points
+        .iter()
+        .map(|entry| {
+            let function = cuda_module.load_function(&entry.name)?;
+            let max_threads = function.max_threads_per_block()? as u32;
+            Ok(Function { function, max_threads, resident: Mutex::default() })
+        })
+        .collect::<Result<_, Error>>()?;
+    Ok(LoadedModule { name: spec.name.clone(), functions })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What a context's device needs to know once.
@@ -105,12 +203,8 @@ struct LoadedModule {
 struct DeviceInfo {
     arch: CudaArch,
     multiprocessors: u32,
-}
-
-type Slot = Arc<Mutex<Option<Arc<LoadedModule>>>>;
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// Programmatic dependent launch (compute capability 9.0+).
+    supports_pdl: bool,
 }
 
 fn device_info(context: &Arc<CudaContext>) -> Result<DeviceInfo, Error> {
@@ -124,52 +218,16 @@ fn device_info(context: &Arc<CudaContext>) -> Result<DeviceInfo, Error> {
     let device = CudaArch { major: major as u32, minor: minor as u32 };
     let arch = jit()?.config().target_arch(device).map_err(|e| Error::Config(e.to_string()))?;
     let multiprocessors = context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
-    let info = DeviceInfo { arch, multiprocessors };
+    let info = DeviceInfo { arch, multiprocessors, supports_pdl: major >= 9 && arch.major >= 9 };
     lock(devices).insert(key, info);
     Ok(info)
 }
 
-/// The module for `key` in `context`, loaded at most once (threads asking meanwhile wait).
-fn loaded_module(
-    context: &Arc<CudaContext>,
-    key: ModuleKey,
-    make_spec: impl FnOnce() -> JitSpec,
-) -> Result<Arc<LoadedModule>, Error> {
-    static MODULES: OnceLock<Mutex<HashMap<(usize, ModuleKey), Slot>>> = OnceLock::new();
-    let slot = lock(MODULES.get_or_init(Default::default)).entry((context.cu_ctx() as usize, key)).or_default().clone();
-    let mut slot = lock(&slot);
-    if let Some(module) = &*slot {
-        return Ok(module.clone());
-    }
-    let spec = make_spec();
-    let module = jit()?.module(&spec)?;
-    let cuda_module = context.load_module(Ptx::from_src(module.ptx.as_ref()))?;
-    let functions = spec
-        .entry_points
-        .iter()
-        .map(|entry| {
-            let function = cuda_module.load_function(&entry.name)?;
-            let max_threads = function.max_threads_per_block()? as u32;
-            Ok(((entry.vec, entry.chunks), (function, max_threads)))
-        })
-        .collect::<Result<_, Error>>()?;
-    let loaded = Arc::new(LoadedModule { functions });
-    *slot = Some(loaded.clone());
-    Ok(loaded)
-}
-
-/// A kernel's by-value parameter struct (`#[repr(C)]`, defined in `ferrinfer-kernels`).
-#[repr(transparent)]
-struct KernelParams<P>(P);
-
-// SAFETY: P is a `#[repr(C)]` plain-data struct shared with the kernel, passed by value.
-unsafe impl<P: Copy> DeviceRepr for KernelParams<P> {}
-
-/// What to launch, decided once the device's multiprocessor count is known.
-pub(crate) struct KernelLaunch<P> {
-    /// The entry point, by vector width and register chunks (0: streaming).
-    pub vec: u32,
-    pub chunks: u32,
+/// What to launch, decided once the device and the module are known: an entry point by its index
+/// in the spec, its by-value parameter struct (`#[repr(C)]`, defined in `ferrinfer-kernels`) and
+/// the geometry.
+pub(crate) struct Launch<P> {
+    pub entry: usize,
     pub params: P,
     pub grid: u32,
     pub block: u32,
@@ -182,34 +240,82 @@ pub(crate) struct Limits<'m> {
 }
 
 impl Limits<'_> {
-    /// Most threads per block of the entry (vector width, chunks); 0 if there is none.
-    pub fn max_threads(&self, vec: u32, chunks: u32) -> u32 {
-        self.module.functions.get(&(vec, chunks)).map_or(0, |(_, threads)| *threads)
+    /// Most threads per block of entry `entry`; 0 if there is none.
+    pub fn max_threads(&self, entry: usize) -> u32 {
+        self.module.functions.get(entry).map_or(0, |f| f.max_threads)
+    }
+
+    /// Blocks of `block` threads of entry `entry` that fit on one multiprocessor at once
+    /// (registers, shared memory, threads); at least 1.
+    pub fn resident_blocks(&self, entry: usize, block: u32) -> u32 {
+        let Some(function) = self.module.functions.get(entry) else { return 1 };
+        let mut resident = lock(&function.resident);
+        *resident.entry(block).or_insert_with(|| {
+            function.function.occupancy_max_active_blocks_per_multiprocessor(block, 0, None).unwrap_or(1).max(1)
+        })
     }
 }
 
-/// Launches a kernel of module `module` on `stream` (the caller validated every pointer and
-/// size): `spec` makes the module's spec for an arch (debug or not) if it is not loaded yet,
-/// `configure` picks entry point, parameters and geometry within the device's and module's limits.
-pub(crate) fn launch<P: Copy>(
+/// Launches an entry point of module `key` (from `cache`) on `stream`; the caller validated every
+/// pointer and size, and `P` is the entry's parameter type. `configure` picks entry, parameters
+/// and geometry within the device's and module's limits.
+pub(crate) fn launch<M: KernelModule, P: Copy>(
     stream: &CudaStream,
-    module: ModuleKey,
-    spec: impl FnOnce(CudaArch, bool) -> JitSpec,
-    configure: impl FnOnce(&Limits) -> KernelLaunch<P>,
+    cache: &ModuleCache<M>,
+    key: M,
+    configure: impl FnOnce(&Limits) -> Launch<P>,
 ) -> Result<(), Error> {
     let _restore = CurrentContext::save()?;
     let context = stream.context();
+    context.bind_to_thread()?;
     let device = device_info(context)?;
-    let debug = jit()?.config().debug;
-    let loaded = loaded_module(context, module, || spec(device.arch, debug))?;
+    let loaded = cache.get(context, key, &device)?;
     let kernel = configure(&Limits { multiprocessors: device.multiprocessors, module: &loaded });
-    let missing = Error::NoEntryPoint { module: module.family, vec: kernel.vec, chunks: kernel.chunks };
-    let (function, _) = loaded.functions.get(&(kernel.vec, kernel.chunks)).ok_or(missing)?;
-    let config = LaunchConfig { grid_dim: (kernel.grid, 1, 1), block_dim: (kernel.block, 1, 1), shared_mem_bytes: 0 };
-    let params = KernelParams(kernel.params);
-    // SAFETY: the caller validated `params`; the entry point's parameter type is P (same spec).
-    unsafe { stream.launch_builder(function).arg(&params).launch(config)? };
+    let missing = || Error::NoEntryPoint { module: loaded.name.clone(), entry: kernel.entry };
+    let function = loaded.functions.get(kernel.entry).ok_or_else(missing)?;
+    let pdl = device.supports_pdl && pdl_wanted()?;
+    // SAFETY: the caller validated `params` for this entry point, whose parameter type is `P`.
+    unsafe { launch_raw(stream, &function.function, kernel.grid, kernel.block, &kernel.params, pdl) }?;
     Ok(())
+}
+
+/// `cuLaunchKernelEx` with one by-value parameter and, if `pdl`, programmatic stream
+/// serialization: the kernel may start while the previous one on the stream finishes, and waits
+/// for it at its `griddepcontrol.wait` (every ferrinfer kernel has one before its first read).
+///
+/// # Safety
+/// `params` must be what the kernel expects, every pointer in it valid for the launch.
+unsafe fn launch_raw<P>(
+    stream: &CudaStream,
+    function: &CudaFunction,
+    grid: u32,
+    block: u32,
+    params: &P,
+    pdl: bool,
+) -> Result<(), DriverError> {
+    let mut attribute = sys::CUlaunchAttribute {
+        id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        // SAFETY: a plain C union of integers; all-zero is a valid value of every member.
+        value: unsafe { std::mem::zeroed() },
+    };
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: stream.cu_stream(),
+        attrs: &mut attribute,
+        numAttrs: pdl as u32,
+    };
+    let mut argument = params as *const P as *mut std::ffi::c_void;
+    // SAFETY: forwarded; the argument array holds one pointer to the by-value struct, which
+    // outlives the call (the driver copies parameters at launch).
+    unsafe { sys::cuLaunchKernelEx(&config, function.cu_function(), &mut argument, std::ptr::null_mut()).result() }
 }
 
 #[cfg(test)]
@@ -223,5 +329,23 @@ mod tests {
         let error = unsafe { borrowed_stream(count, 0) }.expect_err("no device past the last one");
         assert!(matches!(error, Error::NoSuchDevice { ordinal, count: c } if ordinal == count && c == count));
         assert!(error.to_string().contains(&format!("CUDA device {count} does not exist")), "{error}");
+    }
+
+    #[test]
+    fn switches_take_the_usual_spellings_and_reject_the_rest() {
+        for (value, expected) in
+            [("1", true), ("TRUE", true), (" yes", true), ("On", true), ("0", false), ("off", false)]
+        {
+            assert_eq!(parse_switch("V", value), Ok(expected), "{value:?}");
+        }
+        assert!(parse_switch("FERRINFER_ENABLE_PDL", "maybe").unwrap_err().contains("FERRINFER_ENABLE_PDL"));
+    }
+
+    #[test]
+    fn pdl_can_be_forced_per_thread_and_scope() {
+        assert!(!with_pdl(Some(false), || pdl_wanted().unwrap()));
+        assert_eq!(with_pdl(Some(true), || with_pdl(Some(false), || PDL_OVERRIDE.get())), Some(false));
+        assert_eq!(with_pdl(Some(true), || PDL_OVERRIDE.get()), Some(true));
+        assert_eq!(PDL_OVERRIDE.get(), None, "restored after the scope");
     }
 }

@@ -1,5 +1,8 @@
-//! The one error type of the launch layer. Every variant that concerns an argument names it, as
-//! the caller spelled it (`input`, `weight`, `out`, `eps`, `stream`), and says what was expected.
+//! The one error type of the launch layer, shared by every op family. Every variant that concerns
+//! an argument names it, as the caller spelled it (`input`, `weight`, `out`, `eps`, `stream`),
+//! and says what was expected. Families add no variants: their rules are stated through these
+//! (a dtype an op does not take is [`Error::UnsupportedDType`], a bad scalar
+//! [`Error::InvalidScalar`]). `#[non_exhaustive]`: match the kinds you handle, keep a fallback.
 
 use cudarc::driver::DriverError;
 use ferrinfer_jit::JitError;
@@ -8,15 +11,17 @@ use ferrinfer_kernels::element::DType;
 use crate::Device;
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     #[error("`{argument}` has dtype {found}; expected {expected} (the dtype of `{reference}`)")]
     DTypeMismatch { argument: &'static str, reference: &'static str, expected: DType, found: DType },
 
+    /// A dtype no op of ferrinfer takes (`int32`, `float64`, …), or one this op does not.
+    #[error("`{argument}` has dtype {found}; expected {expected}")]
+    UnsupportedDType { argument: &'static str, found: String, expected: String },
+
     #[error("`{argument}` has shape {found:?}; expected {expected}")]
     ShapeMismatch { argument: &'static str, expected: String, found: Vec<i64> },
-
-    #[error("`{argument}` is empty (shape {shape:?}); expected at least one element")]
-    Empty { argument: &'static str, shape: Vec<i64> },
 
     #[error("`{argument}`: the last dimension must be contiguous (stride 1); found stride {stride}")]
     LastDimNotContiguous { argument: &'static str, stride: i64 },
@@ -33,8 +38,8 @@ pub enum Error {
     #[error("`{argument}` is on {found}; expected {expected} (the device of `{reference}`)")]
     DeviceMismatch { argument: &'static str, reference: &'static str, expected: Device, found: Device },
 
-    #[error("`eps` is {0}; expected a finite number ≥ 0")]
-    InvalidEps(f32),
+    #[error("`{argument}` is {value}; expected {expected}")]
+    InvalidScalar { argument: &'static str, value: f64, expected: &'static str },
 
     #[error(
         "`{argument}` overlaps `{other}` in memory; expected disjoint memory (in-place is allowed only where documented, as the identical view)"
@@ -47,6 +52,9 @@ pub enum Error {
     #[error("`{argument}`: a slice of {len} elements is too short for shape {shape:?} with strides {strides:?}")]
     OutOfBounds { argument: &'static str, len: usize, shape: Vec<usize>, strides: Vec<i64> },
 
+    #[error("`{op}` takes {} tensors and {} scalars; it was given {} and {}", expected.0, expected.1, found.0, found.1)]
+    Arity { op: &'static str, expected: (usize, usize), found: (usize, usize) },
+
     #[error("CUDA device {ordinal} does not exist; this process sees {count} CUDA device(s)")]
     NoSuchDevice { ordinal: usize, count: usize },
 
@@ -56,9 +64,30 @@ pub enum Error {
     #[error("configuration: {0}")]
     Config(String),
 
-    #[error("the `{module}` module has no entry point for vector width {vec}, {chunks} register chunks")]
-    NoEntryPoint { module: &'static str, vec: u32, chunks: u32 },
+    #[error("kernel module `{module}` has no entry point #{entry}")]
+    NoEntryPoint { module: String, entry: usize },
 
     #[error("CUDA driver error: {0}")]
     Cuda(#[from] DriverError),
+}
+
+impl Error {
+    /// Whether the error is about a dtype (adapters raise these as their framework's type
+    /// errors: Python's `TypeError`, tch's `Kind`).
+    pub fn is_dtype(&self) -> bool {
+        matches!(self, Error::DTypeMismatch { .. } | Error::UnsupportedDType { .. })
+    }
+
+    /// Whether the error is about a shape or layout (tch's `Shape`).
+    pub fn is_shape(&self) -> bool {
+        matches!(
+            self,
+            Error::ShapeMismatch { .. }
+                | Error::LastDimNotContiguous { .. }
+                | Error::UnsupportedLayout { .. }
+                | Error::TooLarge { .. }
+                | Error::Misaligned { .. }
+                | Error::OutOfBounds { .. }
+        )
+    }
 }

@@ -21,13 +21,15 @@ pub(crate) fn row_layout(argument: &'static str, view: &TensorView) -> Result<Ro
     if shape.is_empty() {
         return Err(unsupported("a 0-dimensional tensor has no rows; expected at least 1 dimension".into()));
     }
-    if shape.iter().product::<i64>() == 0 {
-        return Err(Error::Empty { argument, shape: shape.to_vec() });
+    let last = shape.len() - 1;
+    if shape.contains(&0) {
+        // Nothing to read or write (torch returns an empty result): strides do not matter.
+        let rows = shape[..last].iter().product::<i64>() as u64;
+        return Ok(RowLayout { rows, hidden: shape[last] as u64, row_stride: shape[last] as u64 });
     }
     if let Some(&s) = strides.iter().find(|&&s| s < 0) {
         return Err(unsupported(format!("negative stride {s}; expected strides ≥ 0")));
     }
-    let last = shape.len() - 1;
     let hidden = shape[last] as u64;
     if hidden > 1 && strides[last] != 1 {
         return Err(Error::LastDimNotContiguous { argument, stride: strides[last] });
@@ -94,10 +96,10 @@ fn span(view: &TensorView) -> (u64, u64) {
     (view.address(), view.address() + (last + 1) * size)
 }
 
-/// Two views of one device whose byte ranges intersect.
+/// Two non-empty views of one device whose byte ranges intersect.
 pub(crate) fn overlaps(a: &TensorView, b: &TensorView) -> bool {
     let ((a0, a1), (b0, b1)) = (span(a), span(b));
-    a.device() == b.device() && a0 < b1 && b0 < a1
+    a.device() == b.device() && a.numel() > 0 && b.numel() > 0 && a0 < b1 && b0 < a1
 }
 
 /// The identical view: same device, address, dtype, shape and strides.
@@ -146,7 +148,9 @@ mod tests {
             row_layout("w", &view(&[4, 8], &[16, 2])),
             Err(Error::LastDimNotContiguous { argument: "w", stride: 2 })
         ));
-        assert!(matches!(row_layout("x", &view(&[4, 0], &[1, 1])), Err(Error::Empty { argument: "x", .. })));
+        let empty = row_layout("x", &view(&[4, 0], &[1, 1])).unwrap();
+        assert_eq!((empty.rows, empty.hidden), (4, 0), "empty rows are no work, not an error");
+        assert_eq!(row_layout("x", &view(&[0, 8], &[8, 1])).unwrap().rows, 0);
         assert!(row_layout("x", &view(&[4, 8], &[4, 1])).is_err(), "overlapping rows");
         assert!(row_layout("x", &view(&[4, 8], &[-8, 1])).is_err(), "negative stride");
     }

@@ -2,9 +2,9 @@
 //! and a kernel launch.
 //!
 //! - Layer 1 (API): [`TensorView`] (borrowed and DLPack-shaped: pointer, byte offset, dtype,
-//!   shape, strides in elements, device) and one function per op, e.g. [`rmsnorm`]. Every
-//!   argument is validated first, with a typed [`Error`] naming it; on any error the output is
-//!   untouched.
+//!   shape, strides in elements, device) and one function per op, e.g. [`rmsnorm`], each made
+//!   from one line of its family's op table ([`op`]; [`ops()`] lists them all). Every argument
+//!   is validated first, with a typed [`Error`] naming it; on any error the output is untouched.
 //! - Layer 2 (module cache): each module's PTX (from `ferrinfer-jit`: embedded, AOT directory,
 //!   disk cache or a JIT build) is loaded once per process and CUDA context.
 //! - Layer 4 (launcher): dtype dispatch, vector width and launch configuration, and the launch
@@ -13,6 +13,9 @@
 //!
 //! Every public op logs itself according to `FERRINFER_LOGLEVEL` / `FERRINFER_LOGDEST`
 //! ([`logging`]).
+//!
+//! Shared files (`op`, `cuda`, `cpu`, `layout`, `tensor`, `error`, `logging`, `reference`) know no
+//! op family; each family's vocabulary stays in its own file (`norm.rs`).
 //!
 //! This crate never names a framework (candle, torch, Python live in `ferrinfer-ffi`, above it),
 //! and nothing needs CUDA installed to build it: without a driver
@@ -24,17 +27,29 @@ mod error;
 mod layout;
 pub mod logging;
 pub mod norm;
+pub mod op;
 pub mod reference;
 mod tensor;
 
-pub use cuda::{borrowed_stream, cuda_device_count};
+pub use cuda::{ENABLE_PDL_VAR, borrowed_stream, cuda_device_count, with_pdl};
 pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
 pub use norm::{fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm};
+pub use op::OpInfo;
 pub use tensor::{Device, HostElement, MAX_DIMS, Stream, TensorView, contiguous_strides};
 
-/// Re-exported so callers name the same cudarc types this crate launches with.
-pub use cudarc;
+/// Re-exported so callers name the same cudarc and half types this crate uses.
+pub use {cudarc, half};
+
+/// Every op of every family, family by family in table order: one line per family.
+pub fn ops() -> impl Iterator<Item = &'static OpInfo> {
+    norm::OPS.iter().copied()
+}
+
+/// The op FlashInfer calls `name`.
+pub fn op(name: &str) -> Option<&'static OpInfo> {
+    ops().find(|op| op.name == name)
+}
 
 /// README.md's Rust snippets, compiled and run as doctests so the front page cannot rot.
 #[doc = include_str!("../../../README.md")]

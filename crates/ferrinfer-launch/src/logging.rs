@@ -15,6 +15,7 @@ use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::sys::CUstreamCaptureStatus;
 
+use crate::op::Call;
 use crate::{Device, HostElement, Stream, TensorView};
 
 pub const LEVEL_VAR: &str = "FERRINFER_LOGLEVEL";
@@ -72,40 +73,40 @@ fn write_line(line: &str) {
     let _ = sink.flush();
 }
 
-/// Logs the start of `op` (level ≥ 1) with its named tensors and scalars (≥ 3), before anything
+/// Logs the start of a call (level ≥ 1) with its named tensors and scalars (≥ 3), before anything
 /// is validated or run.
-pub(crate) fn begin(op: &str, tensors: &[(&str, &TensorView)], scalars: &[(&str, f32)]) {
+pub(crate) fn begin(call: &Call) {
     let level = level();
     if level == 0 {
         return;
     }
-    write_line(op);
+    write_line(call.op.name);
     if level >= 3 {
-        for (name, view) in tensors {
+        for (name, view) in call.named() {
             write_line(&format!("  {name}: {}", describe(view)));
         }
-        for (name, value) in scalars {
-            write_line(&format!("  {name} = {value}"));
+        for (arg, value) in call.op.scalars.iter().zip(call.scalars) {
+            write_line(&format!("  {} = {value}", arg.name));
         }
     }
 }
 
-/// Input statistics (level 5), once the tensors are validated (so reading them is safe).
-pub(crate) fn input_statistics(inputs: &[(&str, &TensorView)], stream: &Stream) {
+/// Input statistics (level 5), once the family validated the tensors (so reading them is safe).
+pub(crate) fn input_statistics(call: &Call) {
     if level() >= 5 {
-        for (name, view) in inputs {
-            write_line(&format!("  {name} stats: {}", statistics(view, stream)));
+        for (name, view) in call.read() {
+            write_line(&format!("  {name} stats: {}", statistics(view, &call.stream)));
         }
     }
 }
 
 /// Logs the outputs after a successful call (level ≥ 3).
-pub(crate) fn end(op: &str, outputs: &[(&str, &TensorView)]) {
+pub(crate) fn end(call: &Call) {
     if level() < 3 {
         return;
     }
-    let mut line = format!("{op} done");
-    for (name, view) in outputs {
+    let mut line = format!("{} done", call.op.name);
+    for (name, view) in call.written() {
         let _ = write!(line, "; {name}: {}", describe(view));
     }
     write_line(&line);
@@ -145,11 +146,7 @@ fn host_statistics(view: &TensorView, read: impl Fn(u64, usize) -> Vec<u8>) -> S
     if bytes.is_empty() {
         return "unavailable (copy failed)".into();
     }
-    let values: Vec<f64> = match view.dtype() {
-        crate::DType::F16 => elements::<half::f16>(view, &bytes),
-        crate::DType::Bf16 => elements::<half::bf16>(view, &bytes),
-        crate::DType::F32 => elements::<f32>(view, &bytes),
-    };
+    let values: Vec<f64> = crate::with_host_element!(view.dtype(), T => elements::<T>(view, &bytes));
     let (nan, inf) = (values.iter().filter(|v| v.is_nan()).count(), values.iter().filter(|v| v.is_infinite()).count());
     let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     let (min, max) = finite.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));

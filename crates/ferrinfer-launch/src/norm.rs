@@ -1,12 +1,13 @@
-//! The norm family at layers 1 and 4: each op validates its arguments, then runs on the CPU
-//! backend or launches a kernel of `ferrinfer-kernels/src/norm.rs` on the caller's stream.
+//! The norm family at layers 1 and 4: the op table, validation, the launch planner, the CPU path
+//! and the f64 references. Each op validates its arguments, then runs on the CPU backend or
+//! launches a kernel of `ferrinfer-kernels/src/norm.rs` on the caller's stream.
 //!
 //! Common rules, checked before anything is written (so on error no output is touched):
 //! - `input`: f16, bf16 or f32, any rank ≥ 1 (e.g. tokens × heads × head_dim for QK-norm), the
 //!   last dimension contiguous, leading dimensions collapsible into rows whose stride is ≥ the
-//!   row length (rows of a larger buffer are fine);
-//! - `weight` (and layernorm's `beta`): one contiguous row `[hidden]`, of `input`'s dtype (layernorm
-//!   also accepts f32 `gamma`/`beta` with f16/bf16 input);
+//!   row length (rows of a larger buffer are fine); no rows (or empty rows) is a no-op;
+//! - `weight` (and layernorm's `beta`): one contiguous row `[hidden]`, of `input`'s dtype
+//!   (layernorm also accepts f32 `gamma`/`beta` with f16/bf16 input);
 //! - `eps`: finite, ≥ 0; `stream`: [`Stream::Cpu`] for host tensors or the CUDA stream to launch
 //!   on (ferrinfer never picks one) for tensors on its device;
 //! - addresses need only element alignment: the vector width narrows (to 1) until every address
@@ -14,229 +15,119 @@
 
 use std::sync::OnceLock;
 
-use ferrinfer_jit::norm::{CHUNK_COUNTS, NormOp, gen_norm_spec};
+use ferrinfer_jit::norm::{CHUNK_COUNTS, NormKernel, NormModule};
+use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
-use ferrinfer_kernels::norm::NormParams;
+use ferrinfer_kernels::norm::{FusedAddRms, GemmaFusedAddRms, GemmaRms, Layer, NormKind, NormParams, Rms, norm_row};
 
-use crate::cuda::{self, KernelLaunch, ModuleKey};
+use crate::cuda::{self, KernelModule, Launch, Limits, ModuleCache};
 use crate::layout::{self, RowLayout};
+use crate::op::{Call, FamilyOp, Problem};
 use crate::{Device, Error, Stream, TensorView, cpu, logging};
 
-/// `out = input / √(mean(input²) + eps) · weight` over the last dimension, in f32.
-/// `out`: writable, `input`'s shape and dtype; it may be `input` itself (the identical view: in
-/// place) but must not otherwise overlap `input`, nor overlap `weight`.
-pub fn rmsnorm(
-    input: &TensorView,
-    weight: &TensorView,
-    out: &mut TensorView,
-    eps: f32,
-    stream: Stream,
-) -> Result<(), Error> {
-    NormCall::rms(NormOp::RmsNorm, 0.0, input, weight, out, eps).run(stream)
+/// The norm family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)):
+/// FlashInfer's name, the input tensors with their role and shape (`/ alias`: FlashInfer's Python
+/// name), the outputs, the scalars with their defaults, the kernel and the f64 reference.
+#[macro_export]
+macro_rules! norm_ops {
+    ($callback:path) => {
+        $callback! {
+            family norm;
+            /// `out = input / √(mean(input²) + eps) · weight` over the last dimension, in f32.
+            /// `out`: writable, `input`'s shape and dtype; it may be `input` itself (the identical
+            /// view: in place) but must not otherwise overlap `input`, nor overlap `weight`.
+            fn rmsnorm(input: In[Rows], weight: In[Row]) -> out: Out[Rows]; eps: f32 = 1e-6
+                => NormKernel::Rms, reference rmsnorm_reference;
+            /// Gemma's rmsnorm: as `rmsnorm` with `(1 + weight)`.
+            fn gemma_rmsnorm(input: In[Rows], weight: In[Row]) -> out: Out[Rows]; eps: f32 = 1e-6
+                => NormKernel::GemmaRms, reference gemma_rmsnorm_reference;
+            /// `residual += input; input = rmsnorm(residual) · weight`, both in place, as FlashInfer
+            /// does. The norm is of the residual as stored (rounded to the dtype). `input` and
+            /// `residual`: writable, one shape and dtype, disjoint, and neither may overlap `weight`.
+            fn fused_add_rmsnorm(input: InOut[Rows], residual: InOut[Rows], weight: In[Row]); eps: f32 = 1e-6
+                => NormKernel::FusedAddRms, reference fused_add_rmsnorm_reference;
+            /// Gemma's fused add + rmsnorm: as `fused_add_rmsnorm` with `(1 + weight)`.
+            fn gemma_fused_add_rmsnorm(input: InOut[Rows], residual: InOut[Rows], weight: In[Row]); eps: f32 = 1e-6
+                => NormKernel::GemmaFusedAddRms, reference gemma_fused_add_rmsnorm_reference;
+            /// `out = (input − mean) / √(var + eps) · gamma + beta` over the last dimension, in f32
+            /// (biased variance). `gamma` and `beta`: `[hidden]`, both of `input`'s dtype or both
+            /// f32. `out` as in `rmsnorm`, also disjoint from `beta`.
+            fn layernorm(input: In[Rows], gamma / gemma: In[Row | f32], beta: In[Row | f32]) -> out: Out[Rows]; eps: f32 = 1e-6
+                => NormKernel::Layer, reference layernorm_reference;
+        }
+    };
 }
 
-/// Gemma's rmsnorm: as [`rmsnorm`] with `(1 + weight)`.
-pub fn gemma_rmsnorm(
-    input: &TensorView,
-    weight: &TensorView,
-    out: &mut TensorView,
-    eps: f32,
-    stream: Stream,
-) -> Result<(), Error> {
-    NormCall::rms(NormOp::RmsNorm, 1.0, input, weight, out, eps).run(stream)
-}
+crate::norm_ops!(crate::define_ops);
 
-/// `residual += input; input = rmsnorm(residual) · weight`, both in place, as FlashInfer does.
-/// The norm is of the residual as stored (rounded to the dtype). `input` and `residual`: writable,
-/// one shape and dtype, disjoint, and neither may overlap `weight`.
-pub fn fused_add_rmsnorm(
-    input: &mut TensorView,
-    residual: &mut TensorView,
-    weight: &TensorView,
-    eps: f32,
-    stream: Stream,
-) -> Result<(), Error> {
-    NormCall::fused(0.0, input, residual, weight, eps).run(stream)
-}
-
-/// Gemma's fused add + rmsnorm: as [`fused_add_rmsnorm`] with `(1 + weight)`.
-pub fn gemma_fused_add_rmsnorm(
-    input: &mut TensorView,
-    residual: &mut TensorView,
-    weight: &TensorView,
-    eps: f32,
-    stream: Stream,
-) -> Result<(), Error> {
-    NormCall::fused(1.0, input, residual, weight, eps).run(stream)
-}
-
-/// `out = (input − mean) / √(var + eps) · gamma + beta` over the last dimension, in f32 (biased
-/// variance). `gamma` and `beta`: `[hidden]`, both of `input`'s dtype or both f32. `out` as in
-/// [`rmsnorm`], also disjoint from `beta`.
-pub fn layernorm(
-    input: &TensorView,
-    gamma: &TensorView,
-    beta: &TensorView,
-    out: &mut TensorView,
-    eps: f32,
-    stream: Stream,
-) -> Result<(), Error> {
-    let call = NormCall { bias: Some(("beta", beta)), ..NormCall::rms(NormOp::LayerNorm, 0.0, input, gamma, out, eps) };
-    NormCall { weight: ("gamma", gamma), ..call }.run(stream)
-}
-
-/// The norm ops by name, for callers that pick one at run time (benchmarks, adapters, tests).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum NormRoutine {
-    RmsNorm,
-    GemmaRmsNorm,
-    FusedAddRmsNorm,
-    GemmaFusedAddRmsNorm,
-    LayerNorm,
-}
-
-impl NormRoutine {
-    pub const ALL: [NormRoutine; 5] = [
-        NormRoutine::RmsNorm,
-        NormRoutine::GemmaRmsNorm,
-        NormRoutine::FusedAddRmsNorm,
-        NormRoutine::GemmaFusedAddRmsNorm,
-        NormRoutine::LayerNorm,
-    ];
-
-    /// FlashInfer's name for it.
-    pub fn name(self) -> &'static str {
-        match self {
-            NormRoutine::RmsNorm => "rmsnorm",
-            NormRoutine::GemmaRmsNorm => "gemma_rmsnorm",
-            NormRoutine::FusedAddRmsNorm => "fused_add_rmsnorm",
-            NormRoutine::GemmaFusedAddRmsNorm => "gemma_fused_add_rmsnorm",
-            NormRoutine::LayerNorm => "layernorm",
+impl FamilyOp for NormKernel {
+    fn run(&self, call: &Call) -> Result<(), Error> {
+        let eps = call.scalar(0);
+        let norm = match self {
+            NormKernel::Rms | NormKernel::GemmaRms => {
+                let [input, weight, out] = call.tensors()?;
+                NormCall::new(*self, input, weight, ("out", out), eps)
+            }
+            NormKernel::FusedAddRms | NormKernel::GemmaFusedAddRms => {
+                let [input, residual, weight] = call.tensors()?;
+                NormCall { residual: Some(residual), ..NormCall::new(*self, input, weight, ("input", input), eps) }
+            }
+            NormKernel::Layer => {
+                let [input, gamma, beta, out] = call.tensors()?;
+                let norm = NormCall::new(*self, input, gamma, ("out", out), eps);
+                NormCall { weight: ("gamma", gamma), bias: Some(("beta", beta)), ..norm }
+            }
+        };
+        let Some(plan) = norm.plan(&call.stream)? else { return Ok(()) };
+        logging::input_statistics(call);
+        match call.stream {
+            Stream::Cpu => {
+                cpu_rows(*self, plan.dtype, plan.weight_dtype, &plan.params);
+                Ok(())
+            }
+            Stream::Cuda(stream) => {
+                static MODULES: ModuleCache<NormModule> = ModuleCache::new();
+                let module = NormModule { kernel: *self, dtype: plan.dtype, weight: plan.weight_dtype, vec: plan.vec };
+                cuda::launch(stream, &MODULES, module, |limits| plan.kernel(limits))
+            }
         }
     }
+}
 
-    /// Updates `input` and `residual` in place instead of writing `out`.
-    pub fn is_fused(self) -> bool {
-        matches!(self, NormRoutine::FusedAddRmsNorm | NormRoutine::GemmaFusedAddRmsNorm)
-    }
-
-    /// What is added to every weight (1 for Gemma's `1 + w`).
-    pub fn weight_offset(self) -> f32 {
-        match self {
-            NormRoutine::GemmaRmsNorm | NormRoutine::GemmaFusedAddRmsNorm => 1.0,
-            _ => 0.0,
-        }
-    }
-
-    /// Runs the op: fused ops update `input` and `residual`; the others write `out`. Arguments an
-    /// op does not take (`residual`, `bias`, or `out` for fused ops) are ignored.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run(
-        self,
-        input: &mut TensorView,
-        residual: &mut TensorView,
-        weight: &TensorView,
-        bias: &TensorView,
-        out: &mut TensorView,
-        eps: f32,
-        stream: Stream,
-    ) -> Result<(), Error> {
-        match self {
-            NormRoutine::RmsNorm => rmsnorm(input, weight, out, eps, stream),
-            NormRoutine::GemmaRmsNorm => gemma_rmsnorm(input, weight, out, eps, stream),
-            NormRoutine::FusedAddRmsNorm => fused_add_rmsnorm(input, residual, weight, eps, stream),
-            NormRoutine::GemmaFusedAddRmsNorm => gemma_fused_add_rmsnorm(input, residual, weight, eps, stream),
-            NormRoutine::LayerNorm => layernorm(input, weight, bias, out, eps, stream),
-        }
+impl KernelModule for NormModule {
+    fn spec(&self, arch: CudaArch, debug: bool) -> JitSpec {
+        NormModule::spec(self, arch, debug)
     }
 }
 
 /// The arguments of one norm call, named as the caller named them.
 struct NormCall<'c, 'v> {
-    op: NormOp,
-    weight_offset: f32,
+    kernel: NormKernel,
     input: &'c TensorView<'v>,
     residual: Option<&'c TensorView<'v>>,
     weight: (&'static str, &'c TensorView<'v>),
     bias: Option<(&'static str, &'c TensorView<'v>)>,
-    /// Written: `out`, or for the fused op `input` itself.
+    /// Written: `out`, or for the fused ops `input` itself.
     output: (&'static str, &'c TensorView<'v>),
-    eps: f32,
+    eps: f64,
 }
 
 impl<'c, 'v> NormCall<'c, 'v> {
-    fn rms(
-        op: NormOp,
-        weight_offset: f32,
+    fn new(
+        kernel: NormKernel,
         input: &'c TensorView<'v>,
         weight: &'c TensorView<'v>,
-        out: &'c TensorView<'v>,
-        eps: f32,
+        output: (&'static str, &'c TensorView<'v>),
+        eps: f64,
     ) -> Self {
-        NormCall {
-            op,
-            weight_offset,
-            input,
-            residual: None,
-            weight: ("weight", weight),
-            bias: None,
-            output: ("out", out),
-            eps,
-        }
+        NormCall { kernel, input, residual: None, weight: ("weight", weight), bias: None, output, eps }
     }
 
-    fn fused(
-        weight_offset: f32,
-        input: &'c TensorView<'v>,
-        residual: &'c TensorView<'v>,
-        weight: &'c TensorView<'v>,
-        eps: f32,
-    ) -> Self {
-        let call = NormCall::rms(NormOp::FusedAddRmsNorm, weight_offset, input, weight, input, eps);
-        NormCall { residual: Some(residual), output: ("input", input), ..call }
-    }
-
-    /// FlashInfer's name of the call (Gemma's variants are the rms ops with offset 1).
-    fn name(&self) -> &'static str {
-        match (self.op, self.weight_offset != 0.0) {
-            (NormOp::RmsNorm, false) => "rmsnorm",
-            (NormOp::RmsNorm, true) => "gemma_rmsnorm",
-            (NormOp::FusedAddRmsNorm, false) => "fused_add_rmsnorm",
-            (NormOp::FusedAddRmsNorm, true) => "gemma_fused_add_rmsnorm",
-            (NormOp::LayerNorm, _) => "layernorm",
-        }
-    }
-
-    fn run(self, stream: Stream) -> Result<(), Error> {
-        logging::begin(self.name(), &self.tensors(), &[("eps", self.eps)]);
-        let plan = self.plan(&stream)?;
-        logging::input_statistics(&self.inputs(), &stream);
-        self.launch(&plan, stream)?;
-        logging::end(self.name(), &self.written());
-        Ok(())
-    }
-
-    fn launch(&self, plan: &Plan, stream: Stream) -> Result<(), Error> {
-        match stream {
-            Stream::Cpu => {
-                cpu::norm(self.op, plan.dtype, plan.weight_dtype, &plan.params);
-                Ok(())
-            }
-            Stream::Cuda(stream) => {
-                let module =
-                    ModuleKey { family: "norm", variant: self.op as u32, dtype: plan.dtype, weight: plan.weight_dtype };
-                let spec = |arch, debug| gen_norm_spec(self.op, plan.dtype, plan.weight_dtype, arch, debug);
-                cuda::launch(stream, module, spec, |limits| {
-                    plan.kernel(limits.multiprocessors, |chunks| limits.max_threads(plan.vec, chunks))
-                })
-            }
-        }
-    }
-
-    /// Every check, in the order a caller would fix them; the kernel parameters if all pass.
-    fn plan(&self, stream: &Stream) -> Result<Plan, Error> {
+    /// Every check, in the order a caller would fix them; the kernel parameters if all pass, or
+    /// `None` when there is nothing to compute (no rows, or empty rows).
+    fn plan(&self, stream: &Stream) -> Result<Option<Plan>, Error> {
         if !self.eps.is_finite() || self.eps < 0.0 {
-            return Err(Error::InvalidEps(self.eps));
+            return Err(Error::InvalidScalar { argument: "eps", value: self.eps, expected: "a finite number ≥ 0" });
         }
         let (device, dtype) = (self.input.device(), self.input.dtype());
         check_stream(stream, device)?;
@@ -245,7 +136,7 @@ impl<'c, 'v> NormCall<'c, 'v> {
             layout::check_device(argument, view, "input", device)?;
             layout::check_aligned(argument, view)?;
         }
-        for (argument, view) in self.residual.map(|r| ("residual", r)).into_iter().chain([self.output]) {
+        for (argument, view) in self.written() {
             layout::check_dtype(argument, view, "input", dtype)?;
             layout::check_writable(argument, view)?;
         }
@@ -271,6 +162,9 @@ impl<'c, 'v> NormCall<'c, 'v> {
                 limit: u32::MAX as u64,
             });
         }
+        if x.rows == 0 || x.hidden == 0 {
+            return Ok(None);
+        }
         let row_strides = [Some(x.row_stride), Some(y.row_stride), r.map(|r| r.row_stride)];
         let vec = layout::vector_width(
             dtype,
@@ -278,14 +172,14 @@ impl<'c, 'v> NormCall<'c, 'v> {
             &row_strides.into_iter().flatten().collect::<Vec<_>>(),
             &self.addresses(),
         );
-        Ok(Plan { params: self.params(x, y, r), dtype, weight_dtype, vec, chunks: chunks_override()? })
+        Ok(Some(Plan { params: self.params(x, y, r), dtype, weight_dtype, vec }))
     }
 
     /// The weight dtype: the input's, or (layernorm) f32; β must match γ.
     fn weight_dtype(&self) -> Result<DType, Error> {
         let dtype = self.input.dtype();
         let (argument, weight) = self.weight;
-        let allowed = self.op.weight_dtypes(dtype);
+        let allowed = self.kernel.weight_dtypes(dtype);
         if !allowed.contains(&weight.dtype()) {
             return Err(Error::DTypeMismatch { argument, reference: "input", expected: dtype, found: weight.dtype() });
         }
@@ -295,33 +189,23 @@ impl<'c, 'v> NormCall<'c, 'v> {
         Ok(weight.dtype())
     }
 
-    /// The tensors the call reads (fused ops read their residual too).
-    fn inputs(&self) -> Vec<(&'static str, &TensorView<'v>)> {
-        let mut inputs = vec![("input", self.input), self.weight];
-        inputs.extend(self.residual.map(|r| ("residual", r)));
-        inputs.extend(self.bias);
-        inputs
-    }
-
     /// The tensors the call writes.
-    fn written(&self) -> Vec<(&'static str, &TensorView<'v>)> {
-        self.residual.map(|r| ("residual", r)).into_iter().chain([self.output]).collect()
+    fn written(&self) -> impl Iterator<Item = (&'static str, &TensorView<'v>)> {
+        self.residual.map(|r| ("residual", r)).into_iter().chain([self.output])
     }
 
     /// Every tensor of the call, by argument name.
-    fn tensors(&self) -> Vec<(&'static str, &TensorView<'v>)> {
-        let mut tensors = vec![("input", self.input), self.weight, self.output];
-        tensors.extend(self.residual.map(|r| ("residual", r)));
-        tensors.extend(self.bias);
-        tensors
+    fn tensors(&self) -> impl Iterator<Item = (&'static str, &TensorView<'v>)> {
+        [("input", self.input), self.weight, self.output]
+            .into_iter()
+            .chain(self.residual.map(|r| ("residual", r)))
+            .chain(self.bias)
     }
 
     /// Writes may not race with any other tensor's reads or writes; the only sharing allowed is
     /// an output that is exactly `input` (in place).
     fn check_aliasing(&self) -> Result<(), Error> {
-        let written: Vec<(&str, &TensorView)> =
-            self.residual.map(|r| ("residual", r)).into_iter().chain([self.output]).collect();
-        for (argument, view) in written {
+        for (argument, view) in self.written() {
             for (other, other_view) in self.tensors() {
                 let same_tensor = std::ptr::eq(view, other_view);
                 let in_place = other == "input" && layout::same_view(view, other_view) && self.residual.is_none();
@@ -333,11 +217,10 @@ impl<'c, 'v> NormCall<'c, 'v> {
         Ok(())
     }
 
-    /// Addresses in units of their own element size, for the vector width.
+    /// Addresses in units of the input's element size, for the vector width.
     fn addresses(&self) -> Vec<u64> {
         let dtype_size = self.input.dtype().size() as u64;
         self.tensors()
-            .into_iter()
             .map(|(_, view)| {
                 // In elements of the input's dtype: f32 weights need twice the byte alignment.
                 let scale = view.dtype().size() as u64 / dtype_size;
@@ -358,9 +241,8 @@ impl<'c, 'v> NormCall<'c, 'v> {
             residual_row_stride: r.map_or(0, |r| r.row_stride),
             output_row_stride: y.row_stride,
             hidden: x.hidden as u32,
-            eps: self.eps,
-            weight_offset: self.weight_offset,
-            warps_per_row: 1,
+            eps: self.eps as f32,
+            threads_per_row: 1,
         }
     }
 }
@@ -381,176 +263,331 @@ fn check_weight(argument: &'static str, weight: &TensorView, hidden: u64) -> Res
     Ok(())
 }
 
+/// The CPU backend: the kernels crate's host numerics (`norm_row`), rows split across cores.
+fn cpu_rows(kernel: NormKernel, dtype: DType, weight: DType, params: &NormParams) {
+    fn rows<K: NormKind, T: ferrinfer_kernels::element::Element, W: ferrinfer_kernels::element::Element>(
+        params: &NormParams,
+    ) {
+        cpu::for_rows(params.rows, params.hidden as u64, |rows| {
+            for row in rows {
+                // SAFETY: the launcher validated every pointer, stride and overlap in `params`.
+                unsafe { norm_row::<K, T, W>(params, row) }
+            }
+        });
+    }
+    ferrinfer_kernels::with_element!(dtype, T => ferrinfer_kernels::with_element!(weight, W => match kernel {
+        NormKernel::Rms => rows::<Rms, T, W>(params),
+        NormKernel::GemmaRms => rows::<GemmaRms, T, W>(params),
+        NormKernel::FusedAddRms => rows::<FusedAddRms, T, W>(params),
+        NormKernel::GemmaFusedAddRms => rows::<GemmaFusedAddRms, T, W>(params),
+        NormKernel::Layer => rows::<Layer, T, W>(params),
+    }))
+}
+
 /// A validated call: kernel parameters, dtypes and vector width.
 struct Plan {
     params: NormParams,
     dtype: DType,
     weight_dtype: DType,
     vec: u32,
-    /// `FERRINFER_NORM_CHUNKS`, if set.
-    chunks: Option<u64>,
 }
 
-/// `FERRINFER_NORM_CHUNKS`: register chunks per thread for every register-kernel launch in place
-/// of the planner's choice (raised where a row would need more than 32 warps, or a block more
-/// registers than the kernel has) — a knob for tuning sweeps with the benchmark, read once.
-fn chunks_override() -> Result<Option<u64>, Error> {
-    static CHUNKS: OnceLock<Result<Option<u64>, String>> = OnceLock::new();
-    let parsed = CHUNKS.get_or_init(|| match std::env::var("FERRINFER_NORM_CHUNKS") {
-        Err(_) => Ok(None),
-        Ok(value) => value
-            .parse::<u32>()
-            .ok()
-            .filter(|c| CHUNK_COUNTS.contains(c))
-            .map(|c| Some(c as u64))
-            .ok_or_else(|| format!("FERRINFER_NORM_CHUNKS is `{value}`; expected one of {CHUNK_COUNTS:?}")),
+/// How a register kernel's launch spreads rows: vectors per thread, threads per row, rows per
+/// block and rows each row group works through (loading the next while reducing the current).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Layout {
+    chunks: u32,
+    threads_per_row: u32,
+    rows_per_block: u32,
+    rows_per_group: u64,
+}
+
+/// Bytes of its row each thread holds when rows are many (bandwidth-bound: enough bytes in flight
+/// per thread, few enough registers for many warps per SM).
+const LARGE_BATCH_BYTES_PER_THREAD: u32 = 64;
+/// Most threads per row when rows are few (latency-bound: more threads load a row sooner, but a
+/// longer reduction follows).
+const SMALL_BATCH_THREADS_PER_ROW: u32 = 256;
+/// Threads per block the planner aims for when rows are narrower than that.
+const BLOCK_THREADS: u32 = 256;
+/// Rows each group works through when rows are many, so one row's loads overlap another's
+/// reduction and stores; small enough that the grid stays many blocks (balanced tails).
+const LARGE_BATCH_ROWS_PER_GROUP: u64 = 2;
+/// Threads a multiprocessor runs at once.
+const THREADS_PER_SM: u64 = 2048;
+const MAX_BLOCK: u32 = 1024;
+
+/// `FERRINFER_NORM_LAYOUT=chunks:threads_per_row:rows_per_group` (each field a number or `*` for
+/// the planner's choice): forces the register kernel's layout wherever it fits — a knob for tuning
+/// sweeps with the benchmark, read once.
+pub const LAYOUT_VAR: &str = "FERRINFER_NORM_LAYOUT";
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct LayoutOverride {
+    chunks: Option<u32>,
+    threads_per_row: Option<u32>,
+    rows_per_group: Option<u64>,
+}
+
+fn layout_override() -> Result<LayoutOverride, Error> {
+    static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
+    let parsed = PARSED.get_or_init(|| match std::env::var(LAYOUT_VAR) {
+        Err(_) => Ok(LayoutOverride::default()),
+        Ok(value) => parse_layout(&value).ok_or_else(|| {
+            format!("{LAYOUT_VAR}={value:?}: expected chunks:threads_per_row:rows_per_group, each a number or *, chunks one of {CHUNK_COUNTS:?}, threads a power of two ≤ 1024")
+        }),
     });
     parsed.clone().map_err(Error::Config)
 }
 
-/// Most register chunks a kernel has (see `ferrinfer_jit::norm::CHUNK_COUNTS`).
-const MAX_CHUNKS: u64 = CHUNK_COUNTS[CHUNK_COUNTS.len() - 1] as u64;
-/// Most register chunks the planner picks while a row fits 32 warps with them (see `kernel`).
-const PREFERRED_MAX_CHUNKS: u64 = 8;
-/// Warps worth keeping busy per multiprocessor before spreading rows over more warps stops paying.
-const WARPS_PER_SM: u64 = 16;
-/// Most threads per block.
-const MAX_BLOCK: u64 = 1024;
+fn parse_layout(value: &str) -> Option<LayoutOverride> {
+    let fields: Vec<&str> = value.split(':').map(str::trim).collect();
+    let field = |i: usize| -> Option<Option<u64>> {
+        match fields.get(i).copied() {
+            None | Some("*") | Some("") => Some(None),
+            Some(text) => text.parse().ok().map(Some),
+        }
+    };
+    let (chunks, threads, rows) = (field(0)?, field(1)?, field(2)?);
+    let chunks_ok = chunks.is_none_or(|c| CHUNK_COUNTS.contains(&(c as u32)));
+    let threads_ok = threads.is_none_or(|t| t.is_power_of_two() && t <= MAX_BLOCK as u64);
+    (fields.len() <= 3 && chunks_ok && threads_ok && rows != Some(0)).then_some(LayoutOverride {
+        chunks: chunks.map(|c| c as u32),
+        threads_per_row: threads.map(|t| t as u32),
+        rows_per_group: rows,
+    })
+}
 
 impl Plan {
-    /// The launch for a device with `sms` multiprocessors, given the most threads per block of
-    /// each register kernel (by chunk count; registers limit it). Rows that fit in registers use
-    /// the register kernel: as few warps per row as large batches need (one pass over memory,
-    /// many rows in flight), as many as small batches can use (a shorter serial path per thread);
-    /// two single-warp rows per 64-thread block. Longer rows — or more rows than one launch's
-    /// grid holds — stream, a block per row.
-    fn kernel(&self, sms: u32, max_threads: impl Fn(u32) -> u32) -> KernelLaunch<NormParams> {
-        let (rows, vectors) = (self.params.rows, self.params.hidden as u64 / self.vec as u64);
-        let max_warps = MAX_BLOCK / 32;
-        // At most 8 chunks where a row fits 32 warps that way: at 16 (a warp per 4096-wide bf16
-        // row) rmsnorm ran 5-11% slower at T >= 16384 on the H200 (docs/perf/norm.md, v3 sweep).
-        let fits_preferred = vectors.div_ceil(32 * PREFERRED_MAX_CHUNKS) <= max_warps;
-        let fewest = vectors.div_ceil(32 * if fits_preferred { PREFERRED_MAX_CHUNKS } else { MAX_CHUNKS });
-        if fewest > max_warps {
-            return self.streaming(sms, max_threads(0));
+    /// The launch within `limits`: a register kernel where a row fits in at most 1024 threads of
+    /// at most 8 vectors each, else the streaming kernel.
+    fn kernel(&self, limits: &Limits) -> Launch<NormParams> {
+        let forced = layout_override().unwrap_or_default();
+        let max_threads = |chunks| NormModule::register_entry(chunks).map_or(0, |e| limits.max_threads(e));
+        match self.layout(limits.multiprocessors, forced, max_threads) {
+            Some(layout) => self.register_launch(layout),
+            None => self.streaming(limits),
         }
-        let wanted = (sms as u64 * WARPS_PER_SM).div_ceil(rows);
-        let warps = wanted.clamp(fewest, vectors.div_ceil(32).min(max_warps)).max(1);
-        let natural = vectors.div_ceil(32 * warps).next_power_of_two();
-        let mut chunks = self.chunks.map_or(natural, |c| c.max(vectors.div_ceil(32 * max_warps).next_power_of_two()));
-        // Fewer, fuller threads until a block fits the kernel's registers.
-        while chunks <= MAX_CHUNKS && vectors.div_ceil(32 * chunks) * 32 > max_threads(chunks as u32) as u64 {
-            chunks *= 2;
-        }
-        let warps = vectors.div_ceil(32 * chunks);
-        let rows_per_block = if warps == 1 { 2 } else { 1 };
-        let grid = rows.div_ceil(rows_per_block);
-        if chunks > MAX_CHUNKS || grid > i32::MAX as u64 {
-            return self.streaming(sms, max_threads(0));
-        }
-        self.launch(chunks as u32, warps as u32, grid, (rows_per_block * warps * 32) as u32)
     }
 
-    /// A block per row, at most as many blocks as the device holds at once (they stride over rows).
-    fn streaming(&self, sms: u32, max_threads: u32) -> KernelLaunch<NormParams> {
-        let vectors = self.params.hidden as u64 / self.vec as u64;
-        let most = MAX_BLOCK.min(max_threads as u64 / 32 * 32).max(32);
-        let block = (vectors.div_ceil(32) * 32).clamp(32, most) as u32;
-        let resident = sms as u64 * (2048 / block as u64).clamp(1, 32);
-        self.launch(0, 1, self.params.rows.min(resident), block)
+    /// The register layout for this call on a device of `sms` multiprocessors, given the most
+    /// threads per block of each chunk count; `None` if no register kernel holds the row.
+    fn layout(&self, sms: u32, forced: LayoutOverride, max_threads: impl Fn(u32) -> u32) -> Option<Layout> {
+        let vectors = (self.params.hidden / self.vec).max(1);
+        let rows = self.params.rows;
+        let bytes_per_vector = self.vec * self.dtype.size() as u32 * if self.is_fused() { 2 } else { 1 };
+        let threads_for = |chunks: u32| vectors.div_ceil(chunks).next_power_of_two();
+        // Many rows: the chunk count that gives each thread its share of bytes in flight.
+        let wide = (LARGE_BATCH_BYTES_PER_THREAD / bytes_per_vector).clamp(1, 8);
+        let large = rows * threads_for(wide) as u64 >= sms as u64 * THREADS_PER_SM;
+        let preferred = if large {
+            wide
+        } else {
+            CHUNK_COUNTS.into_iter().find(|&c| threads_for(c) <= SMALL_BATCH_THREADS_PER_ROW).unwrap_or(8)
+        };
+        // No more chunks than vectors. If a row needs more threads than a block of that many
+        // chunks can have (registers), more chunks; failing that, fewer.
+        let preferred = forced.chunks.unwrap_or(preferred).min(vectors.next_power_of_two()).max(1);
+        let more = CHUNK_COUNTS.into_iter().filter(|&c| c >= preferred);
+        let fewer = CHUNK_COUNTS.into_iter().rev().filter(|&c| c < preferred);
+        let (chunks, threads_per_row) = more
+            .chain(fewer)
+            .map(|c| {
+                (c, forced.threads_per_row.filter(|&t| t as u64 * c as u64 >= vectors as u64).unwrap_or(threads_for(c)))
+            })
+            .find(|&(c, t)| t <= max_threads(c).min(MAX_BLOCK))?;
+        let block = BLOCK_THREADS.max(threads_per_row).min(max_threads(chunks));
+        let rows_per_block = (block / threads_per_row).max(1);
+        let rows_per_group = forced.rows_per_group.unwrap_or(if large { LARGE_BATCH_ROWS_PER_GROUP } else { 1 });
+        // The grid holds at most 2^31 − 1 blocks: beyond that, groups take more rows.
+        let rows_per_group = rows_per_group.max(rows.div_ceil(rows_per_block as u64 * i32::MAX as u64));
+        Some(Layout { chunks, threads_per_row, rows_per_block, rows_per_group })
     }
 
-    fn launch(&self, chunks: u32, warps_per_row: u32, grid: u64, block: u32) -> KernelLaunch<NormParams> {
-        let params = NormParams { warps_per_row, ..self.params };
-        KernelLaunch { vec: self.vec, chunks, params, grid: grid as u32, block }
+    fn is_fused(&self) -> bool {
+        self.params.residual != 0
     }
+
+    fn register_launch(&self, layout: Layout) -> Launch<NormParams> {
+        let rows_per_launch_block = layout.rows_per_block as u64 * layout.rows_per_group;
+        let grid = self.params.rows.div_ceil(rows_per_launch_block) as u32;
+        // The block holds whole warps: groups narrower than a warp come 32 / threads to a warp.
+        let block = (layout.rows_per_block * layout.threads_per_row).next_multiple_of(32);
+        let rows_per_block = block / layout.threads_per_row;
+        let grid = if rows_per_block != layout.rows_per_block {
+            self.params.rows.div_ceil(rows_per_block as u64 * layout.rows_per_group) as u32
+        } else {
+            grid
+        };
+        Launch {
+            entry: NormModule::register_entry(layout.chunks).unwrap_or(NormModule::STREAM_ENTRY),
+            params: NormParams { threads_per_row: layout.threads_per_row, ..self.params },
+            grid: grid.max(1),
+            block,
+        }
+    }
+
+    /// A block per row at a time, at most as many blocks as the device holds at once (they
+    /// stride over rows); the block a power of two, as the streaming kernel's reduction wants.
+    fn streaming(&self, limits: &Limits) -> Launch<NormParams> {
+        let entry = NormModule::STREAM_ENTRY;
+        let vectors = (self.params.hidden / self.vec).max(1);
+        let most = MAX_BLOCK.min(limits.max_threads(entry)).max(32);
+        let block = vectors.next_power_of_two().clamp(32, 1 << most.ilog2());
+        let resident = limits.multiprocessors as u64 * limits.resident_blocks(entry, block) as u64;
+        let grid = self.params.rows.min(resident) as u32;
+        Launch { entry, params: NormParams { threads_per_row: block, ..self.params }, grid, block }
+    }
+}
+
+/// rmsnorm in f64 of `[input, weight, out]`.
+fn rmsnorm_reference(p: &Problem) -> Vec<Vec<f64>> {
+    vec![rms_rows(&p.tensors[0], &p.tensors[1], p.hidden, p.scalars[0], 0.0)]
+}
+
+/// Gemma's rmsnorm in f64: `1 + weight`.
+fn gemma_rmsnorm_reference(p: &Problem) -> Vec<Vec<f64>> {
+    vec![rms_rows(&p.tensors[0], &p.tensors[1], p.hidden, p.scalars[0], 1.0)]
+}
+
+/// Fused add + rmsnorm in f64 of `[input, residual, weight]`: the new residual is `input +
+/// residual` rounded to the dtype (what the residual tensor stores), and the new input the
+/// rmsnorm of the residual as the op stored it (a sum one rounding unit off is caught above).
+fn fused_add_rmsnorm_reference(p: &Problem) -> Vec<Vec<f64>> {
+    fused_rows(p, 0.0)
+}
+
+/// Gemma's fused add + rmsnorm in f64: `1 + weight`.
+fn gemma_fused_add_rmsnorm_reference(p: &Problem) -> Vec<Vec<f64>> {
+    fused_rows(p, 1.0)
+}
+
+fn fused_rows(p: &Problem, offset: f64) -> Vec<Vec<f64>> {
+    let round = |v: f64| crate::with_host_element!(p.dtype, T => crate::HostElement::to_f64(<T as crate::HostElement>::from_f64(v)));
+    let sums = p.tensors[0].iter().zip(&p.tensors[1]).map(|(x, r)| round(x + r)).collect();
+    let stored = p.written.get(1).unwrap_or(&sums);
+    vec![rms_rows(stored, &p.tensors[2], p.hidden, p.scalars[0], offset), sums]
+}
+
+/// rmsnorm in f64 over contiguous rows of `hidden`, with `(weight + offset)`.
+fn rms_rows(input: &[f64], weight: &[f64], hidden: usize, eps: f64, offset: f64) -> Vec<f64> {
+    input
+        .chunks_exact(hidden)
+        .flat_map(|row| {
+            let inverse = 1.0 / (row.iter().map(|x| x * x).sum::<f64>() / hidden as f64 + eps).sqrt();
+            row.iter().zip(weight).map(move |(x, w)| x * inverse * (w + offset))
+        })
+        .collect()
+}
+
+/// layernorm in f64 (biased variance) of `[input, gamma, beta, out]`.
+fn layernorm_reference(p: &Problem) -> Vec<Vec<f64>> {
+    let (gamma, beta, hidden) = (&p.tensors[1], &p.tensors[2], p.hidden);
+    let rows = p.tensors[0].chunks_exact(hidden).flat_map(|row| {
+        let mean = row.iter().sum::<f64>() / hidden as f64;
+        let var = row.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / hidden as f64;
+        let inverse = 1.0 / (var + p.scalars[0]).sqrt();
+        row.iter().zip(gamma.iter().zip(beta)).map(move |(x, (g, b))| (x - mean) * inverse * g + b)
+    });
+    vec![rows.collect()]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn plan(rows: u64, hidden: u32, vec: u32) -> Plan {
-        plan_with(rows, hidden, vec, None)
-    }
-
-    fn plan_with(rows: u64, hidden: u32, vec: u32, chunks: Option<u64>) -> Plan {
+    fn plan(rows: u64, hidden: u32, vec: u32, dtype: DType, fused: bool) -> Plan {
         let params = NormParams {
             input: 0,
-            residual: 0,
+            residual: fused as u64,
             weight: 0,
             bias: 0,
             output: 0,
             rows,
             input_row_stride: hidden as u64,
-            residual_row_stride: 0,
+            residual_row_stride: hidden as u64,
             output_row_stride: hidden as u64,
             hidden,
             eps: 1e-6,
-            weight_offset: 0.0,
-            warps_per_row: 1,
+            threads_per_row: 1,
         };
-        Plan { params, dtype: DType::Bf16, weight_dtype: DType::Bf16, vec, chunks }
+        Plan { params, dtype, weight_dtype: dtype, vec }
     }
 
-    /// The H200's limits for the bf16 rmsnorm module as ptxas built it (177 registers at 16
-    /// chunks → 320 threads per block; the others allow 512 or 1024).
+    /// The H200's limits as ptxas builds the kernels (registers allow full blocks up to 4 chunks).
     fn h200_max_threads(chunks: u32) -> u32 {
-        match chunks {
-            16 => 320,
-            8 => 512,
-            _ => 1024,
+        if chunks >= 8 { 384 } else { 1024 }
+    }
+
+    /// (chunks, threads per row, rows per block, rows per group) on an H200 (132 SMs).
+    fn shape(rows: u64, hidden: u32, vec: u32, dtype: DType, fused: bool) -> Option<(u32, u32, u32, u64)> {
+        let layout = plan(rows, hidden, vec, dtype, fused).layout(132, LayoutOverride::default(), h200_max_threads)?;
+        Some((layout.chunks, layout.threads_per_row, layout.rows_per_block, layout.rows_per_group))
+    }
+
+    #[test]
+    fn norm_layouts_for_small_and_large_batches() {
+        use DType::*;
+        assert_eq!(shape(65536, 4096, 8, Bf16, false), Some((4, 128, 2, 2)), "large T: 64 bytes a thread");
+        assert_eq!(shape(65536, 4096, 8, Bf16, true), Some((2, 256, 1, 2)), "fused: two tensors' bytes");
+        assert_eq!(shape(1, 4096, 8, Bf16, false), Some((2, 256, 1, 1)), "T = 1: more threads, a short reduction");
+        assert_eq!(shape(1, 16384, 8, Bf16, false), Some((8, 256, 1, 1)));
+        assert_eq!(shape(221_184, 128, 8, Bf16, false), Some((4, 4, 64, 2)), "short rows: several per warp");
+        assert_eq!(shape(7, 111, 1, F16, false), Some((1, 128, 2, 1)), "odd rows: one element a vector");
+        assert_eq!(shape(65536, 4096, 4, F32, false), Some((4, 256, 1, 2)));
+        assert_eq!(shape(1, 32768, 8, Bf16, false), Some((4, 1024, 1, 1)), "past 8 chunks' block limit: fewer chunks");
+        assert_eq!(shape(1, 65536, 8, Bf16, false), None, "rows past what registers hold stream");
+    }
+
+    #[test]
+    fn norm_layout_override_is_followed_where_it_fits() {
+        let forced = |chunks, threads, rows| LayoutOverride { chunks, threads_per_row: threads, rows_per_group: rows };
+        let layout =
+            |rows, hidden, o| plan(rows, hidden, 8, DType::Bf16, false).layout(132, o, h200_max_threads).unwrap();
+        let l = layout(65536, 4096, forced(Some(8), None, Some(4)));
+        assert_eq!((l.chunks, l.threads_per_row, l.rows_per_group), (8, 64, 4));
+        let l = layout(1, 4096, forced(Some(1), Some(1024), None));
+        assert_eq!((l.chunks, l.threads_per_row), (1, 1024), "more threads than vectors is allowed");
+        let l = layout(1, 4096, forced(Some(1), Some(64), None));
+        assert_eq!((l.chunks, l.threads_per_row), (1, 512), "too few threads for the row: ignored");
+        assert_eq!(parse_layout("4:128:2"), Some(forced(Some(4), Some(128), Some(2))));
+        assert_eq!(parse_layout("*:*:8"), Some(forced(None, None, Some(8))));
+        assert_eq!(parse_layout("8"), Some(forced(Some(8), None, None)));
+        for bad in ["3", "4:100", "4:128:0", "4:128:2:1", "x"] {
+            assert_eq!(parse_layout(bad), None, "{bad}");
         }
     }
 
-    /// (chunks, warps per row, grid, block) on an H200 (132 SMs).
-    fn shape(rows: u64, hidden: u32, vec: u32) -> (u32, u32, u32, u32) {
-        let k = plan(rows, hidden, vec).kernel(132, h200_max_threads);
-        (k.chunks, k.params.warps_per_row, k.grid, k.block)
-    }
-
     #[test]
-    fn norm_launch_shapes_cover_small_and_large_batches() {
-        assert_eq!(shape(65536, 4096, 8), (8, 2, 65536, 64), "large T: few warps per row, 8 chunks");
-        assert_eq!(shape(65536, 8192, 8), (8, 4, 65536, 128));
-        assert_eq!(shape(65536, 32768, 8), (8, 16, 65536, 512), "the widest rows 8 chunks hold in a block");
-        assert_eq!(shape(1, 4096, 8), (1, 16, 1, 512), "T = 1: a vector per thread");
-        assert_eq!(shape(4096, 1024, 8), (4, 1, 2048, 64), "enough rows to fill the GPU with one warp each");
-        assert_eq!(shape(65536, 256, 8), (1, 1, 32768, 64), "single-warp rows, two per block");
-        assert_eq!(shape(7, 111, 1), (1, 4, 7, 128));
-    }
-
-    #[test]
-    fn norm_chunk_override_is_followed_where_the_row_fits() {
-        let forced = |rows, hidden, c| {
-            let k = plan_with(rows, hidden, 8, Some(c)).kernel(132, h200_max_threads);
-            (k.chunks, k.params.warps_per_row)
-        };
-        assert_eq!(forced(65536, 4096, 1), (1, 16));
-        assert_eq!(forced(65536, 4096, 4), (4, 4));
-        assert_eq!(forced(1, 4096, 16), (16, 1));
-        assert_eq!(forced(65536, 16384, 1), (2, 32), "2048 vectors need 2 chunks in a 32-warp block");
-    }
-
-    #[test]
-    fn norm_every_register_launch_covers_its_row_within_limits() {
-        let overrides = [None, Some(1), Some(2), Some(4), Some(8), Some(16)];
-        for hidden in [1u32, 3, 111, 500, 1004, 4096, 8192, 16384, 65536, 131072] {
-            for (rows, chunks) in [1u64, 19, 989, 65536].into_iter().flat_map(|r| overrides.map(|c| (r, c))) {
-                for vec in [1u32, 2, 4, 8].into_iter().filter(|v| hidden.is_multiple_of(*v)) {
-                    let k = plan_with(rows, hidden, vec, chunks).kernel(132, h200_max_threads);
-                    assert!(
-                        k.block.is_multiple_of(32) && k.block <= 1024 && k.grid >= 1,
-                        "{hidden} {rows} {vec}: {}",
-                        k.block
-                    );
-                    assert!(k.block <= h200_max_threads(k.chunks), "{hidden} {rows} {vec}: registers");
-                    if k.chunks > 0 {
-                        let covered = k.chunks as u64 * 32 * k.params.warps_per_row as u64 * vec as u64;
-                        assert!(covered >= hidden as u64 && CHUNK_COUNTS.contains(&k.chunks), "{hidden} {rows} {vec}");
-                        let rows_per_block = k.block / 32 / k.params.warps_per_row;
-                        assert!(k.params.warps_per_row == 1 || rows_per_block == 1, "barriers need one row per block");
-                        assert!(k.grid as u64 * rows_per_block as u64 >= rows.min(i32::MAX as u64));
+    fn norm_every_register_launch_covers_its_rows_within_limits() {
+        for hidden in [1u32, 3, 8, 64, 111, 128, 500, 1004, 4096, 8192, 16384, 65536] {
+            for rows in [1u64, 19, 989, 65536, 5_000_000_000] {
+                for (vec, dtype) in
+                    [(1, DType::Bf16), (2, DType::F16), (4, DType::Bf16), (8, DType::Bf16), (4, DType::F32)]
+                {
+                    if !hidden.is_multiple_of(vec) {
+                        continue;
+                    }
+                    for fused in [false, true] {
+                        let plan = plan(rows, hidden, vec, dtype, fused);
+                        let Some(layout) = plan.layout(132, LayoutOverride::default(), h200_max_threads) else {
+                            assert!(hidden / vec > 4 * 1024, "{hidden} {vec}: no register layout");
+                            continue;
+                        };
+                        let launch = plan.register_launch(layout);
+                        let what =
+                            format!("{hidden} × {rows} v{vec} {dtype} fused {fused}: {layout:?} {}", launch.block);
+                        let threads = launch.params.threads_per_row;
+                        assert!(threads.is_power_of_two() && launch.block.is_multiple_of(threads), "{what}");
+                        assert!(
+                            launch.block.is_multiple_of(32) && launch.block <= h200_max_threads(layout.chunks),
+                            "{what}"
+                        );
+                        assert!(layout.chunks * threads * vec >= hidden, "{what}: the row is covered");
+                        let groups = launch.block / threads;
+                        assert!(threads <= 32 || groups <= 15, "{what}: named barriers 1–15");
+                        let covered = launch.grid as u64 * groups as u64 * layout.rows_per_group;
+                        assert!(covered >= rows && launch.grid >= 1, "{what}: every row");
                     }
                 }
             }

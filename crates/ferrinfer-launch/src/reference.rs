@@ -1,47 +1,12 @@
-//! References for correctness checks, shared by tests and the benchmark's `--refcheck`: each op
-//! in f64, DESIGN.md's comparison, and seeded random-normal inputs (never zeros).
+//! What correctness checks share, for every family (tests and the benchmark's `--refcheck`): the
+//! comparison of a result with its f64 reference (each op's reference is in its family's file,
+//! reached through [`OpInfo::reference`](crate::op::OpInfo::reference)) and seeded random-normal
+//! inputs (never zeros).
 
 use ferrinfer_kernels::element::DType;
 
 use crate::HostElement;
-
-/// rmsnorm in f64 over contiguous rows of `hidden`, with `(weight + offset)` (offset 1: Gemma).
-pub fn rmsnorm(input: &[f64], weight: &[f64], hidden: usize, eps: f64, offset: f64) -> Vec<f64> {
-    input
-        .chunks_exact(hidden)
-        .flat_map(|row| {
-            let inverse = 1.0 / (row.iter().map(|x| x * x).sum::<f64>() / hidden as f64 + eps).sqrt();
-            row.iter().zip(weight).map(move |(x, w)| x * inverse * (w + offset))
-        })
-        .collect()
-}
-
-/// Fused add + rmsnorm: `(output, new residual)`. The new residual is `input + residual` rounded
-/// to `T` (what the residual tensor stores), and the output its rmsnorm.
-pub fn fused_add_rmsnorm<T: HostElement>(
-    input: &[f64],
-    residual: &[f64],
-    weight: &[f64],
-    hidden: usize,
-    eps: f64,
-    offset: f64,
-) -> (Vec<f64>, Vec<f64>) {
-    let sums: Vec<f64> = input.iter().zip(residual).map(|(x, r)| T::from_f64(x + r).to_f64()).collect();
-    (rmsnorm(&sums, weight, hidden, eps, offset), sums)
-}
-
-/// layernorm in f64 (biased variance) over contiguous rows of `hidden`.
-pub fn layernorm(input: &[f64], gamma: &[f64], beta: &[f64], hidden: usize, eps: f64) -> Vec<f64> {
-    input
-        .chunks_exact(hidden)
-        .flat_map(|row| {
-            let mean = row.iter().sum::<f64>() / hidden as f64;
-            let var = row.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / hidden as f64;
-            let inverse = 1.0 / (var + eps).sqrt();
-            row.iter().zip(gamma.iter().zip(beta)).map(move |(x, (g, b))| (x - mean) * inverse * g + b)
-        })
-        .collect()
-}
+use crate::op::{OpInfo, Problem, Role};
 
 /// How far a result is from its reference.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -52,7 +17,7 @@ pub struct Agreement {
     pub worst_element: f64,
 }
 
-/// DESIGN.md's check: relative error under 1e-5 (f32) or 1e-2 (f16, bf16), and every element
+/// The project's check (docs/testing.md): relative error under 1e-5 (f32) or 1e-2 (f16, bf16), and every element
 /// within one unit of the dtype's rounding of the reference (plus a floor for values near 0).
 /// NaN, infinities and unwritten (NaN-poisoned) elements fail.
 pub fn compare(dtype: DType, got: &[f64], want: &[f64]) -> Result<Agreement, String> {
@@ -84,6 +49,29 @@ pub fn compare(dtype: DType, got: &[f64], want: &[f64]) -> Result<Agreement, Str
         return Err(format!("relative error {relative_error:e} ≥ {relative_bound:e}"));
     }
     Ok(Agreement { relative_error, worst_element: worst })
+}
+
+/// Checks every tensor `op` wrote against its f64 reference: `inputs` by argument (the values
+/// before the call; empty for `Out`), `written` the written arguments' values after it, all as
+/// contiguous rows. The worst agreement, or what failed, naming the argument.
+pub fn check_written(
+    op: &OpInfo,
+    dtype: DType,
+    hidden: usize,
+    inputs: &[Vec<f64>],
+    written: &[Vec<f64>],
+    scalars: &[f64],
+) -> Result<Agreement, String> {
+    let problem = Problem { dtype, hidden, tensors: inputs, written, scalars };
+    let expected = op.reference(&problem);
+    let names = op.tensors.iter().filter(|a| a.role != Role::In).map(|a| a.name);
+    let mut worst = Agreement { relative_error: 0.0, worst_element: 0.0 };
+    for ((name, got), want) in names.zip(written).zip(&expected) {
+        let agreement = compare(dtype, got, want).map_err(|e| format!("`{name}`: {e}"))?;
+        worst.relative_error = worst.relative_error.max(agreement.relative_error);
+        worst.worst_element = worst.worst_element.max(agreement.worst_element);
+    }
+    Ok(worst)
 }
 
 /// Values as f64.
@@ -132,28 +120,6 @@ fn fill_normal<T: HostElement>(values: &mut [T], seed: u64, stream: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reference_rmsnorm_of_a_known_row() {
-        // mean(x²) = (9 + 16) / 2 = 12.5 → 1/√12.5
-        let y = rmsnorm(&[3.0, 4.0], &[1.0, 2.0], 2, 0.0, 0.0);
-        let inv = 1.0 / 12.5f64.sqrt();
-        assert_eq!(y, [3.0 * inv, 8.0 * inv]);
-        assert_eq!(rmsnorm(&[3.0, 4.0], &[1.0, 2.0], 2, 0.0, 1.0), [6.0 * inv, 12.0 * inv], "Gemma: 1 + w");
-    }
-
-    #[test]
-    fn reference_layernorm_of_a_known_row() {
-        // mean 2, variance ((−1)² + 1²)/2 = 1
-        assert_eq!(layernorm(&[1.0, 3.0], &[2.0, 2.0], &[0.5, 0.5], 2, 0.0), [-1.5, 2.5]);
-    }
-
-    #[test]
-    fn reference_fused_add_rounds_the_new_residual() {
-        let (out, residual) = fused_add_rmsnorm::<half::bf16>(&[1.0], &[1.0 / 512.0], &[1.0], 1, 0.0, 0.0);
-        assert_eq!(residual, [1.0], "1 + 2^-9 rounds to 1 in bf16");
-        assert_eq!(out, [1.0]);
-    }
 
     #[test]
     fn compare_accepts_rounding_and_rejects_errors() {

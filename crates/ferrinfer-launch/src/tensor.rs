@@ -75,6 +75,29 @@ host_element! {
     f32 => F32, f64::from, |v: f64| v as f32;
 }
 
+/// Runs `$body` with `$t` naming the host element type ([`HostElement`]: `half::f16`,
+/// `half::bf16`, `f32`) for `$dtype`: the one dtype dispatch of code that handles host values
+/// (logging, the benchmark, the tests, adapters).
+#[macro_export]
+macro_rules! with_host_element {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            $crate::DType::F16 => {
+                type $t = $crate::half::f16;
+                $body
+            }
+            $crate::DType::Bf16 => {
+                type $t = $crate::half::bf16;
+                $body
+            }
+            $crate::DType::F32 => {
+                type $t = f32;
+                $body
+            }
+        }
+    };
+}
+
 /// A borrowed tensor: data pointer plus byte offset, dtype, shape, strides (in elements) and
 /// device, as in DLPack. `'a` is the borrow of the memory it describes.
 #[derive(Clone, Debug)]

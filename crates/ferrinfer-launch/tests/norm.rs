@@ -1,76 +1,67 @@
-//! rmsnorm through the public API on the CPU backend: DESIGN.md's correctness grid, and every
-//! validation error (each names its argument and leaves `out` untouched).
+//! The norm family through the public API on the CPU backend: the correctness grid for every op
+//! and dtype, and every validation error (each names its argument and leaves `out` untouched).
 
 mod support;
 
-use ferrinfer_launch::reference::{random_normal, to_f64};
-use ferrinfer_launch::{DType, Device, Error, HostElement, Stream, TensorView, rmsnorm};
+use ferrinfer_launch::reference::{compare, random_normal, to_f64};
+use ferrinfer_launch::{DType, Device, Error, Stream, TensorView, gemma_rmsnorm, layernorm, rmsnorm};
 use half::bf16;
-use support::{Case, Op, Runner, run_cases, run_grid};
-
-struct Cpu;
-
-impl Runner for Cpu {
-    fn norm<T: HostElement, W: HostElement>(
-        &self,
-        op: Op,
-        case: &Case,
-        x: &mut [T],
-        r: &mut [T],
-        w: &[W],
-        b: &[W],
-        out: &mut [T],
-    ) -> Result<(), Error> {
-        let mut xv = TensorView::from_slice_strided_mut(x, &case.shape(), &case.in_strides())?;
-        let mut rv = TensorView::from_slice_strided_mut(r, &case.shape(), &case.out_strides())?;
-        let (wv, bv) = (TensorView::from_slice(w, &[case.hidden])?, TensorView::from_slice(b, &[case.hidden])?);
-        let mut ov = TensorView::from_slice_strided_mut(out, &case.shape(), &case.out_strides())?;
-        support::call(op, &mut xv, &mut rv, &wv, &bv, &mut ov, Stream::Cpu)
-    }
-}
+use support::{Cpu, family, run_cases};
 
 #[test]
-fn norm_cpu_grid_rmsnorm() {
-    for dtype in DType::ALL {
-        run_grid(&Cpu, Op::RmsNorm, dtype, false, 1000);
-    }
+fn norm_cpu_grid() {
+    run_cases(&Cpu, &family("norm"), 1000, &support::grid());
 }
 
-#[test]
-fn norm_cpu_grid_gemma_rmsnorm() {
-    for dtype in DType::ALL {
-        run_grid(&Cpu, Op::GemmaRmsNorm, dtype, false, 2000);
-    }
-}
-
-#[test]
-fn norm_cpu_grid_fused_add_rmsnorm() {
-    for dtype in DType::ALL {
-        run_grid(&Cpu, Op::FusedAddRmsNorm, dtype, false, 3000);
-    }
-}
-
-#[test]
-fn norm_cpu_grid_gemma_fused_add_rmsnorm() {
-    for dtype in DType::ALL {
-        run_grid(&Cpu, Op::GemmaFusedAddRmsNorm, dtype, false, 4000);
-    }
-}
-
-#[test]
-fn norm_cpu_grid_layernorm() {
-    for (op, dtype, f32_weights) in support::every_op_and_dtype().into_iter().filter(|(op, ..)| *op == Op::LayerNorm) {
-        run_grid(&Cpu, op, dtype, f32_weights, 5000);
-    }
-}
-
-/// The GPU sanitizer's cases (support::sanitizer_cases) on the CPU backend, so a case that is
-/// wrong in itself fails here, not first under compute-sanitizer.
+/// The GPU sanitizer's cases on the CPU backend, so a case that is wrong in itself fails here,
+/// not first under compute-sanitizer.
 #[test]
 fn norm_cpu_sanitizer_cases() {
-    for (i, (op, dtype, f32_weights)) in support::every_op_and_dtype().into_iter().enumerate() {
-        run_cases(&Cpu, op, dtype, f32_weights, 7_000_000 + 1000 * i as u64, &support::sanitizer_cases());
-    }
+    run_cases(&Cpu, &family("norm"), 7_000_000, &support::sanitizer_cases());
+}
+
+/// rmsnorm's result in f64, through the op's own reference.
+fn rms_reference(x: &[f64], w: &[f64], hidden: usize) -> Vec<f64> {
+    let tensors = [x.to_vec(), w.to_vec(), Vec::new()];
+    let problem =
+        ferrinfer_launch::op::Problem { dtype: DType::F32, hidden, tensors: &tensors, written: &[], scalars: &[1e-6] };
+    rmsnorm::INFO.reference(&problem).remove(0)
+}
+
+#[test]
+fn norm_references_of_known_rows() {
+    // mean(x²) = (9 + 16) / 2 = 12.5 → 1/√12.5; Gemma scales by 1 + w.
+    let inv = 1.0 / (12.5f64 + 1e-6).sqrt();
+    let tensors = [vec![3.0, 4.0], vec![1.0, 2.0], Vec::new()];
+    let problem = ferrinfer_launch::op::Problem {
+        dtype: DType::F32,
+        hidden: 2,
+        tensors: &tensors,
+        written: &[],
+        scalars: &[1e-6],
+    };
+    assert_eq!(rmsnorm::INFO.reference(&problem), [vec![3.0 * inv, 8.0 * inv]]);
+    assert_eq!(gemma_rmsnorm::INFO.reference(&problem), [vec![6.0 * inv, 12.0 * inv]]);
+    // mean 2, variance ((−1)² + 1²)/2 = 1.
+    let tensors = [vec![1.0, 3.0], vec![2.0, 2.0], vec![0.5, 0.5], Vec::new()];
+    let problem = ferrinfer_launch::op::Problem {
+        dtype: DType::F32,
+        hidden: 2,
+        tensors: &tensors,
+        written: &[],
+        scalars: &[0.0],
+    };
+    assert_eq!(layernorm::INFO.reference(&problem), [vec![-1.5, 2.5]]);
+    // The fused op's new residual is the sum rounded to the dtype: 1 + 2^-9 is 1 in bf16.
+    let tensors = [vec![1.0], vec![1.0 / 512.0], vec![1.0]];
+    let problem = ferrinfer_launch::op::Problem {
+        dtype: DType::Bf16,
+        hidden: 1,
+        tensors: &tensors,
+        written: &[],
+        scalars: &[0.0],
+    };
+    assert_eq!(ferrinfer_launch::fused_add_rmsnorm::INFO.reference(&problem)[1], [1.0]);
 }
 
 #[test]
@@ -84,8 +75,7 @@ fn norm_cpu_three_dims_normalise_the_last() {
     let wv = TensorView::from_slice(&w, &[dim]).unwrap();
     let mut ov = TensorView::from_slice_mut(&mut out, &[tokens, heads, dim]).unwrap();
     rmsnorm(&xv, &wv, &mut ov, 1e-6, Stream::Cpu).unwrap();
-    let want = ferrinfer_launch::reference::rmsnorm(&to_f64(&x), &to_f64(&w), dim, 1e-6, 0.0);
-    ferrinfer_launch::reference::compare(DType::F32, &to_f64(&out), &want).unwrap();
+    compare(DType::F32, &to_f64(&out), &rms_reference(&to_f64(&x), &to_f64(&w), dim)).unwrap();
 }
 
 #[test]
@@ -98,8 +88,7 @@ fn norm_cpu_in_place_on_the_identical_view() {
     };
     let wv = TensorView::from_slice(&w, &[64]).unwrap();
     rmsnorm(&view, &wv, &mut view.clone(), 1e-6, Stream::Cpu).unwrap();
-    let want = ferrinfer_launch::reference::rmsnorm(&to_f64(&x), &to_f64(&w), 64, 1e-6, 0.0);
-    ferrinfer_launch::reference::compare(DType::Bf16, &to_f64(&data), &want).unwrap();
+    compare(DType::Bf16, &to_f64(&data), &rms_reference(&to_f64(&x), &to_f64(&w), 64)).unwrap();
 }
 
 #[test]
@@ -112,8 +101,23 @@ fn norm_cpu_misaligned_for_vectors_still_runs_narrower() {
     let wv = TensorView::from_slice(&w, &[256]).unwrap();
     let mut ov = TensorView::from_slice_mut(&mut out[1..], &[4, 256]).unwrap();
     rmsnorm(&xv, &wv, &mut ov, 1e-6, Stream::Cpu).unwrap();
-    let want = ferrinfer_launch::reference::rmsnorm(&to_f64(&x[1..]), &to_f64(&w), 256, 1e-6, 0.0);
-    ferrinfer_launch::reference::compare(DType::F32, &to_f64(&out[1..]), &want).unwrap();
+    compare(DType::F32, &to_f64(&out[1..]), &rms_reference(&to_f64(&x[1..]), &to_f64(&w), 256)).unwrap();
+}
+
+#[test]
+fn norm_cpu_empty_batches_are_no_work() {
+    let w: Vec<f32> = random_normal(16, 3);
+    let wv = TensorView::from_slice(&w, &[16]).unwrap();
+    let (x, mut out) = (Vec::<f32>::new(), Vec::<f32>::new());
+    let xv = TensorView::from_slice(&x, &[0, 16]).unwrap();
+    rmsnorm(&xv, &wv, &mut TensorView::from_slice_mut(&mut out, &[0, 16]).unwrap(), 1e-6, Stream::Cpu).unwrap();
+    let empty = TensorView::from_slice(&x, &[4, 0]).unwrap();
+    let (w0, mut o0) = (Vec::<f32>::new(), Vec::<f32>::new());
+    let w0v = TensorView::from_slice(&w0, &[0]).unwrap();
+    rmsnorm(&empty, &w0v, &mut TensorView::from_slice_mut(&mut o0, &[4, 0]).unwrap(), 1e-6, Stream::Cpu).unwrap();
+    // Validation still runs: a wrong weight is an error even with no rows.
+    let err = rmsnorm(&xv, &w0v, &mut TensorView::from_slice_mut(&mut out, &[0, 16]).unwrap(), 1e-6, Stream::Cpu);
+    assert!(matches!(err, Err(Error::ShapeMismatch { argument: "weight", .. })), "{err:?}");
 }
 
 /// Calls rmsnorm with one thing wrong and checks the error and that `out` kept its poison.
@@ -188,19 +192,11 @@ fn norm_errors_name_the_argument_and_leave_out_untouched() {
             matches!(e, Error::DeviceMismatch { argument: "weight", expected: Device::Cpu, found: Device::Cuda(0), .. })
         },
     );
-    // empty input
-    expect_error(
-        |out| {
-            let xv = TensorView::from_slice(&x[..0], &[0, 16]).unwrap();
-            rmsnorm(&xv, &wv, &mut TensorView::from_slice_mut(&mut out[..0], &[0, 16]).unwrap(), 1e-6, Stream::Cpu)
-        },
-        |e| matches!(e, Error::Empty { argument: "input", .. }),
-    );
     // eps: negative, NaN, infinite
     for eps in [-1e-6, f32::NAN, f32::INFINITY] {
         expect_error(
             |out| rmsnorm(&xv, &wv, &mut out_view(out), eps, Stream::Cpu),
-            |e| matches!(e, Error::InvalidEps(_)) && e.to_string().contains("eps"),
+            |e| matches!(e, Error::InvalidScalar { argument: "eps", .. }) && e.to_string().starts_with("`eps`"),
         );
     }
     // read-only out

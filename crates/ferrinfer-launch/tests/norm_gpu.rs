@@ -1,123 +1,95 @@
-//! rmsnorm on a CUDA GPU through the public API: DESIGN.md's grid, in place, narrow vectors,
-//! 3-D input, CUDA-graph capture and a tensor of more than 2^31 elements. Without a CUDA driver
-//! or device every test here prints that it was skipped and passes (CI has no GPU).
+//! The norm family on a CUDA GPU through the public API: the grid for every op and dtype, every
+//! kernel path at sanitizer-friendly sizes, in place, narrow vectors, 3-D input, PDL on and off,
+//! CUDA-graph capture and a tensor of more than 2^31 elements. Without a CUDA driver or device
+//! every test here prints that it was skipped and passes (CI has no GPU).
 
 mod support;
 
-use std::io::Write;
-use std::sync::Arc;
-
-use ferrinfer_launch::cudarc::driver::{
-    CudaContext, CudaStream, sys::CUgraphInstantiate_flags, sys::CUstreamCaptureMode,
-};
+use ferrinfer_launch::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use ferrinfer_launch::reference::{self, random_normal};
-use ferrinfer_launch::{DType, Error, HostElement, Stream, TensorView, cuda_device_count, rmsnorm};
+use ferrinfer_launch::{DType, Stream, TensorView, rmsnorm};
 use half::bf16;
-use support::{Case, Op, Runner, run_cases, run_grid};
+use support::{Case, Gpu, Runner, family, run_case, run_cases};
 
-struct Gpu {
-    stream: Arc<CudaStream>,
+#[test]
+fn norm_gpu_grid() {
+    let Some(gpu) = Gpu::get("norm_gpu_grid") else { return };
+    run_cases(&gpu, &family("norm"), 1_000_000, &support::grid());
 }
 
-/// The GPU, or `None` after saying why the test is skipped.
-fn gpu(test: &str) -> Option<Gpu> {
-    if cuda_device_count() == 0 {
-        // Straight to stderr, past libtest's capture, so a CI log shows every skip.
-        let _ = writeln!(std::io::stderr(), "{test}: SKIPPED — no CUDA driver or device on this machine");
-        return None;
+/// Hidden sizes from 64 to 16384, odd ones too, and many short rows (a per-head norm): every
+/// layout the planner picks.
+#[test]
+fn norm_gpu_layouts_across_hidden_sizes() {
+    let Some(gpu) = Gpu::get("norm_gpu_layouts_across_hidden_sizes") else { return };
+    let mut cases = vec![Case::contiguous(110_000, 128), Case::strided(30_000, 64)];
+    for hidden in [64, 96, 127, 128, 200, 256, 333, 512, 768, 1000, 1536, 2048, 2049, 5120, 6144, 12288, 16383, 16384] {
+        cases.extend([Case::contiguous(1, hidden), Case::contiguous(7, hidden), Case::strided(2500, hidden)]);
     }
-    let stream = CudaContext::new(0).and_then(|ctx| ctx.new_stream()).expect("CUDA device 0");
-    Some(Gpu { stream })
-}
-
-impl Runner for Gpu {
-    fn norm<T: HostElement, W: HostElement>(
-        &self,
-        op: Op,
-        case: &Case,
-        x: &mut [T],
-        r: &mut [T],
-        w: &[W],
-        b: &[W],
-        out: &mut [T],
-    ) -> Result<(), Error> {
-        let s = &self.stream;
-        let (mut xd, mut rd, mut od) = (s.clone_htod(x)?, s.clone_htod(r)?, s.clone_htod(out)?);
-        let (wd, bd) = (s.clone_htod(w)?, s.clone_htod(b)?);
-        let mut xv = TensorView::from_cuda_mut(&mut xd, &case.shape(), Some(&case.in_strides()))?;
-        let mut rv = TensorView::from_cuda_mut(&mut rd, &case.shape(), Some(&case.out_strides()))?;
-        let (wv, bv) =
-            (TensorView::from_cuda(&wd, &[case.hidden], None)?, TensorView::from_cuda(&bd, &[case.hidden], None)?);
-        let mut ov = TensorView::from_cuda_mut(&mut od, &case.shape(), Some(&case.out_strides()))?;
-        support::call(op, &mut xv, &mut rv, &wv, &bv, &mut ov, Stream::Cuda(s))?;
-        s.memcpy_dtoh(&xd, x)?;
-        s.memcpy_dtoh(&rd, r)?;
-        s.memcpy_dtoh(&od, out)?;
-        s.synchronize()?;
-        Ok(())
-    }
-}
-
-/// DESIGN.md's grid for `op`, every dtype and weight dtype. One test per op, so a sanitizer
-/// run can take them one at a time.
-fn grid_of(test: &str, op: Op, seed: u64) {
-    let Some(gpu) = gpu(test) else { return };
-    for (i, (_, dtype, f32_weights)) in support::every_op_and_dtype().into_iter().filter(|(o, ..)| *o == op).enumerate()
-    {
-        run_grid(&gpu, op, dtype, f32_weights, seed + 100_000 * i as u64);
-    }
-}
-
-#[test]
-fn norm_gpu_grid_rmsnorm() {
-    grid_of("norm_gpu_grid_rmsnorm", Op::RmsNorm, 1_000_000);
-}
-
-#[test]
-fn norm_gpu_grid_gemma_rmsnorm() {
-    grid_of("norm_gpu_grid_gemma_rmsnorm", Op::GemmaRmsNorm, 2_000_000);
-}
-
-#[test]
-fn norm_gpu_grid_fused_add_rmsnorm() {
-    grid_of("norm_gpu_grid_fused_add_rmsnorm", Op::FusedAddRmsNorm, 3_000_000);
-}
-
-#[test]
-fn norm_gpu_grid_gemma_fused_add_rmsnorm() {
-    grid_of("norm_gpu_grid_gemma_fused_add_rmsnorm", Op::GemmaFusedAddRmsNorm, 4_000_000);
-}
-
-#[test]
-fn norm_gpu_grid_layernorm() {
-    grid_of("norm_gpu_grid_layernorm", Op::LayerNorm, 5_000_000);
+    run_cases(&gpu, &family("norm"), 8_000_000, &cases);
 }
 
 /// Every op and dtype over `support::sanitizer_cases`: what `suite.sh memcheck|racecheck` run
 /// in place of the grid, which takes hours under compute-sanitizer.
 #[test]
 fn norm_gpu_sanitizer_every_kernel_path() {
-    let Some(gpu) = gpu("norm_gpu_sanitizer_every_kernel_path") else { return };
-    for (i, (op, dtype, f32_weights)) in support::every_op_and_dtype().into_iter().enumerate() {
-        run_cases(&gpu, op, dtype, f32_weights, 7_000_000 + 1000 * i as u64, &support::sanitizer_cases());
+    let Some(gpu) = Gpu::get("norm_gpu_sanitizer_every_kernel_path") else { return };
+    run_cases(&gpu, &family("norm"), 7_000_000, &support::sanitizer_cases());
+}
+
+/// With and without programmatic dependent launch: the same results, back to back on one stream
+/// (each launch reads what the previous one wrote).
+#[test]
+fn norm_gpu_pdl_on_and_off_chain_correctly() {
+    let Some(gpu) = Gpu::get("norm_gpu_pdl_on_and_off_chain_correctly") else { return };
+    let s = &gpu.stream;
+    let (rows, hidden) = (300, 4096);
+    let x: Vec<bf16> = random_normal(rows * hidden, 61);
+    let w: Vec<bf16> = random_normal(hidden, 62);
+    let wv_host = reference::to_f64(&w);
+    let mut want = reference::to_f64(&x);
+    for _ in 0..8 {
+        want = rms_rows(&want, &wv_host, hidden);
+        want = want.iter().map(|&v| bf16::from_f64(v).to_f64()).collect();
+    }
+    for pdl in [Some(true), Some(false), None] {
+        let (mut data, wd) = (s.clone_htod(&x).unwrap(), s.clone_htod(&w).unwrap());
+        let view = TensorView::from_cuda_mut(&mut data, &[rows, hidden], None).unwrap();
+        let wv = TensorView::from_cuda(&wd, &[hidden], None).unwrap();
+        ferrinfer_launch::with_pdl(pdl, || {
+            for _ in 0..8 {
+                rmsnorm(&view, &wv, &mut view.clone(), 1e-6, Stream::Cuda(s)).unwrap();
+            }
+        });
+        let got = reference::to_f64(&s.clone_dtoh(&data).unwrap());
+        reference::compare(DType::Bf16, &got, &want).unwrap_or_else(|e| panic!("pdl {pdl:?}: {e}"));
     }
 }
 
+/// rmsnorm in f64 (through the op's reference).
+fn rms_rows(x: &[f64], w: &[f64], hidden: usize) -> Vec<f64> {
+    let tensors = [x.to_vec(), w.to_vec(), Vec::new()];
+    let problem =
+        ferrinfer_launch::op::Problem { dtype: DType::Bf16, hidden, tensors: &tensors, written: &[], scalars: &[1e-6] };
+    rmsnorm::INFO.reference(&problem).remove(0)
+}
+
 #[test]
-fn norm_gpu_narrow_vectors_from_odd_strides_and_offsets() {
-    let Some(gpu) = gpu("norm_gpu_narrow_vectors_from_odd_strides_and_offsets") else { return };
-    for (hidden, in_stride, out_stride) in [(4096, 4097, 4099), (1024, 1026, 1028), (3584, 3588, 3584)] {
-        let case = Case { rows: 33, hidden, in_stride, out_stride };
-        for op in Op::ALL {
-            support::run_case::<bf16, bf16>(&gpu, op, &case, 1).unwrap();
-            support::run_case::<f32, f32>(&gpu, op, &case, 2).unwrap();
+fn norm_gpu_narrow_vectors_from_odd_strides() {
+    let Some(gpu) = Gpu::get("norm_gpu_narrow_vectors_from_odd_strides") else { return };
+    for (hidden, pad) in [(4096, 1), (1024, 2), (3584, 4)] {
+        let case = Case { rows: 33, hidden, pad };
+        for &op in &family("norm") {
+            for dtype in [DType::Bf16, DType::F32] {
+                run_case(&gpu, op, dtype, false, &case, 1).unwrap();
+            }
         }
     }
 }
 
 #[test]
 fn norm_gpu_in_place_and_three_dims() {
-    let Some(gpu) = gpu("norm_gpu_in_place_and_three_dims") else { return };
+    let Some(gpu) = Gpu::get("norm_gpu_in_place_and_three_dims") else { return };
     let s = &gpu.stream;
     let (tokens, heads, dim) = (7, 8, 128);
     let x: Vec<bf16> = random_normal(tokens * heads * dim, 21);
@@ -127,31 +99,31 @@ fn norm_gpu_in_place_and_three_dims() {
     let wv = TensorView::from_cuda(&wd, &[dim], None).unwrap();
     rmsnorm(&view, &wv, &mut view.clone(), 1e-6, Stream::Cuda(s)).unwrap();
     let out = s.clone_dtoh(&data).unwrap();
-    let want = reference::rmsnorm(&reference::to_f64(&x), &reference::to_f64(&w), dim, 1e-6, 0.0);
+    let want = rms_rows(&reference::to_f64(&x), &reference::to_f64(&w), dim);
     reference::compare(DType::Bf16, &reference::to_f64(&out), &want).unwrap();
 }
 
 #[test]
 fn norm_gpu_launches_replay_inside_a_cuda_graph() {
-    let Some(gpu) = gpu("norm_gpu_launches_replay_inside_a_cuda_graph") else { return };
+    let Some(gpu) = Gpu::get("norm_gpu_launches_replay_inside_a_cuda_graph") else { return };
     let s = &gpu.stream;
-    let case = Case::contiguous(64, 4096);
-    let x: Vec<bf16> = random_normal(case.in_len(), 31);
+    let (rows, hidden) = (64, 4096);
+    let x: Vec<bf16> = random_normal(rows * hidden, 31);
     let w: Vec<bf16> = random_normal(4096, 32);
     let (xd, wd) = (s.clone_htod(&x).unwrap(), s.clone_htod(&w).unwrap());
-    let mut od = s.clone_htod(&vec![bf16::NAN; case.out_len()]).unwrap();
-    let xv = TensorView::from_cuda(&xd, &case.shape(), None).unwrap();
+    let mut od = s.clone_htod(&vec![bf16::NAN; rows * hidden]).unwrap();
+    let xv = TensorView::from_cuda(&xd, &[rows, hidden], None).unwrap();
     let wv = TensorView::from_cuda(&wd, &[4096], None).unwrap();
-    let mut ov = TensorView::from_cuda_mut(&mut od, &case.shape(), None).unwrap();
+    let mut ov = TensorView::from_cuda_mut(&mut od, &[rows, hidden], None).unwrap();
     rmsnorm(&xv, &wv, &mut ov, 1e-6, Stream::Cuda(s)).unwrap(); // loads the module outside capture
-    s.memcpy_htod(&vec![bf16::NAN; case.out_len()], &mut od).unwrap();
-    let mut ov = TensorView::from_cuda_mut(&mut od, &case.shape(), None).unwrap();
+    s.memcpy_htod(&vec![bf16::NAN; rows * hidden], &mut od).unwrap();
+    let mut ov = TensorView::from_cuda_mut(&mut od, &[rows, hidden], None).unwrap();
     s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
     rmsnorm(&xv, &wv, &mut ov, 1e-6, Stream::Cuda(s)).unwrap();
     let graph = s.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
     graph.launch().unwrap();
     let out = s.clone_dtoh(&od).unwrap();
-    let want = reference::rmsnorm(&reference::to_f64(&x), &reference::to_f64(&w), 4096, 1e-6, 0.0);
+    let want = rms_rows(&reference::to_f64(&x), &reference::to_f64(&w), 4096);
     reference::compare(DType::Bf16, &reference::to_f64(&out), &want).unwrap();
 }
 
@@ -159,70 +131,65 @@ fn norm_gpu_launches_replay_inside_a_cuda_graph() {
 /// here, and the legacy default stream (null), each wrapped by `borrowed_stream`.
 #[test]
 fn norm_gpu_runs_on_a_borrowed_raw_stream() {
-    let Some(gpu) = gpu("norm_gpu_runs_on_a_borrowed_raw_stream") else { return };
+    let Some(gpu) = Gpu::get("norm_gpu_runs_on_a_borrowed_raw_stream") else { return };
     let owner = &gpu.stream;
-    let case = Case::contiguous(33, 4096);
-    let x: Vec<bf16> = random_normal(case.in_len(), 51);
+    let (rows, hidden) = (33, 4096);
+    let x: Vec<bf16> = random_normal(rows * hidden, 51);
     let w: Vec<bf16> = random_normal(4096, 52);
-    let want = reference::rmsnorm(&reference::to_f64(&x), &reference::to_f64(&w), 4096, 1e-6, 0.0);
+    let want = rms_rows(&reference::to_f64(&x), &reference::to_f64(&w), 4096);
     let (xd, wd) = (owner.clone_htod(&x).unwrap(), owner.clone_htod(&w).unwrap());
     owner.synchronize().unwrap();
     for raw in [owner.cu_stream() as usize, 0] {
         // SAFETY: `owner` (or the legacy default stream) outlives `stream`; device 0's primary context.
         let stream = unsafe { ferrinfer_launch::borrowed_stream(0, raw) }.unwrap();
-        let mut od = stream.clone_htod(&vec![bf16::NAN; case.out_len()]).unwrap();
-        let xv = TensorView::from_cuda(&xd, &case.shape(), None).unwrap();
+        let mut od = stream.clone_htod(&vec![bf16::NAN; rows * hidden]).unwrap();
+        let xv = TensorView::from_cuda(&xd, &[rows, hidden], None).unwrap();
         let wv = TensorView::from_cuda(&wd, &[4096], None).unwrap();
-        let mut ov = TensorView::from_cuda_mut(&mut od, &case.shape(), None).unwrap();
+        let mut ov = TensorView::from_cuda_mut(&mut od, &[rows, hidden], None).unwrap();
         rmsnorm(&xv, &wv, &mut ov, 1e-6, Stream::Cuda(&stream)).unwrap();
         let out = stream.clone_dtoh(&od).unwrap();
         reference::compare(DType::Bf16, &reference::to_f64(&out), &want).unwrap();
     }
 }
 
-/// More than 2^31 elements, for rmsnorm and the fused op: every offset must be 64-bit. Inputs
-/// are made and checked on all cores.
+/// More than 2^31 elements, for rmsnorm and the fused op: every offset must be 64-bit. The
+/// check runs on slices of rows, on all cores (f64 copies of the whole tensor would not fit).
 #[test]
 fn norm_gpu_over_2_pow_31_elements() {
-    let Some(gpu) = gpu("norm_gpu_over_2_pow_31_elements") else { return };
+    let Some(gpu) = Gpu::get("norm_gpu_over_2_pow_31_elements") else { return };
     let case = Case::contiguous(524_289, 4096);
     assert!(case.rows * case.hidden > 1 << 31);
-    for op in [Op::RmsNorm, Op::FusedAddRmsNorm] {
-        check_in_parallel(&gpu, op, &case);
+    for op in [&ferrinfer_launch::rmsnorm::INFO, &ferrinfer_launch::fused_add_rmsnorm::INFO] {
+        let before = support::buffers(op, DType::Bf16, false, &case, 41);
+        let mut after = before.clone();
+        gpu.run(op, &mut after, &[1e-6]).unwrap();
+        let slice_rows = 1024;
+        let failures: Vec<String> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..case.rows.div_ceil(slice_rows))
+                .map(|i| {
+                    let rows = i * slice_rows..((i + 1) * slice_rows).min(case.rows);
+                    let (before, after) = (rows_of(&before, &rows), rows_of(&after, &rows));
+                    let part = Case::contiguous(rows.len(), case.hidden);
+                    scope.spawn(move || support::check(op, DType::Bf16, &part, &before, &after, &[1e-6]).map(|_| ()))
+                })
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().unwrap().err()).collect()
+        });
+        assert!(failures.is_empty(), "{}: {failures:?}", op.name);
     }
 }
 
-/// Runs `op` on the GPU over all of `case`, then checks slices of 1024 rows on all cores (the f64
-/// copies of the whole tensor would not fit in memory).
-fn check_in_parallel(gpu: &Gpu, op: Op, case: &Case) {
-    let n = case.rows * case.hidden;
-    let (x0, r0): (Vec<bf16>, Vec<bf16>) = (random_normal(n, 41), random_normal(n, 42));
-    let w: Vec<bf16> = random_normal(case.hidden, 40);
-    let (mut x, mut r, mut out) = (x0.clone(), r0.clone(), vec![bf16::NAN; n]);
-    gpu.norm(op, case, &mut x, &mut r, &w, &w, &mut out).unwrap();
-    let slice = 1024 * case.hidden;
-    let failures: Vec<String> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..n.div_ceil(slice))
-            .map(|i| {
-                let range = i * slice..((i + 1) * slice).min(n);
-                let (x0, r0, x, r, out, w) =
-                    (&x0[range.clone()], &r0[range.clone()], &x[range.clone()], &r[range.clone()], &out[range], &w);
-                scope.spawn(move || {
-                    let (xf, wf) = (reference::to_f64(x0), reference::to_f64(w));
-                    let (got, want) = if op.is_fused() {
-                        let residual = reference::to_f64(r);
-                        let (_, sums) =
-                            reference::fused_add_rmsnorm::<bf16>(&xf, &reference::to_f64(r0), &wf, 4096, 1e-6, 0.0);
-                        reference::compare(DType::Bf16, &residual, &sums).map_err(|e| format!("residual: {e}"))?;
-                        (reference::to_f64(x), reference::rmsnorm(&residual, &wf, 4096, 1e-6, 0.0))
-                    } else {
-                        (reference::to_f64(out), reference::rmsnorm(&xf, &wf, 4096, 1e-6, 0.0))
-                    };
-                    reference::compare(DType::Bf16, &got, &want).map(|_| ())
-                })
-            })
-            .collect();
-        handles.into_iter().filter_map(|h| h.join().unwrap().err()).collect()
-    });
-    assert!(failures.is_empty(), "{op:?}: {failures:?}");
+/// The rows `rows` of each (contiguous) row buffer; weights whole.
+fn rows_of(buffers: &[support::Buffer], rows: &std::ops::Range<usize>) -> Vec<support::Buffer> {
+    buffers
+        .iter()
+        .map(|b| match b.shape.as_slice() {
+            &[_, width] => {
+                let size = b.dtype.size();
+                let bytes = b.bytes[rows.start * width * size..rows.end * width * size].to_vec();
+                support::Buffer { bytes, shape: vec![rows.len(), width], strides: vec![width as i64, 1], ..b.clone() }
+            }
+            _ => b.clone(),
+        })
+        .collect()
 }

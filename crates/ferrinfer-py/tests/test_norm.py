@@ -65,7 +65,7 @@ def test_errors_carry_the_rust_message_and_leave_out_untouched():
     with pytest.raises(ValueError, match="`eps` is -1"):
         ferrinfer.rmsnorm(x, np.ones(64, np.float32), eps=-1.0, out=out)
     assert np.isnan(out).all()
-    with pytest.raises(TypeError, match="`input` does not support DLPack"):
+    with pytest.raises(TypeError, match="`input` is a list, which supports neither"):
         ferrinfer.rmsnorm([1.0, 2.0], np.ones(2, np.float32))
 
 
@@ -78,3 +78,35 @@ def test_export_and_dtype_errors_name_the_argument():
     g, b = np.ones(64, np.float64), np.zeros(64, np.float32)
     with pytest.raises((TypeError, ValueError), match="`gamma`"):
         ferrinfer.layernorm(x, g, b)
+
+
+def test_dtype_errors_are_type_errors_naming_the_dtype():
+    x = RNG.standard_normal((4, 64)).astype(np.float32)
+    with pytest.raises(TypeError, match="`input` has dtype int32; expected float16, bfloat16 or float32"):
+        ferrinfer.rmsnorm(x.astype(np.int32), np.ones(64, np.float32))
+    with pytest.raises(TypeError, match="`weight` has dtype float64"):
+        ferrinfer.rmsnorm(x, np.ones(64, np.float64))
+
+
+def test_signatures_are_flashinfers_and_arguments_bind_like_python():
+    import inspect
+
+    assert str(inspect.signature(ferrinfer.rmsnorm)) == "(input, weight, eps=1e-06, out=None, enable_pdl=None)"
+    assert str(inspect.signature(ferrinfer.layernorm)) == "(input, gemma, beta, eps=1e-06, out=None, enable_pdl=None)"
+    x = RNG.standard_normal((3, 32)).astype(np.float32)
+    w = RNG.standard_normal(32).astype(np.float32)
+    close(ferrinfer.rmsnorm(input=x, weight=w, eps=1e-5, enable_pdl=False), rms_ref(x, w, 1e-5), np.float32)
+    g, b = np.ones(32, np.float32), np.zeros(32, np.float32)
+    assert ferrinfer.layernorm(x, gemma=g, beta=b).shape == x.shape
+    assert ferrinfer.layernorm(x, gamma=g, beta=b).shape == x.shape
+    with pytest.raises(TypeError, match="missing required argument: 'weight'"):
+        ferrinfer.rmsnorm(x)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'epsilon'"):
+        ferrinfer.rmsnorm(x, w, epsilon=1e-6)
+    with pytest.raises(TypeError, match="multiple values for argument 'weight'"):
+        ferrinfer.rmsnorm(x, w, weight=w)
+
+
+def test_empty_batches_return_empty_results():
+    x = np.zeros((0, 64), np.float32)
+    assert ferrinfer.rmsnorm(x, np.ones(64, np.float32)).shape == (0, 64)

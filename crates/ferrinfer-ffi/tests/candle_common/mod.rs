@@ -1,10 +1,10 @@
 //! What the candle tests share (tests/candle.rs on the CPU, tests/candle_gpu.rs on CUDA): inputs,
-//! the ops through the adapter's helpers, and their f64 references.
+//! every op through the adapter's generic `Op`, checked against the op's f64 reference.
 #![allow(dead_code)] // each test binary uses a part
 
 use candle_core::{DType as CandleDType, Device, IndexOp, Tensor, WithDType};
 use ferrinfer_ffi::candle as fc;
-use ferrinfer_launch::norm::NormRoutine;
+use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role};
 use ferrinfer_launch::reference::{self, random_normal};
 use ferrinfer_launch::{DType, HostElement};
 
@@ -45,32 +45,50 @@ pub fn values(t: &Tensor) -> Vec<f64> {
     t.to_dtype(CandleDType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap()
 }
 
-/// Runs `routine` through the helpers; returns the output (for the fused ops, `x` itself).
-pub fn run_helper(routine: NormRoutine, x: &Tensor, r: &Tensor, w: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
-    match routine {
-        NormRoutine::RmsNorm => fc::rmsnorm(x, w, EPS),
-        NormRoutine::GemmaRmsNorm => fc::gemma_rmsnorm(x, w, EPS),
-        NormRoutine::LayerNorm => fc::layernorm(x, w, b, EPS),
-        NormRoutine::FusedAddRmsNorm => fc::fused_add_rmsnorm(x, r, w, EPS).map(|()| x.clone()),
-        NormRoutine::GemmaFusedAddRmsNorm => fc::gemma_fused_add_rmsnorm(x, r, w, EPS).map(|()| x.clone()),
+/// `op` on random inputs of `T` (weights of `W`): rows of `shape` (2-D for narrowed views),
+/// through `Op::apply`; checks every written tensor against the op's f64 reference and that the
+/// read-only ones were not written.
+pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &[usize], narrow: bool, seed: u64) {
+    let hidden = shape[shape.len() - 1];
+    let inputs: Vec<Tensor> = op
+        .tensors
+        .iter()
+        .filter(|a| a.role != Role::Out)
+        .enumerate()
+        .map(|(i, arg)| {
+            let seed = seed + i as u64;
+            match arg.extent {
+                Extent::Row if arg.dtype == DTypeRule::SameOrF32 => tensor_on::<W>(device, &[hidden], false, seed),
+                Extent::Row => tensor_on::<T>(device, &[hidden], false, seed),
+                Extent::Rows => tensor_on::<T>(device, shape, narrow, seed),
+                Extent::DoubleRows => {
+                    let mut wide = shape.to_vec();
+                    *wide.last_mut().unwrap() *= 2;
+                    tensor_on::<T>(device, &wide, narrow, seed)
+                }
+            }
+        })
+        .collect();
+    let before: Vec<Vec<f64>> = inputs.iter().map(values).collect();
+    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.default).collect();
+    let refs: Vec<&Tensor> = inputs.iter().collect();
+    let out = fc::Op::of(op, &scalars).unwrap().apply(&refs).unwrap();
+    let context = format!("{} {:?} {shape:?} narrow={narrow}", op.name, dtype::<T>());
+    let mut tensors = before.clone();
+    tensors.extend(out.iter().map(|_| Vec::new()));
+    let mut written = Vec::new();
+    for ((arg, t), b) in op.tensors.iter().zip(&inputs).zip(&before) {
+        match arg.role {
+            Role::InOut => written.push(values(t)),
+            _ => assert_eq!(&values(t), b, "{context}: `{}` was written", arg.name),
+        }
     }
-}
-
-/// The f64 reference of `routine` on the values `x`, `r`, `w`, `b` had before the call: (output,
-/// new residual).
-pub fn reference_of<T: HostElement>(
-    routine: NormRoutine,
-    x: &[f64],
-    r: &[f64],
-    w: &[f64],
-    b: &[f64],
-) -> (Vec<f64>, Vec<f64>) {
-    let (hidden, eps, offset) = (w.len(), EPS as f64, routine.weight_offset() as f64);
-    match routine {
-        NormRoutine::LayerNorm => (reference::layernorm(x, w, b, hidden, eps), r.to_vec()),
-        _ if routine.is_fused() => reference::fused_add_rmsnorm::<T>(x, r, w, hidden, eps, offset),
-        _ => (reference::rmsnorm(x, w, hidden, eps, offset), r.to_vec()),
-    }
+    written.extend(out.iter().map(|o| {
+        assert_eq!(o.dims()[..o.rank() - 1], shape[..shape.len() - 1], "{context}: output shape");
+        values(o)
+    }));
+    reference::check_written(op, dtype::<T>(), hidden, &tensors, &written, &scalars)
+        .unwrap_or_else(|e| panic!("{context}: {e}"));
 }
 
 /// One unit of `T`'s rounding, relative (as `reference::compare` counts it).

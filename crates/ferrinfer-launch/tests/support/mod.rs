@@ -1,182 +1,208 @@
-//! Shared by the CPU and GPU norm tests: DESIGN.md's grid, fresh random inputs, NaN-poisoned
-//! outputs, the f64 references, and the check that every element (and nothing else) was written.
+//! The correctness harness of every op family, CPU and GPU alike, driven by the op registry: for
+//! any op it makes fresh random inputs (never zeros), NaN-poisoned outputs, rows inside larger
+//! buffers, runs the op, and checks every written element against the op's f64 reference, that
+//! read-only tensors and the gaps between rows stayed untouched (docs/testing.md).
 #![allow(dead_code)] // each test binary uses its own part
 
+use std::io::Write;
+use std::sync::Arc;
+
+use ferrinfer_launch::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
+use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role};
 use ferrinfer_launch::reference::{self, Agreement};
-use ferrinfer_launch::{DType, Error, HostElement, Stream, TensorView};
+use ferrinfer_launch::{DType, Device, Error, HostElement, Stream, TensorView, cuda_device_count, with_host_element};
 
 pub const BATCHES: [usize; 4] = [1, 19, 99, 989];
 pub const HIDDENS: [usize; 9] = [111, 500, 1004, 1024, 3072, 3584, 4096, 8192, 16384];
-pub const EPS: f32 = 1e-6;
 
-pub use ferrinfer_launch::norm::NormRoutine as Op;
-
-/// `call`'s arguments, as `NormRoutine::run` takes them, with the tests' eps.
-pub fn call(
-    op: Op,
-    x: &mut TensorView,
-    r: &mut TensorView,
-    w: &TensorView,
-    b: &TensorView,
-    out: &mut TensorView,
-    stream: Stream,
-) -> Result<(), Error> {
-    op.run(x, r, w, b, out, EPS, stream)
-}
-
-/// One grid point: `rows` rows of `hidden`; input rows `in_stride` apart, output and residual
-/// rows `out_stride` apart.
+/// One grid point: `rows` rows of `hidden` (an op's `H`); each row tensor's rows lie `pad`
+/// elements apart beyond their length (0: contiguous).
 #[derive(Clone, Copy, Debug)]
 pub struct Case {
     pub rows: usize,
     pub hidden: usize,
-    pub in_stride: usize,
-    pub out_stride: usize,
+    pub pad: usize,
 }
 
 impl Case {
     pub fn contiguous(rows: usize, hidden: usize) -> Self {
-        Case { rows, hidden, in_stride: hidden, out_stride: hidden }
+        Case { rows, hidden, pad: 0 }
     }
 
-    /// Rows of larger buffers (strides > hidden, multiples of 8 so vector widths still apply).
+    /// Rows of larger buffers (a pad that is a multiple of 8, so vector widths still apply).
     pub fn strided(rows: usize, hidden: usize) -> Self {
-        Case { rows, hidden, in_stride: hidden + 40, out_stride: hidden + 72 }
-    }
-
-    pub fn shape(&self) -> [usize; 2] {
-        [self.rows, self.hidden]
-    }
-
-    pub fn in_strides(&self) -> [i64; 2] {
-        [self.in_stride as i64, 1]
-    }
-
-    pub fn out_strides(&self) -> [i64; 2] {
-        [self.out_stride as i64, 1]
-    }
-
-    pub fn in_len(&self) -> usize {
-        (self.rows - 1) * self.in_stride + self.hidden
-    }
-
-    pub fn out_len(&self) -> usize {
-        (self.rows - 1) * self.out_stride + self.hidden
-    }
-
-    /// The rows of a buffer with row stride `stride`, as f64.
-    fn rows_of<T: HostElement>(&self, data: &[T], stride: usize) -> Vec<f64> {
-        (0..self.rows).flat_map(|r| reference::to_f64(&data[r * stride..r * stride + self.hidden])).collect()
-    }
-
-    /// The first element between rows of `data` that differs (bitwise) from `original`.
-    fn touched_gap<T: HostElement>(&self, data: &[T], original: &[T], stride: usize) -> Option<usize> {
-        (0..self.rows.saturating_sub(1))
-            .flat_map(|r| r * stride + self.hidden..(r + 1) * stride)
-            .find(|&i| bytemuck::bytes_of(&data[i]) != bytemuck::bytes_of(&original[i]))
+        Case { rows, hidden, pad: 40 }
     }
 }
 
 /// The grid: every batch × hidden, contiguous and strided.
 pub fn grid() -> Vec<Case> {
-    let mut cases = Vec::new();
-    for rows in BATCHES {
-        for hidden in HIDDENS {
-            cases.push(Case::contiguous(rows, hidden));
-            cases.push(Case::strided(rows, hidden));
-        }
+    BATCHES
+        .into_iter()
+        .flat_map(|r| HIDDENS.into_iter().flat_map(move |h| [Case::contiguous(r, h), Case::strided(r, h)]))
+        .collect()
+}
+
+/// Small cases that still reach every kernel path — rows narrower than a warp, one and several
+/// warps per row, partial and full chunks, vector widths down to one element, the streaming
+/// kernel, grids that stride — sized for compute-sanitizer, which slows kernels ~1000×.
+pub fn sanitizer_cases() -> Vec<Case> {
+    let mut cases = vec![Case::contiguous(2113, 1024), Case::strided(2113, 4096), Case::strided(5, 200_000)];
+    for hidden in [8, 64, 111, 128, 1004, 4096, 8192, 16384] {
+        cases.extend([Case::contiguous(3, hidden), Case::strided(40, hidden)]);
     }
+    cases.push(Case::contiguous(5000, 128));
     cases
 }
 
-/// Runs a norm somewhere (CPU backend, GPU) on host buffers laid out as `case` says.
-pub trait Runner {
-    #[allow(clippy::too_many_arguments)]
-    fn norm<T: HostElement, W: HostElement>(
-        &self,
-        op: Op,
-        case: &Case,
-        x: &mut [T],
-        r: &mut [T],
-        w: &[W],
-        b: &[W],
-        out: &mut [T],
-    ) -> Result<(), Error>;
+/// One tensor argument's host buffer: its dtype, bytes, and how the view sees them.
+#[derive(Clone, Debug)]
+pub struct Buffer {
+    pub dtype: DType,
+    pub bytes: Vec<u8>,
+    pub shape: Vec<usize>,
+    pub strides: Vec<i64>,
 }
 
-/// Runs `op` on one case with fresh inputs from `seed` and checks everything it wrote and did
-/// not write; the error says what was wrong.
-pub fn run_case<T: HostElement, W: HostElement>(
+impl Buffer {
+    /// Random normal values (seeded), or NaN everywhere (`poison`).
+    fn new(dtype: DType, shape: Vec<usize>, strides: Vec<i64>, len: usize, seed: u64, poison: bool) -> Self {
+        let bytes = with_host_element!(dtype, T => {
+            let values: Vec<T> = if poison { vec![T::from_f64(f64::NAN); len] } else { reference::random_normal(len, seed) };
+            bytemuck::cast_slice(&values).to_vec()
+        });
+        Buffer { dtype, bytes, shape, strides }
+    }
+
+    /// Every element as f64, in memory order.
+    pub fn values(&self) -> Vec<f64> {
+        with_host_element!(self.dtype, T => {
+            let values: Vec<T> = self.bytes.chunks_exact(std::mem::size_of::<T>()).map(bytemuck::pod_read_unaligned).collect();
+            reference::to_f64(&values)
+        })
+    }
+
+    /// The view's elements (rows of the last dimension, gaps skipped) as f64.
+    pub fn logical(&self) -> Vec<f64> {
+        let values = self.values();
+        let width = *self.shape.last().unwrap_or(&1);
+        let rows = self.shape.iter().rev().skip(1).product::<usize>();
+        let stride = if self.shape.len() > 1 { self.strides[0] as usize } else { width };
+        (0..rows).flat_map(|r| values[r * stride..r * stride + width].to_vec()).collect()
+    }
+
+    /// The elements between rows (stride padding), bytewise.
+    fn gaps(&self) -> Vec<u8> {
+        let size = self.dtype.size();
+        let width = *self.shape.last().unwrap_or(&1);
+        let rows = self.shape.iter().rev().skip(1).product::<usize>();
+        let stride = if self.shape.len() > 1 { self.strides[0] as usize } else { width };
+        (0..rows.saturating_sub(1))
+            .flat_map(|r| self.bytes[(r * stride + width) * size..(r + 1) * stride * size].to_vec())
+            .collect()
+    }
+}
+
+/// Runs an op somewhere (the CPU backend, a GPU) on host buffers, writing results back into them.
+pub trait Runner {
+    fn run(&self, op: &'static OpInfo, buffers: &mut [Buffer], scalars: &[f64]) -> Result<(), Error>;
+}
+
+/// The dtype of each of `op`'s tensors for input dtype `dtype`: `SameOrF32` arguments in f32
+/// when `wide` (layernorm's f32 γ/β).
+fn dtypes(op: &OpInfo, dtype: DType, wide: bool) -> Vec<DType> {
+    op.tensors.iter().map(|t| if wide && t.dtype == DTypeRule::SameOrF32 { DType::F32 } else { dtype }).collect()
+}
+
+/// The buffers of `op` for `case`, inputs from `seed`.
+pub fn buffers(op: &OpInfo, dtype: DType, wide: bool, case: &Case, seed: u64) -> Vec<Buffer> {
+    op.tensors
+        .iter()
+        .zip(dtypes(op, dtype, wide))
+        .enumerate()
+        .map(|(i, (arg, dtype))| {
+            let width = match arg.extent {
+                Extent::Rows => case.hidden,
+                Extent::DoubleRows => 2 * case.hidden,
+                Extent::Row => case.hidden,
+            };
+            let (shape, strides, len) = match arg.extent {
+                Extent::Row => (vec![width], vec![1], width),
+                _ => {
+                    let stride = width + case.pad;
+                    (vec![case.rows, width], vec![stride as i64, 1], (case.rows - 1) * stride + width)
+                }
+            };
+            Buffer::new(dtype, shape, strides, len, seed ^ (i as u64 * 0x9e37), arg.role == Role::Out)
+        })
+        .collect()
+}
+
+/// Runs `op` on one case with fresh inputs and checks everything it wrote and did not write; the
+/// error says what was wrong.
+pub fn run_case(
     runner: &impl Runner,
-    op: Op,
+    op: &'static OpInfo,
+    dtype: DType,
+    wide: bool,
     case: &Case,
     seed: u64,
 ) -> Result<Agreement, String> {
-    let (x0, r0): (Vec<T>, Vec<T>) =
-        (reference::random_normal(case.in_len(), seed), reference::random_normal(case.out_len(), seed ^ 1));
-    let (w, b): (Vec<W>, Vec<W>) =
-        (reference::random_normal(case.hidden, seed ^ 2), reference::random_normal(case.hidden, seed ^ 3));
-    let (mut x, mut r) = (x0.clone(), r0.clone());
-    let poison = vec![T::from_f64(f64::NAN); case.out_len()];
-    let mut out = poison.clone();
-    runner.norm(op, case, &mut x, &mut r, &w, &b, &mut out).map_err(|e| e.to_string())?;
-    let context = |e: String| format!("{op:?} {case:?} {}: {e}", T::DTYPE);
-    let (wf, bf) = (reference::to_f64(&w), reference::to_f64(&b));
-    let eps = EPS as f64;
-    let agreement = if op.is_fused() {
-        let (_, sums) = reference::fused_add_rmsnorm::<T>(
-            &case.rows_of(&x0, case.in_stride),
-            &case.rows_of(&r0, case.out_stride),
-            &wf,
-            case.hidden,
-            eps,
-            op.weight_offset() as f64,
-        );
-        let residual = case.rows_of(&r, case.out_stride);
-        reference::compare(T::DTYPE, &residual, &sums).map_err(|e| context(format!("residual: {e}")))?;
-        // The output is the norm of the residual as stored: x + r is summed in f32 and rounded,
-        // which can differ by one unit from the exact sum's rounding (checked just above).
-        let want = reference::rmsnorm(&residual, &wf, case.hidden, eps, op.weight_offset() as f64);
-        if let Some(i) = case.touched_gap(&x, &x0, case.in_stride).or(case.touched_gap(&r, &r0, case.out_stride)) {
-            return Err(context(format!("element {i} between rows was written")));
-        }
-        reference::compare(T::DTYPE, &case.rows_of(&x, case.in_stride), &want)
-    } else {
-        let input = case.rows_of(&x0, case.in_stride);
-        let want = match op {
-            Op::LayerNorm => reference::layernorm(&input, &wf, &bf, case.hidden, eps),
-            _ => reference::rmsnorm(&input, &wf, case.hidden, eps, op.weight_offset() as f64),
-        };
-        if bytemuck::cast_slice::<T, u8>(&x) != bytemuck::cast_slice::<T, u8>(&x0) {
-            return Err(context("the input was written".into()));
-        }
-        if let Some(i) = case.touched_gap(&out, &poison, case.out_stride) {
-            return Err(context(format!("element {i} between output rows was written")));
-        }
-        reference::compare(T::DTYPE, &case.rows_of(&out, case.out_stride), &want)
-    };
-    agreement.map_err(context)
+    let before = buffers(op, dtype, wide, case, seed);
+    let mut after = before.clone();
+    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.default).collect();
+    let context = |e: String| format!("{} {case:?} {dtype}{}: {e}", op.name, if wide { " (f32 weights)" } else { "" });
+    runner.run(op, &mut after, &scalars).map_err(|e| context(e.to_string()))?;
+    check(op, dtype, case, &before, &after, &scalars).map_err(context)
 }
 
-/// Runs every grid case of `op` for input dtype `dtype` (and, with `f32_weights`, f32 γ/β) on
-/// all cores (the inputs and checks are host work) and panics listing all failures.
-pub fn run_grid(runner: &(impl Runner + Sync), op: Op, dtype: DType, f32_weights: bool, seed: u64) {
-    run_cases(runner, op, dtype, f32_weights, seed, &grid());
-}
-
-/// Small cases that still reach every kernel path — one and several warps per row, two rows per
-/// block with the last block half empty, partial and full chunks, vector widths down to one
-/// element, the streaming kernel — sized for compute-sanitizer, which slows kernels ~1000×.
-pub fn sanitizer_cases() -> Vec<Case> {
-    let mut cases = vec![Case::contiguous(2113, 1024), Case::strided(2113, 4096), Case::strided(5, 200_000)];
-    for hidden in [111, 1004, 4096, 8192, 16384] {
-        cases.extend([Case::contiguous(3, hidden), Case::strided(40, hidden)]);
+/// The checks of [`run_case`], on buffers before and after a call.
+pub fn check(
+    op: &OpInfo,
+    dtype: DType,
+    case: &Case,
+    before: &[Buffer],
+    after: &[Buffer],
+    scalars: &[f64],
+) -> Result<Agreement, String> {
+    for ((arg, b), a) in op.tensors.iter().zip(before).zip(after) {
+        if arg.role == Role::In && a.bytes != b.bytes {
+            return Err(format!("`{}` (read-only) was written", arg.name));
+        }
+        if a.gaps() != b.gaps() {
+            return Err(format!("`{}`: an element between rows was written", arg.name));
+        }
     }
-    cases
+    let inputs: Vec<Vec<f64>> = op
+        .tensors
+        .iter()
+        .zip(before)
+        .map(|(arg, b)| if arg.role == Role::Out { Vec::new() } else { b.logical() })
+        .collect();
+    let written: Vec<Vec<f64>> =
+        op.tensors.iter().zip(after).filter(|(arg, _)| arg.role != Role::In).map(|(_, b)| b.logical()).collect();
+    reference::check_written(op, dtype, case.hidden, &inputs, &written, scalars)
 }
 
-/// Like `run_grid`, over `cases`.
-pub fn run_cases(runner: &(impl Runner + Sync), op: Op, dtype: DType, f32_weights: bool, seed: u64, cases: &[Case]) {
+/// Every (op, input dtype, f32 weights) of `ops`.
+pub fn every_dtype(ops: &[&'static OpInfo]) -> Vec<(&'static OpInfo, DType, bool)> {
+    let mut all = Vec::new();
+    for &op in ops {
+        for dtype in DType::ALL {
+            all.push((op, dtype, false));
+            if dtype != DType::F32 && op.tensors.iter().any(|t| t.dtype == DTypeRule::SameOrF32) {
+                all.push((op, dtype, true));
+            }
+        }
+    }
+    all
+}
+
+/// Runs every case for every (op, dtype, weights) of `ops` on all cores (the inputs and checks
+/// are host work) and panics listing all failures.
+pub fn run_cases(runner: &(impl Runner + Sync), ops: &[&'static OpInfo], seed: u64, cases: &[Case]) {
+    let work: Vec<_> =
+        every_dtype(ops).into_iter().flat_map(|(op, d, w)| cases.iter().map(move |c| (op, d, w, *c))).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = std::sync::Mutex::new(Vec::new());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
@@ -185,16 +211,8 @@ pub fn run_cases(runner: &(impl Runner + Sync), op: Op, dtype: DType, f32_weight
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(case) = cases.get(i) else { break };
-                    let seed = seed + 10 * i as u64;
-                    let result = match (dtype, f32_weights) {
-                        (DType::F16, false) => run_case::<half::f16, half::f16>(runner, op, case, seed),
-                        (DType::Bf16, false) => run_case::<half::bf16, half::bf16>(runner, op, case, seed),
-                        (DType::F16, true) => run_case::<half::f16, f32>(runner, op, case, seed),
-                        (DType::Bf16, true) => run_case::<half::bf16, f32>(runner, op, case, seed),
-                        (DType::F32, _) => run_case::<f32, f32>(runner, op, case, seed),
-                    };
-                    if let Err(e) = result {
+                    let Some(&(op, dtype, wide, case)) = work.get(i) else { break };
+                    if let Err(e) = run_case(runner, op, dtype, wide, &case, seed + 10 * i as u64) {
                         failures.lock().unwrap().push(e);
                     }
                 }
@@ -202,19 +220,81 @@ pub fn run_cases(runner: &(impl Runner + Sync), op: Op, dtype: DType, f32_weight
         }
     });
     let failures = failures.into_inner().unwrap();
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), work.len(), failures.join("\n"));
 }
 
-/// Every (op, dtype, f32 weights) the norm family supports.
-pub fn every_op_and_dtype() -> Vec<(Op, DType, bool)> {
-    let mut all = Vec::new();
-    for op in Op::ALL {
-        for dtype in DType::ALL {
-            all.push((op, dtype, false));
-            if op == Op::LayerNorm && dtype != DType::F32 {
-                all.push((op, dtype, true));
-            }
-        }
+/// The ops of one family.
+pub fn family(name: &str) -> Vec<&'static OpInfo> {
+    ferrinfer_launch::ops().filter(|op| op.family == name).collect()
+}
+
+/// `values` of type `T` as a host buffer of `shape` (contiguous).
+pub fn buffer_of<T: HostElement>(values: &[T], shape: &[usize]) -> Buffer {
+    let strides = ferrinfer_launch::contiguous_strides(shape);
+    Buffer { dtype: T::DTYPE, bytes: bytemuck::cast_slice(values).to_vec(), shape: shape.to_vec(), strides }
+}
+
+/// The CPU backend.
+pub struct Cpu;
+
+impl Runner for Cpu {
+    fn run(&self, op: &'static OpInfo, buffers: &mut [Buffer], scalars: &[f64]) -> Result<(), Error> {
+        let views = buffers
+            .iter_mut()
+            .map(|b| {
+                let shape: Vec<i64> = b.shape.iter().map(|&d| d as i64).collect();
+                // SAFETY: the buffer holds every element its shape and strides address.
+                unsafe {
+                    TensorView::from_raw_parts(b.bytes.as_mut_ptr().cast(), 0, b.dtype, &shape, &b.strides, Device::Cpu)
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        op.call(&views.iter().collect::<Vec<_>>(), scalars, Stream::Cpu)
     }
-    all
+}
+
+/// A CUDA GPU: device 0 and a stream of its own.
+pub struct Gpu {
+    pub stream: Arc<CudaStream>,
+}
+
+impl Gpu {
+    /// The GPU, or `None` after saying why the test is skipped.
+    pub fn get(test: &str) -> Option<Gpu> {
+        if cuda_device_count() == 0 {
+            // Straight to stderr, past libtest's capture, so a CI log shows every skip.
+            let _ = writeln!(std::io::stderr(), "{test}: SKIPPED — no CUDA driver or device on this machine");
+            return None;
+        }
+        let stream = CudaContext::new(0).and_then(|ctx| ctx.new_stream()).expect("CUDA device 0");
+        Some(Gpu { stream })
+    }
+}
+
+impl Runner for Gpu {
+    fn run(&self, op: &'static OpInfo, buffers: &mut [Buffer], scalars: &[f64]) -> Result<(), Error> {
+        let s = &self.stream;
+        let mut device: Vec<CudaSlice<u8>> =
+            buffers.iter().map(|b| s.clone_htod(&b.bytes)).collect::<Result<_, _>>()?;
+        {
+            let views = device
+                .iter_mut()
+                .zip(buffers.iter())
+                .map(|(d, b)| {
+                    let shape: Vec<i64> = b.shape.iter().map(|&d| d as i64).collect();
+                    let (pointer, _sync) = d.device_ptr_mut(s);
+                    // SAFETY: the device copy holds every element its shape and strides address.
+                    unsafe {
+                        TensorView::from_raw_parts(pointer as *mut _, 0, b.dtype, &shape, &b.strides, Device::Cuda(0))
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            op.call(&views.iter().collect::<Vec<_>>(), scalars, Stream::Cuda(s))?;
+        }
+        for (d, b) in device.iter().zip(buffers.iter_mut()) {
+            s.memcpy_dtoh(d, &mut b.bytes)?;
+        }
+        s.synchronize()?;
+        Ok(())
+    }
 }

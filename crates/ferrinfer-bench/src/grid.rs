@@ -1,0 +1,10 @@
+//! The peers' standard grids, per op family: `(T, H)` pairs, H outer.
+
+/// The grid of `family`'s peers' benchmark (`../shared/peers/peers.py`), if it has one.
+pub fn peers(family: &str) -> Option<Vec<(usize, usize)>> {
+    let (hidden, tokens): (&[usize], &[usize]) = match family {
+        "norm" => (&[4096, 8192], &[1, 16, 128, 1024, 4096, 16384, 65536]),
+        _ => return None,
+    };
+    Some(hidden.iter().flat_map(|&h| tokens.iter().map(move |&t| (t, h))).collect())
+}

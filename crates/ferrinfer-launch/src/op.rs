@@ -1,0 +1,285 @@
+//! The op registry, family-agnostic: every op of every family is described once, by one line of
+//! its family's table (an "X-macro" such as [`norm_ops!`](crate::norm_ops), in the family's own
+//! file), and everything that repeats per op is derived from that line:
+//! - here, by [`define_ops!`](crate::define_ops): the public Rust function (`rmsnorm(input,
+//!   weight, out, eps, stream)`), its [`OpInfo`] (names, roles and shapes of its arguments, the
+//!   scalars' defaults, how to run it, its f64 reference) and the family's `OPS` list;
+//! - by the adapters (`ferrinfer-ffi`), which pass their own macro to the same table (candle ops,
+//!   tch functions) or read [`ops()`](crate::ops) at run time (the Python module);
+//! - by the benchmark and the tests, which walk [`ops()`](crate::ops): buffers, calls and
+//!   reference checks for any op, with no per-op code.
+//!
+//! A family supplies the table, a selector type implementing [`FamilyOp`] (what the table's
+//! `=> expression` builds) and reference functions. Nothing in this file names a family.
+
+use ferrinfer_kernels::element::DType;
+
+use crate::{Error, Stream, TensorView, logging};
+
+/// How an op uses a tensor argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Read only.
+    In,
+    /// Written only: a new output (adapters allocate it when the caller passes none).
+    Out,
+    /// Read and written in place.
+    InOut,
+}
+
+/// A tensor argument's shape for a problem of `T` rows of `H`, as the benchmark, the tests and
+/// adapters that allocate outputs make it; calls take any leading dimensions (see each family).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Extent {
+    /// `[T, H]`.
+    Rows,
+    /// `[H]` (a weight).
+    Row,
+    /// `[T, 2H]` (a gated activation's input).
+    DoubleRows,
+}
+
+/// Which dtype a tensor argument may have, relative to the op's first tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DTypeRule {
+    /// The first tensor's.
+    Same,
+    /// The first tensor's, or f32 (layernorm's γ/β with f16/bf16 input).
+    SameOrF32,
+}
+
+/// One tensor argument of an op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorArg {
+    /// As the Rust API and every error name it.
+    pub name: &'static str,
+    /// Another name FlashInfer's Python API uses for it (layernorm's `gemma`).
+    pub alias: Option<&'static str>,
+    pub role: Role,
+    pub extent: Extent,
+    pub dtype: DTypeRule,
+}
+
+/// One scalar argument (f32), with FlashInfer's default.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScalarArg {
+    pub name: &'static str,
+    pub default: f64,
+}
+
+/// Everything the registry knows of one op.
+pub struct OpInfo {
+    /// FlashInfer's name.
+    pub name: &'static str,
+    pub family: &'static str,
+    /// The doc comment of its table line.
+    pub doc: &'static str,
+    /// In call order: inputs (`In`, `InOut`), then outputs (`Out`).
+    pub tensors: &'static [TensorArg],
+    /// In call order, after the tensors.
+    pub scalars: &'static [ScalarArg],
+    #[doc(hidden)]
+    pub run: fn(&Call) -> Result<(), Error>,
+    #[doc(hidden)]
+    pub reference: fn(&Problem) -> Vec<Vec<f64>>,
+}
+
+impl std::fmt::Debug for OpInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpInfo").field("name", &self.name).field("family", &self.family).finish_non_exhaustive()
+    }
+}
+
+/// One call of an op, arguments by position: `tensors` in [`OpInfo::tensors`] order (inputs, then
+/// outputs; written ones writable), `scalars` in [`OpInfo::scalars`] order.
+pub struct Call<'c, 'v> {
+    pub op: &'static OpInfo,
+    pub tensors: &'c [&'c TensorView<'v>],
+    pub scalars: &'c [f64],
+    pub stream: Stream<'c>,
+}
+
+/// What a family does with a call of one of its ops: the selector of the table line (for norm,
+/// which norm) runs it — validation first, nothing written on error.
+pub trait FamilyOp {
+    fn run(&self, call: &Call) -> Result<(), Error>;
+}
+
+/// One op's problem in f64, for its reference: inputs by argument (empty for `Out`), and what the
+/// op wrote (so a stage can be checked against the op's own previous stage, as the fused norm's
+/// output against the residual it stored).
+pub struct Problem<'p> {
+    pub dtype: DType,
+    /// `H` of the problem (see [`Extent`]).
+    pub hidden: usize,
+    pub tensors: &'p [Vec<f64>],
+    pub written: &'p [Vec<f64>],
+    pub scalars: &'p [f64],
+}
+
+impl OpInfo {
+    /// Runs the op with arguments by position (see [`Call`]); the typed functions and the
+    /// adapters all come through here. Checks the argument counts, then logs and runs.
+    pub fn call(&'static self, tensors: &[&TensorView], scalars: &[f64], stream: Stream) -> Result<(), Error> {
+        if tensors.len() != self.tensors.len() || scalars.len() != self.scalars.len() {
+            return Err(Error::Arity {
+                op: self.name,
+                expected: (self.tensors.len(), self.scalars.len()),
+                found: (tensors.len(), scalars.len()),
+            });
+        }
+        let call = Call { op: self, tensors, scalars, stream };
+        logging::begin(&call);
+        (self.run)(&call)?;
+        logging::end(&call);
+        Ok(())
+    }
+
+    /// The expected values of every written tensor (`Out`, `InOut`, in argument order).
+    pub fn reference(&self, problem: &Problem) -> Vec<Vec<f64>> {
+        (self.reference)(problem)
+    }
+
+    /// The argument named `name` (or aliased so), by position.
+    pub fn tensor_index(&self, name: &str) -> Option<usize> {
+        self.tensors.iter().position(|t| t.name == name || t.alias == Some(name))
+    }
+
+    /// Whether the op writes a new output (else it works in place).
+    pub fn has_output(&self) -> bool {
+        self.tensors.iter().any(|t| t.role == Role::Out)
+    }
+}
+
+impl Call<'_, '_> {
+    /// `(name, view)` of every tensor argument.
+    pub(crate) fn named(&self) -> impl Iterator<Item = (&'static str, &TensorView<'_>)> + '_ {
+        self.op.tensors.iter().zip(self.tensors).map(|(arg, view)| (arg.name, &**view))
+    }
+
+    /// `(name, view)` of the arguments the call reads (`In`, `InOut`).
+    pub(crate) fn read(&self) -> impl Iterator<Item = (&'static str, &TensorView<'_>)> + '_ {
+        self.op.tensors.iter().zip(self.tensors).filter(|(arg, _)| arg.role != Role::Out).map(|(a, v)| (a.name, &**v))
+    }
+
+    /// `(name, view)` of the arguments the call writes (`Out`, `InOut`).
+    pub(crate) fn written(&self) -> impl Iterator<Item = (&'static str, &TensorView<'_>)> + '_ {
+        self.op.tensors.iter().zip(self.tensors).filter(|(arg, _)| arg.role != Role::In).map(|(a, v)| (a.name, &**v))
+    }
+
+    /// The tensors as a fixed-size array, for a family's `let [input, weight, out] = …`.
+    pub fn tensors<const N: usize>(&self) -> Result<[&TensorView<'_>; N], Error> {
+        let views: Vec<&TensorView> = self.tensors.iter().map(|v| &**v).collect();
+        views.try_into().map_err(|_| Error::Arity {
+            op: self.op.name,
+            expected: (N, self.scalars.len()),
+            found: (self.tensors.len(), self.scalars.len()),
+        })
+    }
+
+    /// Scalar `i` (validated by the family: e.g. `eps` finite and ≥ 0).
+    pub fn scalar(&self, i: usize) -> f64 {
+        self.scalars.get(i).copied().unwrap_or(f64::NAN)
+    }
+}
+
+/// The parameter type of an input argument in the typed Rust API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tensor_param {
+    (In) => { &$crate::TensorView<'_> };
+    (InOut) => { &mut $crate::TensorView<'_> };
+}
+
+/// `Some(alias)` or `None`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __alias {
+    () => {
+        None
+    };
+    ($alias:ident) => {
+        Some(stringify!($alias))
+    };
+}
+
+/// The dtype rule of `[Extent]` / `[Extent | f32]`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __dtype_rule {
+    () => {
+        $crate::op::DTypeRule::Same
+    };
+    (f32) => {
+        $crate::op::DTypeRule::SameOrF32
+    };
+}
+
+/// Turns a family's op table into the typed public functions, their [`OpInfo`]s and `OPS`.
+/// A family invokes it once: `crate::norm_ops!(crate::define_ops);`.
+///
+/// The table's grammar, one line per op (what every consumer of a table matches):
+/// `fn NAME(INPUT: In|InOut [Extent (| f32)?], …) (-> OUTPUT: Out [Extent], …)? (; SCALAR: f32 =
+/// DEFAULT, …)? => SELECTOR, reference PATH;` with doc comments before it. `/ alias` after an
+/// argument's name gives FlashInfer's Python name when it differs.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! define_ops {
+    (
+        family $family:ident;
+        $(
+            $(#[doc = $doc:literal])*
+            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)?]),+)
+                $(-> $($out:ident : Out [$out_extent:ident]),+)?
+                $(; $($scalar:ident : f32 = $default:literal),+)?
+                => $op:expr, reference $reference:path;
+        )+
+    ) => {
+        $(
+            $(#[doc = $doc])*
+            #[allow(clippy::too_many_arguments)]
+            pub fn $name(
+                $($tensor: $crate::__tensor_param!($role),)+
+                $($($out: &mut $crate::TensorView<'_>,)+)?
+                $($($scalar: f32,)+)?
+                stream: $crate::Stream<'_>,
+            ) -> Result<(), $crate::Error> {
+                $name::INFO.call(&[$(&*$tensor,)+ $($(&*$out,)+)?], &[$($($scalar as f64),+)?], stream)
+            }
+
+            #[doc(hidden)]
+            pub mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+
+                pub static INFO: $crate::op::OpInfo = $crate::op::OpInfo {
+                    name: stringify!($name),
+                    family: stringify!($family),
+                    doc: concat!($($doc, "\n"),*),
+                    tensors: &[
+                        $($crate::op::TensorArg {
+                            name: stringify!($tensor),
+                            alias: $crate::__alias!($($alias)?),
+                            role: $crate::op::Role::$role,
+                            extent: $crate::op::Extent::$extent,
+                            dtype: $crate::__dtype_rule!($($wide)?),
+                        },)+
+                        $($($crate::op::TensorArg {
+                            name: stringify!($out),
+                            alias: None,
+                            role: $crate::op::Role::Out,
+                            extent: $crate::op::Extent::$out_extent,
+                            dtype: $crate::op::DTypeRule::Same,
+                        },)+)?
+                    ],
+                    scalars: &[$($($crate::op::ScalarArg { name: stringify!($scalar), default: $default as f64 }),+)?],
+                    run: |call| $crate::op::FamilyOp::run(&$op, call),
+                    reference: $reference,
+                };
+            }
+        )+
+
+        /// This family's ops, in table order.
+        pub static OPS: &[&$crate::op::OpInfo] = &[$(&$name::INFO),+];
+    };
+}
