@@ -182,6 +182,7 @@ macro_rules! candle_returns {
 }
 
 ferrinfer_launch::norm_ops!(candle_functions);
+ferrinfer_launch::activation_ops!(candle_functions);
 
 /// How a helper runs its op, by what it returns.
 trait Produced: Sized {

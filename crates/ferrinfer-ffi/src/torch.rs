@@ -110,6 +110,7 @@ macro_rules! tch_returns {
 }
 
 ferrinfer_launch::norm_ops!(tch_functions);
+ferrinfer_launch::activation_ops!(tch_functions);
 
 /// The outputs an op produced, as its function returns them.
 trait Produced: Sized {

@@ -11,6 +11,7 @@
 //! This crate never touches a GPU and never names a framework: it depends on `ferrinfer-kernels`
 //! and host crates that need no CUDA. Loading PTX onto a device is `ferrinfer-launch`'s job.
 
+pub mod activation;
 pub mod aot;
 pub mod arch;
 pub mod builder;
@@ -20,6 +21,7 @@ pub mod config;
 pub mod key;
 pub mod norm;
 pub mod ptxas;
+pub mod sass;
 pub mod sources;
 pub mod spec;
 pub mod toolchain;
@@ -44,7 +46,7 @@ pub struct Family {
 
 /// Every op family. Each kernel source file is a core file or belongs to one of these (a test
 /// checks it, so no file can change without changing the keys that depend on it).
-pub const FAMILIES: &[Family] = &[norm::FAMILY];
+pub const FAMILIES: &[Family] = &[norm::FAMILY, activation::FAMILY];
 
 /// Why a module could not be had.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use ferrinfer_kernels::element::DType;
 
-use crate::spec::{EntrySpec, JitSpec};
+use crate::spec::{EntrySpec, JitSpec, element_type, vector_widths};
 use crate::{CudaArch, Family};
 
 /// The norm family: its kernel file and every module it declares (for AOT).
@@ -124,21 +124,6 @@ impl NormModule {
             entry_points: register.into_iter().chain([stream]).collect(),
         }
     }
-}
-
-/// The kernels crate's type for a dtype, as a path relative to `ferrinfer_kernels`.
-fn element_type(dtype: DType) -> &'static str {
-    match dtype {
-        DType::F16 => "element::F16",
-        DType::Bf16 => "element::Bf16",
-        DType::F32 => "f32",
-    }
-}
-
-/// Vector widths from 16 bytes down to one element.
-pub fn vector_widths(dtype: DType) -> impl Iterator<Item = u32> {
-    let widest = 16 / dtype.size() as u32;
-    (0..=widest.trailing_zeros()).map(move |shift| widest >> shift)
 }
 
 /// Every module the norm family declares: each kernel × dtype × weight dtype × vector width.

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use ferrinfer_kernels::element::DType;
+
 use crate::CudaArch;
 
 /// One PTX module: a set of entry points of one family, for one arch.
@@ -61,4 +63,19 @@ impl JitSpec {
     pub fn from_toml(text: &str) -> Result<Self, toml::de::Error> {
         toml::from_str(text)
     }
+}
+
+/// The kernels crate's type for a dtype, as a path relative to `ferrinfer_kernels`.
+pub fn element_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 => "element::F16",
+        DType::Bf16 => "element::Bf16",
+        DType::F32 => "f32",
+    }
+}
+
+/// Vector widths from 16 bytes down to one element.
+pub fn vector_widths(dtype: DType) -> impl Iterator<Item = u32> {
+    let widest = 16 / dtype.size() as u32;
+    (0..=widest.trailing_zeros()).map(move |shift| widest >> shift)
 }

@@ -17,6 +17,7 @@
 #![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, asm_experimental_arch, core_intrinsics))]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 
+pub mod activation;
 pub mod element;
 pub mod math;
 pub mod norm;

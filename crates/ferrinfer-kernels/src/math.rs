@@ -51,3 +51,108 @@ pub fn rsqrt_exact(v: f32) -> f32 {
     // Last step as a small correction added to y: fewer roundings land on the result.
     (y + y * (0.5 - half_v * y * y)) * unscale
 }
+
+/// 2^x for finite x; below 2^-126 the result flushes to 0, above 2^128 it is +inf. On the GPU
+/// `ex2.approx.ftz.f32` (one MUFU op, relative error < 2^-22); on the host a range reduction to
+/// [-1/2, 1/2] and a degree-6 polynomial (relative error < 2e-7), exact powers of two included.
+#[inline(always)]
+pub fn exp2(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let r: f32;
+        unsafe {
+            core::arch::asm!("ex2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
+        };
+        r
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        if x.is_nan() {
+            return x;
+        }
+        let x = x.clamp(-127.0, 128.0);
+        let n = (x + 0.5).floor_host();
+        let f = x - n;
+        // Taylor coefficients of 2^f = e^(f ln 2) to degree 6: |f| ≤ 1/2 keeps the remainder < 2e-7.
+        const C: [f32; 7] =
+            [1.0, 0.693_147_2, 0.240_226_5, 0.055_504_11, 0.009_618_129, 0.001_333_355_8, 0.000_154_035_3];
+        let mut p = C[6];
+        for c in C[..6].iter().rev() {
+            p = p * f + c;
+        }
+        let n = n as i32;
+        if n <= -127 {
+            0.0
+        } else if n >= 128 {
+            f32::INFINITY
+        } else {
+            p * f32::from_bits(((n + 127) as u32) << 23)
+        }
+    }
+}
+
+/// `floor` without `std`, for the host's range reductions.
+#[cfg(not(target_arch = "nvptx64"))]
+trait FloorHost {
+    fn floor_host(self) -> Self;
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+impl FloorHost for f32 {
+    #[inline(always)]
+    fn floor_host(self) -> f32 {
+        let t = self as i32 as f32; // truncates toward zero; |self| ≤ 129 here
+        if t > self { t - 1.0 } else { t }
+    }
+}
+
+/// `1 / x`: `rcp.approx.ftz.f32` on the GPU (within 1 ulp), a division on the host.
+#[inline(always)]
+pub fn reciprocal(x: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let r: f32;
+        unsafe {
+            core::arch::asm!("rcp.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
+        };
+        r
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        1.0 / x
+    }
+}
+
+/// The logistic function `1 / (1 + e^-x)`, without cancellation at either end.
+#[inline(always)]
+pub fn sigmoid(x: f32) -> f32 {
+    reciprocal(1.0 + exp2(-x * core::f32::consts::LOG2_E))
+}
+
+/// The error function, from a rational approximation on [-4, 4] (erf is ±1 in f32 beyond):
+/// `x · P(x²) / Q(x²)`, the coefficients of Eigen's `generic_fast_erf_float` (absolute error
+/// under 2e-7 against an f64 reference; a host test checks it).
+#[inline(always)]
+pub fn erf(x: f32) -> f32 {
+    const ALPHA: [f32; 7] = [
+        -2.726_142_2e-10,
+        2.770_681_4e-8,
+        -2.101_024e-6,
+        -5.692_506_4e-5,
+        -7.349_906_3e-4,
+        -2.954_600e-3,
+        -1.609_603_3e-2,
+    ];
+    const BETA: [f32; 5] = [-1.456_607_2e-5, -2.133_740_6e-4, -1.682_827e-3, -7.373_329_2e-3, -1.426_474e-2];
+    let x = x.clamp(-4.0, 4.0);
+    let x2 = x * x;
+    let mut p = ALPHA[0];
+    for a in &ALPHA[1..] {
+        p = mul_add(x2, p, *a);
+    }
+    let mut q = BETA[0];
+    for b in &BETA[1..] {
+        q = mul_add(x2, q, *b);
+    }
+    x * p * reciprocal(q)
+}

@@ -229,7 +229,8 @@ fn device_info(context: &Arc<CudaContext>) -> Result<DeviceInfo, Error> {
 pub(crate) struct Launch<P> {
     pub entry: usize,
     pub params: P,
-    pub grid: u32,
+    /// Blocks along x and y.
+    pub grid: (u32, u32),
     pub block: u32,
 }
 
@@ -288,7 +289,7 @@ pub(crate) fn launch<M: KernelModule, P: Copy>(
 unsafe fn launch_raw<P>(
     stream: &CudaStream,
     function: &CudaFunction,
-    grid: u32,
+    grid: (u32, u32),
     block: u32,
     params: &P,
     pdl: bool,
@@ -301,8 +302,8 @@ unsafe fn launch_raw<P>(
     };
     attribute.value.programmaticStreamSerializationAllowed = 1;
     let config = sys::CUlaunchConfig {
-        gridDimX: grid,
-        gridDimY: 1,
+        gridDimX: grid.0,
+        gridDimY: grid.1,
         gridDimZ: 1,
         blockDimX: block,
         blockDimY: 1,

@@ -21,6 +21,7 @@
 //! and nothing needs CUDA installed to build it: without a driver
 //! [`cuda_device_count`] is 0 and the CPU backend still works.
 
+pub mod activation;
 mod cpu;
 mod cuda;
 mod error;
@@ -31,6 +32,7 @@ pub mod op;
 pub mod reference;
 mod tensor;
 
+pub use activation::{gelu_and_mul, gelu_tanh_and_mul, silu_and_mul};
 pub use cuda::{ENABLE_PDL_VAR, borrowed_stream, cuda_device_count, with_pdl};
 pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
@@ -43,7 +45,7 @@ pub use {cudarc, half};
 
 /// Every op of every family, family by family in table order: one line per family.
 pub fn ops() -> impl Iterator<Item = &'static OpInfo> {
-    norm::OPS.iter().copied()
+    norm::OPS.iter().chain(activation::OPS).copied()
 }
 
 /// The op FlashInfer calls `name`.

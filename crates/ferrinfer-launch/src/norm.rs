@@ -422,7 +422,7 @@ impl Plan {
         Launch {
             entry: NormModule::register_entry(layout.chunks).unwrap_or(NormModule::STREAM_ENTRY),
             params: NormParams { threads_per_row: layout.threads_per_row, ..self.params },
-            grid: grid.max(1),
+            grid: (grid.max(1), 1),
             block,
         }
     }
@@ -436,7 +436,7 @@ impl Plan {
         let block = vectors.next_power_of_two().clamp(32, 1 << most.ilog2());
         let resident = limits.multiprocessors as u64 * limits.resident_blocks(entry, block) as u64;
         let grid = self.params.rows.min(resident) as u32;
-        Launch { entry, params: NormParams { threads_per_row: block, ..self.params }, grid, block }
+        Launch { entry, params: NormParams { threads_per_row: block, ..self.params }, grid: (grid, 1), block }
     }
 }
 
@@ -586,8 +586,8 @@ mod tests {
                         assert!(layout.chunks * threads * vec >= hidden, "{what}: the row is covered");
                         let groups = launch.block / threads;
                         assert!(threads <= 32 || groups <= 15, "{what}: named barriers 1–15");
-                        let covered = launch.grid as u64 * groups as u64 * layout.rows_per_group;
-                        assert!(covered >= rows && launch.grid >= 1, "{what}: every row");
+                        let covered = launch.grid.0 as u64 * groups as u64 * layout.rows_per_group;
+                        assert!(covered >= rows && launch.grid.0 >= 1, "{what}: every row");
                     }
                 }
             }

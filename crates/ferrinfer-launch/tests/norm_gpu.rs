@@ -168,7 +168,7 @@ fn norm_gpu_over_2_pow_31_elements() {
             let handles: Vec<_> = (0..case.rows.div_ceil(slice_rows))
                 .map(|i| {
                     let rows = i * slice_rows..((i + 1) * slice_rows).min(case.rows);
-                    let (before, after) = (rows_of(&before, &rows), rows_of(&after, &rows));
+                    let (before, after) = (support::rows_of(&before, &rows), support::rows_of(&after, &rows));
                     let part = Case::contiguous(rows.len(), case.hidden);
                     scope.spawn(move || support::check(op, DType::Bf16, &part, &before, &after, &[1e-6]).map(|_| ()))
                 })
@@ -177,19 +177,4 @@ fn norm_gpu_over_2_pow_31_elements() {
         });
         assert!(failures.is_empty(), "{}: {failures:?}", op.name);
     }
-}
-
-/// The rows `rows` of each (contiguous) row buffer; weights whole.
-fn rows_of(buffers: &[support::Buffer], rows: &std::ops::Range<usize>) -> Vec<support::Buffer> {
-    buffers
-        .iter()
-        .map(|b| match b.shape.as_slice() {
-            &[_, width] => {
-                let size = b.dtype.size();
-                let bytes = b.bytes[rows.start * width * size..rows.end * width * size].to_vec();
-                support::Buffer { bytes, shape: vec![rows.len(), width], strides: vec![width as i64, 1], ..b.clone() }
-            }
-            _ => b.clone(),
-        })
-        .collect()
 }

@@ -234,6 +234,21 @@ pub fn buffer_of<T: HostElement>(values: &[T], shape: &[usize]) -> Buffer {
     Buffer { dtype: T::DTYPE, bytes: bytemuck::cast_slice(values).to_vec(), shape: shape.to_vec(), strides }
 }
 
+/// The rows `rows` of each (contiguous) row buffer; weights whole.
+pub fn rows_of(buffers: &[Buffer], rows: &std::ops::Range<usize>) -> Vec<Buffer> {
+    buffers
+        .iter()
+        .map(|b| match b.shape.as_slice() {
+            &[_, width] => {
+                let size = b.dtype.size();
+                let bytes = b.bytes[rows.start * width * size..rows.end * width * size].to_vec();
+                Buffer { bytes, shape: vec![rows.len(), width], strides: vec![width as i64, 1], ..b.clone() }
+            }
+            _ => b.clone(),
+        })
+        .collect()
+}
+
 /// The CPU backend.
 pub struct Cpu;
 

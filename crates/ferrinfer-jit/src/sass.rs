@@ -1,0 +1,176 @@
+//! What the GPU will run, read without a GPU: the SASS of an assembled module (`nvdisasm`, from
+//! the PyPI wheel `nvidia-cuda-nvdisasm`), per entry point an instruction mix, and the rules every
+//! kernel must keep ([`violations`]) — the static guard behind `tests/jit_sass.rs`, which fails
+//! CI on a codegen regression and snapshots the per-entry report so a change shows in review.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use crate::EntrySpec;
+
+/// The instruction classes the report counts (an opcode counts for the first class it starts
+/// with): global loads and stores, packed conversions, FMA and the other float ops, shuffles,
+/// barriers, the special-function unit, integer multiply-adds (mostly addressing).
+pub const CLASSES: &[&str] = &["LDG", "STG", "F2FP", "FFMA", "FMUL", "FADD", "SHFL", "BAR", "MUFU", "IMAD"];
+
+/// One entry point's SASS: how many instructions of each opcode (the part before the first `.`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sass {
+    pub opcodes: BTreeMap<String, u32>,
+    /// Every immediate operand written as hex (`0x7fff`), for rules about constants.
+    pub hex_immediates: BTreeMap<String, u32>,
+}
+
+impl Sass {
+    pub fn instructions(&self) -> u32 {
+        self.opcodes.values().sum()
+    }
+
+    /// Instructions whose opcode starts with `class`.
+    pub fn count(&self, class: &str) -> u32 {
+        self.opcodes.iter().filter(|(op, _)| op.starts_with(class)).map(|(_, n)| n).sum()
+    }
+}
+
+/// Runs `nvdisasm` on `cubin`: each entry point's SASS by name.
+pub fn disassemble(nvdisasm: &Path, cubin: &Path) -> Result<BTreeMap<String, Sass>, String> {
+    let output = Command::new(nvdisasm)
+        .arg("-c")
+        .arg(cubin)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", nvdisasm.display()))?;
+    if !output.status.success() {
+        return Err(format!("{} failed: {}", nvdisasm.display(), String::from_utf8_lossy(&output.stderr)));
+    }
+    Ok(parse(&String::from_utf8_lossy(&output.stdout)))
+}
+
+/// Parses `nvdisasm -c` output: `.text.NAME` opens a function; `/*0040*/  @P0 OPCODE.MOD …;` is
+/// an instruction.
+pub fn parse(text: &str) -> BTreeMap<String, Sass> {
+    let mut functions: BTreeMap<String, Sass> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(section) = line.strip_prefix(".section").map(str::trim).and_then(|s| s.strip_prefix(".text.")) {
+            let name = section.split([',', ' ', '\t']).next().unwrap_or(section);
+            current = Some(name.to_owned());
+            functions.entry(name.to_owned()).or_default();
+            continue;
+        }
+        let (Some(name), Some(rest)) = (&current, line.strip_prefix("/*")) else { continue };
+        let Some((_, instruction)) = rest.split_once("*/") else { continue };
+        let mut words = instruction.split_whitespace().skip_while(|w| w.starts_with('@') || w.starts_with('{'));
+        let Some(opcode) = words.next() else { continue };
+        let base = opcode.trim_end_matches(';').split('.').next().unwrap_or(opcode);
+        if base.is_empty() || !base.chars().next().is_some_and(|c| c.is_ascii_uppercase()) {
+            continue;
+        }
+        let sass = functions.entry(name.clone()).or_default();
+        *sass.opcodes.entry(base.to_owned()).or_default() += 1;
+        for word in instruction.split([' ', ',', ';', '[', ']']) {
+            if let Some(hex) = word.strip_prefix("0x") {
+                *sass.hex_immediates.entry(format!("0x{hex}")).or_default() += 1;
+            }
+        }
+    }
+    functions
+}
+
+/// Whether an entry stores 16-bit floats (its generic arguments name them).
+fn stores_half_precision(entry: &EntrySpec) -> bool {
+    entry.generics.first().is_some_and(|g| g == "element::Bf16" || g == "element::F16")
+}
+
+/// What is wrong with an entry point's machine code, if anything:
+/// - a generic `LD`/`ST` (the tensors are global memory: `LDG`/`STG` skip the address-space
+///   check and are what the kernels ask for);
+/// - local memory (`LDL`/`STL`: a spilled register array);
+/// - a kernel storing bf16/f16 without the hardware conversion (`F2FP`), or with the software
+///   rounding's `0x7fff` bias;
+/// - more registers than the entry's budget (`max_registers`).
+pub fn violations(entry: &EntrySpec, sass: &Sass, registers: u32) -> Vec<String> {
+    let mut found = Vec::new();
+    for generic in ["LD", "ST"] {
+        if let Some(n) = sass.opcodes.get(generic) {
+            found.push(format!("{n} generic {generic} (expected {generic}G for global memory)"));
+        }
+    }
+    for local in ["LDL", "STL"] {
+        if let Some(n) = sass.opcodes.get(local) {
+            found.push(format!("{n} {local}: local memory (a spilled register array)"));
+        }
+    }
+    if stores_half_precision(entry) {
+        if sass.count("F2FP") == 0 {
+            found.push("stores bf16/f16 without the hardware conversion (no F2FP)".into());
+        }
+        if sass.hex_immediates.contains_key("0x7fff") {
+            found.push("rounds to bf16 in software (a 0x7fff rounding bias)".into());
+        }
+    }
+    if let Some(budget) = entry.max_registers
+        && registers > budget
+    {
+        found.push(format!("{registers} registers, over its budget of {budget}"));
+    }
+    found
+}
+
+/// One line of the report: registers, spills, instruction count and the mix by class.
+pub fn report_line(name: &str, sass: &Sass, registers: u32, spill_bytes: u32) -> String {
+    let mix: Vec<String> = CLASSES.iter().map(|class| format!("{class} {}", sass.count(class))).collect();
+    format!("{name}: {registers} regs, {spill_bytes} B spilled, {} instr | {}", sass.instructions(), mix.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+//--------------------- .text.k_a --------------------------
+\t.section\t.text.k_a,\"ax\",@progbits
+k_a:
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/              @!P0 LDG.E.NA.128.CONSTANT R4, desc[UR4][R2.64] ;
+        /*0020*/                   F2FP.BF16.F32.PACK_AB R5, R6, R7 ;
+        /*0030*/                   STG.E.128 desc[UR4][R2.64], R4 ;
+\t.section\t.text.k_b,\"ax\",@progbits
+        /*0000*/                   LD.E.128 R4, [R2.64] ;
+        /*0010*/                   IADD3 R5, R4, 0x7fff, RZ ;
+        /*0020*/                   STL.64 [R1], R4 ;
+";
+
+    fn entry(name: &str, first_generic: &str, cap: Option<u32>) -> EntrySpec {
+        EntrySpec {
+            name: name.into(),
+            kernel: "k".into(),
+            params: "P".into(),
+            generics: vec![first_generic.into()],
+            max_registers: cap,
+        }
+    }
+
+    #[test]
+    fn parses_functions_opcodes_and_immediates() {
+        let parsed = parse(SAMPLE);
+        let a = &parsed["k_a"];
+        assert_eq!((a.count("LDG"), a.count("STG"), a.count("F2FP"), a.instructions()), (1, 1, 1, 4));
+        assert_eq!(parsed["k_b"].opcodes.get("LD"), Some(&1));
+        assert_eq!(parsed["k_b"].hex_immediates.get("0x7fff"), Some(&1));
+    }
+
+    #[test]
+    fn each_rule_fires_and_clean_code_passes() {
+        let parsed = parse(SAMPLE);
+        assert!(violations(&entry("k_a", "element::Bf16", Some(64)), &parsed["k_a"], 40).is_empty());
+        let bad = violations(&entry("k_b", "element::Bf16", Some(64)), &parsed["k_b"], 80);
+        let text = bad.join("\n");
+        for expected in ["generic LD", "STL: local memory", "no F2FP", "0x7fff", "80 registers, over its budget of 64"]
+        {
+            assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
+        }
+        assert!(violations(&entry("k_b", "f32", None), &parsed["k_b"], 80).iter().all(|v| !v.contains("F2FP")));
+    }
+}

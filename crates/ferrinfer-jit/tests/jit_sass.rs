@@ -1,0 +1,70 @@
+//! The static guard on the kernels' machine code, without a GPU: every module every family
+//! declares, built for sm_90, assembled by ptxas (registers, spills) and disassembled by nvdisasm.
+//! It fails when a kernel spills or keeps a stack frame, issues a generic load or store, stores
+//! bf16/f16 without the hardware conversion, or uses more registers than its budget; and it
+//! snapshots one report line per entry point (registers, instruction mix), so that a change to
+//! the kernels, the builder or the toolchain shows its codegen difference in review.
+//!
+//! ptxas and nvdisasm come from PyPI (`nvidia-cuda-nvcc-cu12`, `nvidia-cuda-nvdisasm`, at the
+//! versions `.ci/run` pins): FERRINFER_PTXAS and FERRINFER_NVDISASM name them (else PATH). CI sets
+//! FERRINFER_REQUIRE_PTXAS=1, which makes a missing tool a failure; elsewhere the test says it
+//! skipped.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use ferrinfer_jit::{Cache, CudaArch, FAMILIES, JitConfig, Ptx, ptxas, sass};
+
+/// `FERRINFER_NVDISASM`, else `nvdisasm` on PATH.
+fn nvdisasm() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("FERRINFER_NVDISASM").filter(|v| !v.is_empty()) {
+        return Some(path.into());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join("nvdisasm")).find(|p| p.is_file())
+}
+
+#[test]
+fn jit_sass_every_kernel_keeps_the_codegen_rules() {
+    let env = JitConfig::from_env().unwrap();
+    let (Some(ptxas_path), Some(nvdisasm)) = (env.ptxas.clone(), nvdisasm()) else {
+        assert!(!env.require_ptxas, "FERRINFER_REQUIRE_PTXAS=1 but ptxas or nvdisasm was not found");
+        let _ = writeln!(
+            std::io::stderr(),
+            "jit_sass_every_kernel_keeps_the_codegen_rules: SKIPPED — no ptxas or nvdisasm (set FERRINFER_PTXAS, FERRINFER_NVDISASM)"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let target_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jit-target");
+    let config = JitConfig { ptxas: Some(ptxas_path.clone()), target_dir, ..JitConfig::new(dir.path()) };
+    let cache = Cache::new(config, &[]);
+    let mut failures = Vec::new();
+    for family in FAMILIES {
+        let mut report = String::new();
+        for spec in (family.specs)(CudaArch::HOPPER, false) {
+            let module = cache.module(&spec).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+            let scratch = tempfile::tempdir().unwrap();
+            let ptx = Ptx { arch: spec.arch, source: module.ptx.to_string() };
+            let resources = ptxas::report(&ptxas_path, &ptx, &spec.name, scratch.path()).unwrap();
+            let functions = sass::disassemble(&nvdisasm, &scratch.path().join("check.cubin")).unwrap();
+            report.push_str(&format!("{}\n", spec.name));
+            for entry in &spec.entry_points {
+                let used = resources.iter().find(|r| r.name == entry.name);
+                let (Some(used), Some(code)) = (used, functions.get(&entry.name)) else {
+                    failures.push(format!("{}: no ptxas report or SASS", entry.name));
+                    continue;
+                };
+                let spilled = used.spill_store_bytes + used.spill_load_bytes + used.stack_bytes;
+                if spilled > 0 {
+                    failures.push(format!("{}: {spilled} bytes of spills or stack", entry.name));
+                }
+                failures.extend(
+                    sass::violations(entry, code, used.registers).into_iter().map(|v| format!("{}: {v}", entry.name)),
+                );
+                report.push_str(&format!("  {}\n", sass::report_line(&entry.name, code, used.registers, spilled)));
+            }
+        }
+        insta::assert_snapshot!(format!("{}_sm90", family.name), report);
+    }
+    assert!(failures.is_empty(), "{} codegen rule(s) broken:\n{}", failures.len(), failures.join("\n"));
+}

@@ -1,0 +1,146 @@
+//! The activation family: gated activations, FlashInfer's `act_and_mul`. For an input row
+//! `[gate | up]` of `2d` elements the output row is `act(gate) · up` (`d` elements), in f32
+//! whatever the storage type:
+//! - `silu(x) = x · σ(x)`;
+//! - `gelu(x) = x · Φ(x) = ½ x (1 + erf(x / √2))` (exact GELU);
+//! - `gelu_tanh(x) = ½ x (1 + tanh(√(2/π) (x + 0.044715 x³)))`, computed as `x · σ(2u)`, the same
+//!   function without tanh's cancellation.
+//!
+//! One parameter struct shared with the host, the per-element math (used by the device kernel and
+//! the CPU backend alike; [`crate::math`] gives each side its own exp, reciprocal and erf) and one
+//! device kernel, generic over the activation, the element type and the vector width.
+
+use crate::element::Element;
+use crate::math::{erf, mul_add, sigmoid};
+
+/// Arguments of every activation kernel, passed by value. Strides and counts in elements,
+/// 64-bit, so no offset overflows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct ActivationParams {
+    /// `[rows, 2d]`: gate then up in each row.
+    pub input: u64,
+    /// `[rows, d]`.
+    pub output: u64,
+    pub rows: u64,
+    pub input_row_stride: u64,
+    pub output_row_stride: u64,
+    /// The output width `d`.
+    pub width: u32,
+}
+
+/// Which activation a kernel applies to the gate: a type parameter, so each compiles to its own
+/// code.
+pub trait Activation: 'static {
+    fn apply(x: f32) -> f32;
+}
+
+/// SiLU (swish): `x · σ(x)`.
+pub struct Silu;
+/// Exact GELU: `½ x (1 + erf(x / √2))`.
+pub struct Gelu;
+/// GELU's tanh approximation.
+pub struct GeluTanh;
+
+impl Activation for Silu {
+    #[inline(always)]
+    fn apply(x: f32) -> f32 {
+        x * sigmoid(x)
+    }
+}
+
+impl Activation for Gelu {
+    #[inline(always)]
+    fn apply(x: f32) -> f32 {
+        let half = 0.5 * x;
+        mul_add(half, erf(x * core::f32::consts::FRAC_1_SQRT_2), half)
+    }
+}
+
+impl Activation for GeluTanh {
+    /// `½ (1 + tanh(u)) = σ(2u)`, `u = √(2/π) (x + 0.044715 x³)`.
+    #[inline(always)]
+    fn apply(x: f32) -> f32 {
+        const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+        let u = SQRT_2_OVER_PI * mul_add(0.044_715 * x * x, x, x);
+        x * sigmoid(2.0 * u)
+    }
+}
+
+/// One output element: `act(gate) · up`, rounded once to the storage type.
+#[inline(always)]
+pub fn act_and_mul<A: Activation, T: Element>(gate: T, up: T) -> T {
+    T::from_f32(A::apply(gate.to_f32()) * up.to_f32())
+}
+
+/// One row on the host (the CPU backend's inner loop).
+///
+/// # Safety
+/// `params` must describe valid memory as the launcher validates it: every row in bounds, the
+/// output disjoint from the input.
+pub unsafe fn act_and_mul_row<A: Activation, T: Element>(p: &ActivationParams, row: u64) {
+    let input = (p.input as *const T).wrapping_add((row * p.input_row_stride) as usize);
+    let output = (p.output as *mut T).wrapping_add((row * p.output_row_stride) as usize);
+    let width = p.width as usize;
+    for i in 0..width {
+        unsafe { output.add(i).write(act_and_mul::<A, T>(input.add(i).read(), input.add(width + i).read())) };
+    }
+}
+
+#[cfg(target_arch = "nvptx64")]
+pub use device_kernels::act_and_mul_rows;
+
+#[cfg(target_arch = "nvptx64")]
+mod device_kernels {
+    use super::*;
+    use crate::device::{allow_dependent_grids, wait_for_prior_grids};
+    use crate::vector::{Once, Packed};
+
+    /// Rows each thread works on per step: their loads are issued together.
+    const ROWS_PER_STEP: u64 = 4;
+
+    /// The device kernel. Thread `x` of the grid's x dimension owns output vector `x` (`VEC`
+    /// elements) of every row; the grid's y dimension strides over rows, `ROWS_PER_STEP` rows a
+    /// step (all loads of a step before any math). Launcher's guarantees: `width`, row strides
+    /// and pointers are multiples of `VEC` elements; `gridDim.x · blockDim.x ≥ width / VEC`.
+    #[inline(always)]
+    pub unsafe fn act_and_mul_rows<A: Activation, T: Element, const VEC: usize>(p: &ActivationParams) {
+        let vectors = (p.width as usize / VEC) as u32;
+        let column = unsafe {
+            core::arch::nvptx::_block_idx_x() as u32 * core::arch::nvptx::_block_dim_x() as u32
+                + core::arch::nvptx::_thread_idx_x() as u32
+        };
+        let (first_row, row_step) =
+            unsafe { (core::arch::nvptx::_block_idx_y() as u64, core::arch::nvptx::_grid_dim_y() as u64) };
+        wait_for_prior_grids();
+        if column < vectors {
+            let at = column as usize * VEC;
+            let mut row = first_row;
+            while row < p.rows {
+                let mut gate = [Packed::<T, VEC>::ZERO; ROWS_PER_STEP as usize];
+                let mut up = [Packed::<T, VEC>::ZERO; ROWS_PER_STEP as usize];
+                for k in 0..ROWS_PER_STEP as usize {
+                    let r = row + k as u64 * row_step;
+                    if r < p.rows {
+                        let input = (p.input as *const T).wrapping_add((r * p.input_row_stride) as usize + at);
+                        gate[k] = unsafe { Packed::load::<Once>(input) };
+                        up[k] = unsafe { Packed::load::<Once>(input.add(p.width as usize)) };
+                    }
+                }
+                for k in 0..ROWS_PER_STEP as usize {
+                    let r = row + k as u64 * row_step;
+                    if r < p.rows {
+                        let mut y = [0.0f32; VEC];
+                        for (i, y) in y.iter_mut().enumerate() {
+                            *y = A::apply(gate[k].get_f32(i)) * up[k].get_f32(i);
+                        }
+                        let output = (p.output as *mut T).wrapping_add((r * p.output_row_stride) as usize + at);
+                        unsafe { Packed::<T, VEC>::from_f32(y).store(output) };
+                    }
+                }
+                row += ROWS_PER_STEP * row_step;
+            }
+        }
+        allow_dependent_grids();
+    }
+}

@@ -1,0 +1,211 @@
+"""ferrinfer's Python module beside torch eager, torch.compile and FlashInfer, in one process on one
+GPU, timed exactly as the team's peer benchmark (shared/peers/peers.py) times the peers.
+
+Method (identical for every implementation, and to ferrinfer-bench's): 3 s of clock warm-up; per
+case a CUDA graph of 50 calls, replayed 3 times untimed and 15 times timed; the figure is the
+median replay time / 50, in µs. Bytes: every input read once, every output written once. Inputs
+are random normal. ferrinfer runs on torch's current stream (the capture stream).
+
+Families: `norm` (rmsnorm, fused_add_rmsnorm over H ∈ {4096, 8192} × T ∈ {1, …, 65536}) and
+`activation` (silu/gelu/gelu_tanh_and_mul over d ∈ {4096, 11008, 14336} × T ∈ {1, …, 16384}).
+`--eager` instead times the host path: the wall time per call of 2000 back-to-back calls outside
+any graph (T = 1), what eager PyTorch pays per op.
+
+Output: CSV op,dtype,T,H,impl,us,tbps — the peers' columns (impl `ferrinfer-py` for this module;
+`*_eager` rows for --eager), so scripts/perf/compare.py joins it with any other run.
+
+Usage (GPU machine, wheel installed; FlashInfer optional — see docs/perf/README.md):
+    python3 crates/ferrinfer-py/bench/ops.py --family norm --dtype bfloat16 --out norm-py.csv
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+import ferrinfer
+
+EPS = 1e-6
+NORM_GRID = [(H, T) for H in (4096, 8192) for T in (1, 16, 128, 1024, 4096, 16384, 65536)]
+ACTIVATION_GRID = [(D, T) for D in (4096, 11008, 14336) for T in (1, 16, 128, 1024, 4096, 16384)]
+
+
+def graph_us(fn, n=50, reps=15):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            fn()
+    for _ in range(3):
+        graph.replay()
+    times = []
+    for _ in range(reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e3 / n)
+    return statistics.median(times)
+
+
+def eager_us(fn, calls=2000, reps=7):
+    """Wall time per call of `calls` back-to-back calls, then one sync: the host path's cost."""
+    for _ in range(100):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e6 / calls)
+    return statistics.median(times)
+
+
+def flashinfer_ops():
+    """FlashInfer 0.7.2's norm (CuTe-DSL kernels, as the peer benchmark loads them) and activation
+    (CUDA, built by the GPU machine's nvcc at first use) modules; None where unavailable."""
+    norm = activation = None
+    try:
+        import flashinfer.norm as norm
+        import flashinfer.norm.kernels as kernels  # undo 0.7.2's fallback on a circular import
+
+        for name in ("rmsnorm_cute", "qk_rmsnorm_cute", "rmsnorm_quant_cute", "fused_add_rmsnorm_cute",
+                     "fused_add_rmsnorm_quant_cute", "layernorm_cute"):
+            setattr(norm, name, getattr(kernels, name))
+        norm._USE_CUDA_NORM = os.environ.get("FLASHINFER_USE_CUDA_NORM", "0") == "1"
+    except Exception as error:  # the peer is optional; say so
+        print(f"# flashinfer norm unavailable: {error!r}", file=sys.stderr)
+        norm = None
+    try:
+        import flashinfer.activation as activation
+    except Exception as error:
+        print(f"# flashinfer activation unavailable: {error!r}", file=sys.stderr)
+    return norm, activation
+
+
+def rms(x, w):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float()).to(x.dtype)
+
+
+def fused_add(x, r, w):
+    s = x.float() + r.float()
+    return rms(s, w).to(x.dtype), s.to(x.dtype)
+
+
+def gated(act):
+    def f(x):
+        d = x.shape[-1] // 2
+        return (act(x[..., :d].float()) * x[..., d:].float()).to(x.dtype)
+    return f
+
+
+TORCH_ACTIVATIONS = {
+    "silu_and_mul": gated(torch.nn.functional.silu),
+    "gelu_and_mul": gated(torch.nn.functional.gelu),
+    "gelu_tanh_and_mul": gated(lambda v: torch.nn.functional.gelu(v, approximate="tanh")),
+}
+
+
+def warm_up_clocks(dtype):
+    x = torch.randn(1 << 28, device="cuda", dtype=dtype)
+    y = torch.empty_like(x)
+    start = time.time()
+    while time.time() - start < 3:
+        y.copy_(x)
+
+
+class Recorder:
+    def __init__(self, dtype_name):
+        self.dtype_name, self.rows = dtype_name, []
+
+    def __call__(self, op, T, H, nbytes, impl, us):
+        self.rows.append(f"{op},{self.dtype_name},{T},{H},{impl},{us:.3f},{nbytes / us / 1e6:.3f}")
+        print(self.rows[-1], flush=True)
+
+
+def norm_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
+    compiled_rms, compiled_fused = torch.compile(rms), torch.compile(fused_add)
+    size = torch.tensor([], dtype=dtype).element_size()
+    for H, T in grid:
+        x, w = torch.randn(T, H, device="cuda", dtype=dtype), torch.randn(H, device="cuda", dtype=dtype)
+        out, r = torch.empty_like(x), torch.randn_like(x)
+        if "rmsnorm" in ops:
+            nbytes = (2 * T * H + H) * size
+            record("rmsnorm", T, H, nbytes, "torch_eager" + impl_suffix,
+                   time_fn(lambda: torch.nn.functional.rms_norm(x, (H,), w, EPS)))
+            compiled_rms(x, w)
+            record("rmsnorm", T, H, nbytes, "torch_compile" + impl_suffix, time_fn(lambda: compiled_rms(x, w)))
+            if fi:
+                record("rmsnorm", T, H, nbytes, "flashinfer" + impl_suffix, time_fn(lambda: fi.rmsnorm(x, w, EPS, out=out)))
+            record("rmsnorm", T, H, nbytes, "ferrinfer-py" + impl_suffix,
+                   time_fn(lambda: ferrinfer.rmsnorm(x, w, EPS, out=out)))
+        if "fused_add_rmsnorm" in ops:
+            nbytes = (4 * T * H + H) * size
+            compiled_fused(x, r, w)
+            record("fused_add_rmsnorm", T, H, nbytes, "torch_compile" + impl_suffix, time_fn(lambda: compiled_fused(x, r, w)))
+            if fi:
+                record("fused_add_rmsnorm", T, H, nbytes, "flashinfer" + impl_suffix,
+                       time_fn(lambda: fi.fused_add_rmsnorm(x, r, w, EPS)))
+            record("fused_add_rmsnorm", T, H, nbytes, "ferrinfer-py" + impl_suffix,
+                   time_fn(lambda: ferrinfer.fused_add_rmsnorm(x, r, w, EPS)))
+        del x, w, out, r
+
+
+def activation_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
+    size = torch.tensor([], dtype=dtype).element_size()
+    for op in ops:
+        eager, compiled = TORCH_ACTIVATIONS[op], torch.compile(TORCH_ACTIVATIONS[op])
+        ours, theirs = getattr(ferrinfer, op), getattr(fi, op, None) if fi else None
+        for D, T in grid:
+            x, out = torch.randn(T, 2 * D, device="cuda", dtype=dtype), torch.empty(T, D, device="cuda", dtype=dtype)
+            nbytes = 3 * T * D * size
+            record(op, T, D, nbytes, "torch_eager" + impl_suffix, time_fn(lambda: eager(x)))
+            compiled(x)
+            record(op, T, D, nbytes, "torch_compile" + impl_suffix, time_fn(lambda: compiled(x)))
+            if theirs:
+                record(op, T, D, nbytes, "flashinfer" + impl_suffix, time_fn(lambda: theirs(x, out=out)))
+            record(op, T, D, nbytes, "ferrinfer-py" + impl_suffix, time_fn(lambda: ours(x, out=out)))
+            del x, out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", default="norm", choices=["norm", "activation"])
+    parser.add_argument("--ops", default=None, help="comma-separated (default: the family's ops)")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    parser.add_argument("--eager", action="store_true", help="time the host path (T = 1, no graph)")
+    parser.add_argument("--out", default=None, help="also write the CSV here")
+    args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
+    torch.manual_seed(0)
+    warm_up_clocks(dtype)
+    fi_norm, fi_activation = flashinfer_ops()
+    record = Recorder(args.dtype)
+    time_fn, suffix = (eager_us, "_eager") if args.eager else (graph_us, "")
+    if args.family == "norm":
+        ops = (args.ops or "rmsnorm,fused_add_rmsnorm").split(",")
+        grid = [(4096, 1), (8192, 1)] if args.eager else NORM_GRID
+        norm_cases(record, dtype, ops, fi_norm, time_fn, suffix, grid)
+    else:
+        ops = (args.ops or "silu_and_mul,gelu_and_mul,gelu_tanh_and_mul").split(",")
+        grid = [(4096, 1), (14336, 1)] if args.eager else ACTIVATION_GRID
+        activation_cases(record, dtype, ops, fi_activation, time_fn, suffix, grid)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write("op,dtype,T,H,impl,us,tbps\n" + "\n".join(record.rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()
