@@ -19,8 +19,8 @@ fn jit_every_declared_module_passes_ptxas_without_spills() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let target_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jit-target");
-    let config = JitConfig { ptxas: Some(ptxas), target_dir, ..JitConfig::new(dir.path()) };
+    let sysroot_dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jit-sysroot");
+    let config = JitConfig { ptxas: Some(ptxas), sysroot_dir, ..JitConfig::new(dir.path()) };
     let cache = Cache::new(config, &[]);
     for family in FAMILIES {
         for spec in (family.specs)(CudaArch::HOPPER, false) {

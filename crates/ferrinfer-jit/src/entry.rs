@@ -1,0 +1,196 @@
+//! One stored module (a disk-cache or AOT entry): its files, and the checks it passes before it
+//! is used. An entry is a directory holding `kernels.ptx`, `kernels.sm_XY.cubin` (where ptxas
+//! assembled one), `spec.toml`, `build.log` and `manifest.toml`, written last: what built it,
+//! for which arch, and the size and CRC-32 of each file. Loading re-checks all of it against the spec
+//! asking — source key, arch, the PTX's `.target` and `.version` lines, for the disk cache also
+//! key and toolchain — because a file on disk is only as good as whatever last wrote it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::builder::Ptx;
+use crate::ptxas::EntryResources;
+use crate::{CudaArch, key};
+
+pub const PTX_FILE: &str = "kernels.ptx";
+pub const MANIFEST_FILE: &str = "manifest.toml";
+
+/// Machine code for one architecture, assembled from the module's PTX by ptxas.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cubin {
+    pub arch: CudaArch,
+    pub image: Arc<[u8]>,
+}
+
+/// `manifest.toml` of an entry.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Manifest {
+    pub spec: String,
+    pub key: String,
+    pub source_key: String,
+    pub toolchain: String,
+    pub arch: CudaArch,
+    pub ptx_version: String,
+    pub ptx_bytes: u64,
+    pub ptx_crc32: String,
+    pub build_seconds: f64,
+    #[serde(default)]
+    pub ptxas: Vec<EntryResources>,
+    #[serde(default)]
+    pub cubins: Vec<CubinRecord>,
+}
+
+/// One cubin of an entry, as its manifest lists it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct CubinRecord {
+    pub arch: CudaArch,
+    pub file: String,
+    pub bytes: u64,
+    pub crc32: String,
+    /// `ptxas --version` of the ptxas that assembled it.
+    pub ptxas: String,
+}
+
+impl CubinRecord {
+    pub fn file_name(arch: CudaArch) -> String {
+        format!("kernels.{}.cubin", arch.target_cpu())
+    }
+}
+
+/// What an entry must be to be used.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Expected<'a> {
+    pub source_key: &'a str,
+    /// The spec's arch; `None`: the manifest's own (embedding an AOT directory, no spec at hand).
+    pub arch: Option<CudaArch>,
+    /// The disk cache's key and toolchain; `None` for AOT entries, which another toolchain may
+    /// have built (their source key still says what they compile).
+    pub built_by: Option<(&'a str, &'a str)>,
+    /// Reject an entry without a cubin for its arch (an AOT build that has ptxas).
+    pub cubin_required: bool,
+}
+
+/// An entry's contents, checked.
+#[derive(Clone, Debug)]
+pub(crate) struct Stored {
+    pub ptx: Arc<String>,
+    pub cubins: Vec<Cubin>,
+}
+
+/// Why an entry was not used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Rejection {
+    /// Nothing there: an ordinary miss.
+    Missing,
+    /// Something there that must not be used, and why.
+    Damaged(String),
+}
+
+/// The entry in `dir` if it is what `expected` asks for.
+pub(crate) fn load(dir: &Path, expected: &Expected) -> Result<Stored, Rejection> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Err(Rejection::Damaged("a file stands where the entry directory belongs".into())),
+        Err(_) => return Err(Rejection::Missing),
+    }
+    let damaged = |why: String| Rejection::Damaged(why);
+    let manifest = read_manifest(dir).map_err(damaged)?;
+    check_manifest(&manifest, expected).map_err(damaged)?;
+    let ptx = read_checked(dir, PTX_FILE, manifest.ptx_bytes, &manifest.ptx_crc32).map_err(damaged)?;
+    let ptx = String::from_utf8(ptx).map_err(|_| damaged(format!("{PTX_FILE} is not text")))?;
+    check_header(&ptx, manifest.arch).map_err(damaged)?;
+    let cubins = manifest
+        .cubins
+        .iter()
+        .map(|c| Ok(Cubin { arch: c.arch, image: read_checked(dir, &c.file, c.bytes, &c.crc32)?.into() }))
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(damaged)?;
+    if expected.cubin_required && !cubins.iter().any(|c| c.arch == manifest.arch) {
+        return Err(damaged(format!("it has no cubin for {} (built without ptxas)", manifest.arch.target_cpu())));
+    }
+    Ok(Stored { ptx: Arc::new(ptx), cubins })
+}
+
+pub(crate) fn read_manifest(dir: &Path) -> Result<Manifest, String> {
+    let text =
+        std::fs::read_to_string(dir.join(MANIFEST_FILE)).map_err(|e| format!("no readable {MANIFEST_FILE} ({e})"))?;
+    toml::from_str(&text).map_err(|e| format!("{MANIFEST_FILE} is not a manifest ({e})"))
+}
+
+/// [`Ptx::check_target`] on the first 64 lines, the only ones copied.
+fn check_header(ptx: &str, arch: CudaArch) -> Result<(), String> {
+    let header_end = ptx.match_indices('\n').nth(63).map_or(ptx.len(), |(i, _)| i);
+    let header = Ptx { arch, source: ptx[..header_end].to_owned() };
+    header.check_target().map(|_| ()).map_err(|why| format!("{PTX_FILE}: {why}"))
+}
+
+fn check_manifest(manifest: &Manifest, expected: &Expected) -> Result<(), String> {
+    if manifest.source_key != expected.source_key {
+        return Err(format!("it holds source key {}, not {}", short(&manifest.source_key), short(expected.source_key)));
+    }
+    if let Some(arch) = expected.arch.filter(|a| *a != manifest.arch) {
+        return Err(format!("it was built for {}, not {}", manifest.arch, arch));
+    }
+    if let Some((key, toolchain)) = expected.built_by {
+        if manifest.key != key {
+            return Err(format!("its manifest names key {}, not {}", short(&manifest.key), short(key)));
+        }
+        if manifest.toolchain != toolchain {
+            return Err(format!("it was built by another toolchain ({})", first_line(&manifest.toolchain)));
+        }
+    }
+    Ok(())
+}
+
+/// The bytes of `dir/file` if they are `len` bytes with CRC-32 `crc32`.
+fn read_checked(dir: &Path, file: &str, len: u64, crc32: &str) -> Result<Vec<u8>, String> {
+    let bytes = std::fs::read(dir.join(file)).map_err(|e| format!("{file} is unreadable ({e})"))?;
+    if bytes.len() as u64 != len {
+        return Err(format!("{file} has {} bytes, its manifest says {len} (truncated or edited)", bytes.len()));
+    }
+    if key::crc32_hex(&bytes) != crc32 {
+        return Err(format!("{file} does not match its manifest's CRC-32 (damaged or edited)"));
+    }
+    Ok(bytes)
+}
+
+/// Everything that goes into a new entry.
+pub(crate) struct NewEntry<'a> {
+    pub manifest: Manifest,
+    pub ptx: &'a str,
+    pub spec_toml: &'a str,
+    pub log: &'a str,
+    pub cubin: Option<&'a [u8]>,
+}
+
+/// Writes `entry` into directory `dir` (which must be new), the manifest last.
+pub(crate) fn write(dir: &Path, entry: NewEntry) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join(PTX_FILE), entry.ptx)?;
+    std::fs::write(dir.join("spec.toml"), entry.spec_toml)?;
+    std::fs::write(dir.join("build.log"), entry.log)?;
+    if let (Some(record), Some(cubin)) = (entry.manifest.cubins.first(), entry.cubin) {
+        std::fs::write(dir.join(&record.file), cubin)?;
+    }
+    std::fs::write(dir.join(MANIFEST_FILE), toml::to_string(&entry.manifest).expect("a manifest serialises"))
+}
+
+/// Every entry of a cache or AOT directory with a readable manifest, by source key.
+pub fn index(dir: &Path) -> HashMap<String, PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir.join("ptx")) else { return HashMap::new() };
+    entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter_map(|path| Some((read_manifest(&path).ok()?.source_key, path)))
+        .collect()
+}
+
+fn short(key: &str) -> &str {
+    &key[..key.len().min(12)]
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or(text)
+}
