@@ -170,7 +170,7 @@ impl Builder<'_> {
         let path = build_dir.join("out/kernels.ptx");
         let source = std::fs::read_to_string(&path).map_err(io(&path))?;
         let ptx = Ptx { arch: spec.arch, source: with_register_caps(&source, spec) };
-        let ptx_version = ptx.check_target().map_err(BuildError::WrongTarget)?;
+        let ptx_version = ptx.check_target(spec.debug).map_err(BuildError::WrongTarget)?;
         ptx.validate(spec.entry_points.iter().map(|e| e.name.as_str()))?;
         Ok(BuildOutput { ptx, ptx_version, log })
     }
@@ -276,12 +276,14 @@ fn with_register_caps(ptx: &str, spec: &JitSpec) -> String {
 
 impl Ptx {
     /// Checks the module header against the arch it is for: `.target` names exactly that
-    /// processor (not another one, not `, debug`), and `.version` is a PTX ISA that can target
-    /// it. Returns the version. Only the header is read: this runs on every load.
-    pub fn check_target(&self) -> Result<PtxVersion, String> {
+    /// processor (not another one), with `, debug` exactly when built with line info, and
+    /// `.version` is a PTX ISA that can target it. Returns the version. Only the header is
+    /// read: this runs on every load.
+    pub fn check_target(&self, debug: bool) -> Result<PtxVersion, String> {
         let header = || self.source.lines().take(64).map(str::trim);
         let directive = |name: &str| header().find_map(|l| l.strip_prefix(name).map(str::trim));
-        let expected = self.arch.target_cpu();
+        let cpu = self.arch.target_cpu();
+        let expected = if debug { format!("{cpu}, debug") } else { cpu.clone() };
         match directive(".target ") {
             Some(target) if target == expected => {}
             Some(target) => return Err(format!("it targets `{target}`, not `{expected}`")),
@@ -290,7 +292,7 @@ impl Ptx {
         let version = directive(".version ").and_then(PtxVersion::parse).ok_or("it has no valid .version line")?;
         match self.arch.min_ptx_version() {
             Some(min) if version >= min => Ok(version),
-            Some(min) => Err(format!("PTX ISA {version} cannot target {expected} (needs {min} or newer)")),
+            Some(min) => Err(format!("PTX ISA {version} cannot target {cpu} (needs {min} or newer)")),
             None => Err(format!("{} is not a known CUDA architecture", self.arch)),
         }
     }
@@ -408,17 +410,19 @@ mod tests {
     #[test]
     fn the_header_must_name_the_specs_processor_and_a_ptx_isa_that_targets_it() {
         let header = |version: &str, target: &str| ptx(&format!("//\n\n.version {version}\n.target {target}\n"));
-        assert_eq!(header("7.8", "sm_90").check_target(), Ok(PtxVersion { major: 7, minor: 8 }));
-        for (version, target, why) in [
-            ("7.8", "znver3", "targets `znver3`"),
-            ("7.0", "sm_70", "targets `sm_70`"),
-            ("7.8", "sm_90, debug", "targets `sm_90, debug`"),
-            ("7.0", "sm_90", "PTX ISA 7.0 cannot target sm_90"),
+        assert_eq!(header("7.8", "sm_90").check_target(false), Ok(PtxVersion { major: 7, minor: 8 }));
+        assert!(header("7.8", "sm_90, debug").check_target(true).is_ok());
+        for (version, target, debug, why) in [
+            ("7.8", "znver3", false, "targets `znver3`"),
+            ("7.0", "sm_70", false, "targets `sm_70`"),
+            ("7.8", "sm_90, debug", false, "targets `sm_90, debug`"),
+            ("7.8", "sm_90", true, "targets `sm_90`, not `sm_90, debug`"),
+            ("7.0", "sm_90", false, "PTX ISA 7.0 cannot target sm_90"),
         ] {
-            let err = header(version, target).check_target().unwrap_err();
+            let err = header(version, target).check_target(debug).unwrap_err();
             assert!(err.contains(why), "{version} {target}: {err}");
         }
-        assert!(ptx(".version 7.8\n").check_target().is_err(), "no .target line");
+        assert!(ptx(".version 7.8\n").check_target(false).is_err(), "no .target line");
     }
 
     #[test]

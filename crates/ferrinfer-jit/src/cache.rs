@@ -219,7 +219,8 @@ impl Cache {
     /// The AOT directory's entry for `source_key`; a damaged one is ignored, saying why.
     fn aot_entry(&self, spec: &JitSpec, source_key: &str) -> Option<entry::Stored> {
         let dir = self.aot_index().get(source_key)?;
-        let expected = Expected { source_key, arch: Some(spec.arch), built_by: None, cubin_required: false };
+        let expected =
+            Expected { source_key, arch: Some((spec.arch, spec.debug)), built_by: None, cubin_required: false };
         match entry::load(dir, &expected) {
             Ok(stored) => Some(stored),
             Err(rejection) => {
@@ -250,7 +251,7 @@ impl Cache {
     ) -> Expected<'a> {
         Expected {
             source_key,
-            arch: Some(spec.arch),
+            arch: Some((spec.arch, spec.debug)),
             built_by: Some((key, &toolchain.version)),
             cubin_required: self.cubins_required && self.config.ptxas.is_some(),
         }
@@ -323,6 +324,7 @@ impl Cache {
             source_key: source_key.to_owned(),
             toolchain: toolchain.version.clone(),
             arch: spec.arch,
+            debug: spec.debug,
             ptx_version: output.ptx_version.to_string(),
             ptx_bytes: output.ptx.source.len() as u64,
             ptx_crc32: key::crc32_hex(output.ptx.source.as_bytes()),

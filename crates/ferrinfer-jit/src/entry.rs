@@ -33,6 +33,8 @@ pub(crate) struct Manifest {
     pub source_key: String,
     pub toolchain: String,
     pub arch: CudaArch,
+    /// Built with line info (the PTX's `.target` then ends in `, debug`).
+    pub debug: bool,
     pub ptx_version: String,
     pub ptx_bytes: u64,
     pub ptx_crc32: String,
@@ -64,8 +66,9 @@ impl CubinRecord {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Expected<'a> {
     pub source_key: &'a str,
-    /// The spec's arch; `None`: the manifest's own (embedding an AOT directory, no spec at hand).
-    pub arch: Option<CudaArch>,
+    /// The spec's arch and debug flag; `None`: the manifest's own (embedding an AOT directory,
+    /// no spec at hand).
+    pub arch: Option<(CudaArch, bool)>,
     /// The disk cache's key and toolchain; `None` for AOT entries, which another toolchain may
     /// have built (their source key still says what they compile).
     pub built_by: Option<(&'a str, &'a str)>,
@@ -101,7 +104,7 @@ pub(crate) fn load(dir: &Path, expected: &Expected) -> Result<Stored, Rejection>
     check_manifest(&manifest, expected).map_err(damaged)?;
     let ptx = read_checked(dir, PTX_FILE, manifest.ptx_bytes, &manifest.ptx_crc32).map_err(damaged)?;
     let ptx = String::from_utf8(ptx).map_err(|_| damaged(format!("{PTX_FILE} is not text")))?;
-    check_header(&ptx, manifest.arch).map_err(damaged)?;
+    check_header(&ptx, manifest.arch, manifest.debug).map_err(damaged)?;
     let cubins = manifest
         .cubins
         .iter()
@@ -121,18 +124,24 @@ pub(crate) fn read_manifest(dir: &Path) -> Result<Manifest, String> {
 }
 
 /// [`Ptx::check_target`] on the first 64 lines, the only ones copied.
-fn check_header(ptx: &str, arch: CudaArch) -> Result<(), String> {
+fn check_header(ptx: &str, arch: CudaArch, debug: bool) -> Result<(), String> {
     let header_end = ptx.match_indices('\n').nth(63).map_or(ptx.len(), |(i, _)| i);
     let header = Ptx { arch, source: ptx[..header_end].to_owned() };
-    header.check_target().map(|_| ()).map_err(|why| format!("{PTX_FILE}: {why}"))
+    header.check_target(debug).map(|_| ()).map_err(|why| format!("{PTX_FILE}: {why}"))
 }
 
 fn check_manifest(manifest: &Manifest, expected: &Expected) -> Result<(), String> {
     if manifest.source_key != expected.source_key {
         return Err(format!("it holds source key {}, not {}", short(&manifest.source_key), short(expected.source_key)));
     }
-    if let Some(arch) = expected.arch.filter(|a| *a != manifest.arch) {
-        return Err(format!("it was built for {}, not {}", manifest.arch, arch));
+    if let Some((arch, debug)) = expected.arch.filter(|e| *e != (manifest.arch, manifest.debug)) {
+        let line_info = |debug| if debug { " with line info" } else { "" };
+        return Err(format!(
+            "it was built for {}{}, not {arch}{}",
+            manifest.arch,
+            line_info(manifest.debug),
+            line_info(debug)
+        ));
     }
     if let Some((key, toolchain)) = expected.built_by {
         if manifest.key != key {
