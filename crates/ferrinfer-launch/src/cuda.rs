@@ -143,7 +143,15 @@ fn loaded_module(
     }
     let spec = make_spec();
     let module = jit()?.module(&spec)?;
-    let cuda_module = context.load_module(Ptx::from_src(module.ptx.as_ref()))?;
+    // A cubin for this very device skips the driver's compilation of the PTX (seconds while its
+    // cache is cold); the PTX serves every other device, and any cubin the driver refuses.
+    let (major, minor) = context.compute_capability()?;
+    let device = CudaArch { major: major as u32, minor: minor as u32 };
+    let cubin = module.cubin(device).and_then(|image| context.load_module(Ptx::from_binary(image.to_vec())).ok());
+    let cuda_module = match cubin {
+        Some(loaded) => loaded,
+        None => context.load_module(Ptx::from_src(module.ptx.as_str()))?,
+    };
     let functions = spec
         .entry_points
         .iter()
