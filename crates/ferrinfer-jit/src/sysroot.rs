@@ -52,10 +52,16 @@ pub fn core_sysroot(toolchain: &Toolchain, arch: CudaArch, sysroot_dir: &Path) -
     if dir.join(COMPLETE).is_file() {
         return Ok(dir); // another process built it while we waited
     }
-    let tmp = sysroot_dir.join(format!(".tmp-{name}-{}", std::process::id()));
-    for stale in [&dir, &tmp] {
-        fsutil::remove_path(stale).map_err(io(stale))?;
+    // What killed builds left (safe to remove: we hold the lock).
+    let stale_prefix = format!(".tmp-{name}-");
+    let entries = std::fs::read_dir(sysroot_dir).map_err(io(sysroot_dir))?.flatten();
+    let stale = entries
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&stale_prefix)));
+    for path in stale.chain([dir.clone()]) {
+        fsutil::remove_path(&path).map_err(io(&path))?;
     }
+    let tmp = sysroot_dir.join(format!("{stale_prefix}{}", std::process::id()));
     let progress = Progress::start(format!(
         "building `core` for {} with {} (once per toolchain and architecture; cached in {})",
         arch.target_cpu(),
