@@ -59,8 +59,8 @@ impl Module {
     /// The cubin for a device of compute capability `device`, if there is one. Only an exact
     /// match: a cubin of another minor version may run but would be tuned for another chip, and
     /// the PTX (compiled by the driver for this one) is always there.
-    pub fn cubin(&self, device: CudaArch) -> Option<&[u8]> {
-        self.cubins.iter().find(|c| c.arch == device).map(|c| &*c.image)
+    pub fn cubin(&self, device: CudaArch) -> Option<Arc<[u8]>> {
+        self.cubins.iter().find(|c| c.arch == device).and_then(Cubin::image)
     }
 }
 
@@ -312,7 +312,7 @@ impl Cache {
         self.store(entry, key, spec, &output, manifest, assembly.as_ref())?;
         let _ = fsutil::remove_path(&build_dir);
         self.log(&format!("built {} ({}) in {seconds:.2} s", spec.name, &key[..12]));
-        let cubins = assembly.map(|a| Cubin { arch: spec.arch, image: a.cubin.into() }).into_iter().collect();
+        let cubins = assembly.map(|a| Cubin::in_memory(spec.arch, a.cubin)).into_iter().collect();
         Ok(entry::Stored { ptx: Arc::new(output.ptx.source), cubins })
     }
 

@@ -3,11 +3,12 @@
 //! assembled one), `spec.toml`, `build.log` and `manifest.toml`, written last: what built it,
 //! for which arch, and the size and CRC-32 of each file. Loading re-checks all of it against the spec
 //! asking — source key, arch, the PTX's `.target` and `.version` lines, for the disk cache also
-//! key and toolchain — because a file on disk is only as good as whatever last wrote it.
+//! key and toolchain — because a file on disk is only as good as whatever last wrote it. A
+//! cubin's size is checked then, its CRC-32 when it is first used.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -18,11 +19,39 @@ use crate::{CudaArch, key};
 pub const PTX_FILE: &str = "kernels.ptx";
 pub const MANIFEST_FILE: &str = "manifest.toml";
 
-/// Machine code for one architecture, assembled from the module's PTX by ptxas.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Machine code for one architecture, assembled from the module's PTX by ptxas. A stored one is
+/// read on first use: a lookup need not read half a megabyte that only a GPU load uses.
+#[derive(Clone, Debug)]
 pub struct Cubin {
     pub arch: CudaArch,
-    pub image: Arc<[u8]>,
+    image: Arc<OnceLock<Option<Arc<[u8]>>>>,
+    /// Where a stored one is, with its size and CRC-32.
+    file: Option<(PathBuf, u64, String)>,
+}
+
+impl Cubin {
+    pub(crate) fn in_memory(arch: CudaArch, image: Vec<u8>) -> Self {
+        Cubin { arch, image: Arc::new(OnceLock::from(Some(image.into()))), file: None }
+    }
+
+    fn stored(arch: CudaArch, path: PathBuf, bytes: u64, crc32: String) -> Self {
+        Cubin { arch, image: Arc::default(), file: Some((path, bytes, crc32)) }
+    }
+
+    /// The image; `None` if the stored file is gone or damaged since the lookup (said on
+    /// stderr): the caller loads the PTX instead.
+    pub fn image(&self) -> Option<Arc<[u8]>> {
+        self.image
+            .get_or_init(|| {
+                let (path, bytes, crc32) = self.file.as_ref()?;
+                let (dir, file) = (path.parent()?, path.file_name()?.to_string_lossy());
+                read_checked(dir, &file, *bytes, crc32)
+                    .map_err(|why| eprintln!("ferrinfer-jit: not using cubin {}: {why}", path.display()))
+                    .ok()
+                    .map(Arc::from)
+            })
+            .clone()
+    }
 }
 
 /// `manifest.toml` of an entry.
@@ -105,16 +134,26 @@ pub(crate) fn load(dir: &Path, expected: &Expected) -> Result<Stored, Rejection>
     let ptx = read_checked(dir, PTX_FILE, manifest.ptx_bytes, &manifest.ptx_crc32).map_err(damaged)?;
     let ptx = String::from_utf8(ptx).map_err(|_| damaged(format!("{PTX_FILE} is not text")))?;
     check_header(&ptx, manifest.arch, manifest.debug).map_err(damaged)?;
-    let cubins = manifest
-        .cubins
-        .iter()
-        .map(|c| Ok(Cubin { arch: c.arch, image: read_checked(dir, &c.file, c.bytes, &c.crc32)?.into() }))
-        .collect::<Result<Vec<_>, String>>()
-        .map_err(damaged)?;
+    let cubins = manifest.cubins.iter().map(|c| stored_cubin(dir, c)).collect::<Result<Vec<_>, String>>();
+    let cubins = cubins.map_err(damaged)?;
     if expected.cubin_required && !cubins.iter().any(|c| c.arch == manifest.arch) {
         return Err(damaged(format!("it has no cubin for {} (built without ptxas)", manifest.arch.target_cpu())));
     }
     Ok(Stored { ptx: Arc::new(ptx), cubins })
+}
+
+/// A cubin the manifest lists, if its file has the listed size (its CRC-32 is checked when it
+/// is read).
+fn stored_cubin(dir: &Path, record: &CubinRecord) -> Result<Cubin, String> {
+    let path = dir.join(&record.file);
+    let len = std::fs::metadata(&path).map_err(|e| format!("{} is unreadable ({e})", record.file))?.len();
+    if len != record.bytes {
+        return Err(format!(
+            "{} has {len} bytes, its manifest says {} (truncated or edited)",
+            record.file, record.bytes
+        ));
+    }
+    Ok(Cubin::stored(record.arch, path, record.bytes, record.crc32.clone()))
 }
 
 pub(crate) fn read_manifest(dir: &Path) -> Result<Manifest, String> {

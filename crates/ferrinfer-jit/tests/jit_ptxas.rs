@@ -52,6 +52,21 @@ fn jit_aot_assembles_every_declared_module_for_the_default_archs_without_spills(
         let found = lookup.module(&module.spec).unwrap();
         assert_eq!((found.origin, found.cubin(module.spec.arch)), (Origin::Aot, module.cubin(module.spec.arch)));
     }
+    // A cubin damaged after the lookup (same size, one byte changed) is not loaded: the caller
+    // gets `None` and loads the PTX.
+    let module = &modules[0];
+    let fresh = Cache::new(
+        JitConfig { aot_dir: Some(out.path().to_owned()), disable_jit: true, ..JitConfig::new(cache_dir.path()) },
+        &[],
+    );
+    let found = fresh.module(&module.spec).unwrap();
+    let cubin = in_out
+        .entry_dir(&in_out.keys(&module.spec).unwrap().1)
+        .join(format!("kernels.{}.cubin", module.spec.arch.target_cpu()));
+    let mut bytes = std::fs::read(&cubin).unwrap();
+    bytes[100] ^= 0xff;
+    std::fs::write(&cubin, bytes).unwrap();
+    assert_eq!(found.cubin(module.spec.arch), None, "a damaged cubin was handed out");
 }
 
 /// `ferrinfer-jit aot` for the norm family on sm_90 with no ptxas anywhere, and `vars`.
