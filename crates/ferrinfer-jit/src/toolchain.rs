@@ -38,17 +38,18 @@ pub struct Toolchain {
 }
 
 impl Toolchain {
-    /// The device toolchain, resolved once per process. `cache_dir` (a sysroot directory) keeps
-    /// `rustc -vV` between processes; the first to ask is used (the answer does not depend on it).
-    pub fn device(cache_dir: &Path) -> Result<&'static Toolchain, BuildError> {
+    /// The device toolchain, resolved once per process. `state_dir` (the sysroot directory)
+    /// keeps `rustc -vV` between processes, in `toolchains/`; the first caller's is used (the
+    /// answer does not depend on it).
+    pub fn device(state_dir: &Path) -> Result<&'static Toolchain, BuildError> {
         static DEVICE: OnceLock<Result<Toolchain, BuildError>> = OnceLock::new();
-        DEVICE.get_or_init(|| Toolchain::resolve(DEVICE_TOOLCHAIN, cache_dir)).as_ref().map_err(BuildError::again)
+        DEVICE.get_or_init(|| Toolchain::resolve(DEVICE_TOOLCHAIN, state_dir)).as_ref().map_err(BuildError::again)
     }
 
-    /// Finds toolchain `name` and its identity.
-    pub fn resolve(name: &str, cache_dir: &Path) -> Result<Toolchain, BuildError> {
+    /// Finds toolchain `name` and its identity (`rustc -vV`, kept in `state_dir/toolchains/`).
+    pub fn resolve(name: &str, state_dir: &Path) -> Result<Toolchain, BuildError> {
         let rustc = locate_rustc(name)?;
-        let version = cached_version(&rustc, cache_dir)?;
+        let version = cached_version(&rustc, state_dir)?;
         Ok(Toolchain { name: name.to_owned(), rustc, version })
     }
 
@@ -68,11 +69,6 @@ impl Toolchain {
         let mut command = Command::new(&self.rustc);
         command.env_clear();
         command
-    }
-
-    /// The commit date line of `rustc -vV`, for messages (`2026-05-19`).
-    pub fn commit_date(&self) -> &str {
-        self.version.lines().find_map(|l| l.strip_prefix("commit-date: ")).unwrap_or("unknown")
     }
 }
 
@@ -108,9 +104,9 @@ struct CachedVersion {
 }
 
 /// `rustc -vV`, from the disk cache when the compiler's files are unchanged.
-fn cached_version(rustc: &Path, cache_dir: &Path) -> Result<String, BuildError> {
+fn cached_version(rustc: &Path, state_dir: &Path) -> Result<String, BuildError> {
     let fingerprint = fingerprint(rustc);
-    let file = cache_dir.join("toolchains").join(format!("{}.toml", &crate::key::sha256_hex(fingerprint.as_bytes())));
+    let file = state_dir.join("toolchains").join(format!("{}.toml", &crate::key::sha256_hex(fingerprint.as_bytes())));
     let cached = std::fs::read_to_string(&file).ok().and_then(|text| toml::from_str::<CachedVersion>(&text).ok());
     if let Some(cached) = cached.filter(|c| c.fingerprint == fingerprint && c.rustc == rustc) {
         return Ok(cached.version);
