@@ -64,7 +64,7 @@ pub fn assemble(ptxas: &Path, ptx: &Ptx, spec_name: &str, scratch: &Path) -> Res
     Ok(Assembly { resources: parse(&log), cubin, ptxas_version })
 }
 
-/// `ptxas --version`'s last word (`V12.9.86`), asked once per ptxas per process.
+/// `ptxas --version`'s release (`V12.9.86`), asked once per ptxas per process.
 pub fn version(ptxas: &Path) -> String {
     static VERSIONS: OnceLock<Mutex<HashMap<PathBuf, String>>> = OnceLock::new();
     let mut versions = VERSIONS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
@@ -72,10 +72,16 @@ pub fn version(ptxas: &Path) -> String {
         .entry(ptxas.to_owned())
         .or_insert_with(|| {
             let out = Command::new(ptxas).env_clear().arg("--version").output();
-            let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-            text.split_whitespace().last().unwrap_or("unknown").to_owned()
+            release(&out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default())
         })
         .clone()
+}
+
+/// `V12.9.86` from "Cuda compilation tools, release 12.9, V12.9.86".
+fn release(version_output: &str) -> String {
+    let words = version_output.split([' ', ',', '\n']);
+    let mut releases = words.filter(|w| w.starts_with('V') && w[1..].starts_with(|c: char| c.is_ascii_digit()));
+    releases.next().unwrap_or("unknown").to_owned()
 }
 
 /// Rejects any entry with spills or a stack frame.
@@ -163,6 +169,13 @@ ptxas info    : Used 255 registers
             }
         );
         assert_eq!((entries[1].registers, entries[1].spill_store_bytes, entries[1].stack_bytes), (255, 4, 8));
+    }
+
+    #[test]
+    fn the_release_is_read_from_the_version_banner() {
+        let banner = "ptxas: NVIDIA (R) Ptx optimizing assembler\nCuda compilation tools, release 12.9, V12.9.86\nBuild cuda_12.9.r12.9/compiler.36037853_0\n";
+        assert_eq!(release(banner), "V12.9.86");
+        assert_eq!(release(""), "unknown");
     }
 
     #[test]
