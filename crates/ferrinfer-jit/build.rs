@@ -1,6 +1,7 @@
 //! Embeds the kernel sources (`ferrinfer-kernels/src/**/*.rs`) in this crate, so cache keys and
-//! JIT builds need neither the repository nor its path at run time, and records the host triple
-//! (to find the nightly's rustc without spawning rustup).
+//! JIT builds need neither the repository nor its path at run time; records the host triple (to
+//! find the device toolchain's rustc without spawning rustup) and the device toolchain named by
+//! the repository's one-line `device-toolchain` file (the only place it is named).
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +19,23 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
     std::fs::write(out.join("kernel_sources.rs"), format!("&[\n{rows}]\n")).unwrap();
     println!("cargo:rustc-env=FERRINFER_HOST_TRIPLE={}", std::env::var("TARGET").unwrap());
+    println!(
+        "cargo:rustc-env=FERRINFER_DEVICE_TOOLCHAIN={}",
+        device_toolchain(&manifest_dir.join("../../device-toolchain"))
+    );
+}
+
+/// The toolchain name in `path`: one line, one word (e.g. `nightly-2026-05-20`).
+fn device_toolchain(path: &Path) -> String {
+    println!("cargo:rerun-if-changed={}", path.display());
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let name = text.trim();
+    assert!(
+        !name.is_empty() && !name.contains(char::is_whitespace),
+        "{} must hold one toolchain name such as nightly-2026-05-20, not {text:?}",
+        path.display()
+    );
+    name.to_owned()
 }
 
 /// Every `.rs` file under `dir`, as '/'-separated paths relative to `root`.

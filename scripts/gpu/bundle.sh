@@ -20,7 +20,11 @@ esac
 export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols
 rm -rf .bundle && mkdir -p .bundle/tests
 aot=$(mktemp -d)
-cargo xtask aot --arch "${FERRINFER_CUDA_ARCH_LIST:-9.0}" --out "$aot"
+# Cubins beside the PTX (ptxas from PyPI, as .ci/run): the GPU's first call then skips the
+# driver's compilation of the PTX. Required, so a missing ptxas fails here, not as a slow GPU run.
+python3 -c 'import nvidia.cuda_nvcc' 2>/dev/null || python3 -m pip install --quiet nvidia-cuda-nvcc-cu12
+FERRINFER_PTXAS="${FERRINFER_PTXAS:-$(python3 -c 'import nvidia.cuda_nvcc as m; print(list(m.__path__)[0])')/bin/ptxas}"
+FERRINFER_PTXAS="$FERRINFER_PTXAS" FERRINFER_REQUIRE_PTXAS=1 cargo xtask aot --arch "${FERRINFER_CUDA_ARCH_LIST:-9.0}" --out "$aot"
 tar cJf .bundle/aot.tar.xz -C "$aot" ptx
 rm -rf "$aot"
 cargo build --release -p ferrinfer-bench

@@ -19,10 +19,11 @@ enum Command {
         #[arg(long)]
         manifest_path: Option<PathBuf>,
     },
-    /// Build every kernel module of a family (default: all) ahead of time into a directory that
-    /// binaries can embed (FERRINFER_EMBED_AOT_DIR at build time) or read (FERRINFER_AOT_DIR).
+    /// Build every kernel module of a family (default: all) ahead of time — PTX, and with ptxas a
+    /// cubin per module — into a directory that binaries can embed (FERRINFER_EMBED_AOT_DIR at
+    /// build time) or read (FERRINFER_AOT_DIR).
     Aot {
-        /// Target architectures, e.g. "9.0" (default: FERRINFER_CUDA_ARCH_LIST, else 9.0).
+        /// Target architectures, e.g. "9.0" (default: FERRINFER_CUDA_ARCH_LIST, else 8.0 8.9 9.0).
         #[arg(long)]
         arch: Option<String>,
         #[arg(long)]

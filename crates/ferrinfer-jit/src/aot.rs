@@ -1,5 +1,7 @@
-//! Ahead of time: build every module some families declare into a directory with the cache's
-//! layout. A binary can embed such a directory at build time (`ferrinfer-launch` does, given
+//! Ahead of time: build every module some families declare, for each requested architecture,
+//! into a directory with the cache's layout — the PTX, and with ptxas the cubin for that arch
+//! beside it (a first load then skips the driver's seconds-long PTX compilation). A binary can
+//! embed such a directory at build time (`ferrinfer-launch` does, given
 //! `FERRINFER_EMBED_AOT_DIR`) or be pointed at one at run time (`FERRINFER_AOT_DIR`).
 
 use std::path::Path;
@@ -9,7 +11,8 @@ use crate::cache::{Cache, Module, index_entries, read_entry};
 use crate::{CudaArch, FAMILIES, JitConfig, JitError};
 
 /// Builds (or finds already built) every spec of `family` (all families if `None`) for each of
-/// `archs` into `out`, sharing `config`'s cargo target directory.
+/// `archs` into `out`, sharing `config`'s sysroot directory. With ptxas (`config.ptxas`) every
+/// entry gets its cubin; an entry built earlier without one is rebuilt.
 pub fn build(
     out: &Path,
     archs: &[CudaArch],
@@ -24,11 +27,14 @@ pub fn build(
             message: format!("unknown family {family:?}; known: {known:?}"),
         });
     }
+    if archs.is_empty() {
+        return Err(JitError::Config { var: "--arch", message: "no architecture to build for".into() });
+    }
     let mut aot_config = config.clone();
     aot_config.cache_dir = out.to_owned();
     aot_config.aot_dir = None;
     aot_config.disable_jit = false;
-    let cache = Cache::new(aot_config, &[]);
+    let cache = Cache::new(aot_config, &[]).requiring_cubins();
     let specs = families.iter().flat_map(|f| archs.iter().flat_map(move |&arch| (f.specs)(arch, config.debug)));
     specs.map(|spec| cache.module(&spec)).collect()
 }

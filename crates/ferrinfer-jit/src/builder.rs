@@ -1,28 +1,55 @@
-//! The rustc-nvptx64 builder: compiles the kernels crate to PTX for one architecture and checks
-//! the result. It plays the role `cuda-builder` plays in Rust-CUDA and `nvcc` in FlashInfer.
+//! The rustc-nvptx64 builder: compiles the kernels crate and a generated entry-point crate to PTX
+//! for one architecture and checks the result. It plays the role `cuda-builder` plays in
+//! Rust-CUDA and `nvcc` in FlashInfer.
 //!
-//! The build runs a child `cargo +nightly rustc` with a scrubbed environment: a parent cargo (when
-//! this runs inside a build script) exports `RUSTC`, `RUSTFLAGS`, `CARGO_TARGET_DIR`,
-//! `RUSTUP_TOOLCHAIN` and friends, which would otherwise leak into the child and pick the wrong
-//! compiler, flags or directory.
+//! No cargo: cargo reads configuration files from the working directory up and from
+//! `CARGO_HOME` (`[build] rustflags`, `[profile.release]`, `build.rustc-wrapper`, ...) and
+//! environment variables (`RUSTFLAGS`, `CARGO_TARGET_DIR`, ...), any of which changed the PTX
+//! without changing its key, and `cargo rustc -- -C target-cpu` reached only the last crate. The
+//! device toolchain's own `rustc` is run instead, by path, with an empty environment, in the
+//! build directory: rustc reads no configuration file, so its arguments — all listed here and
+//! in [`crate::sysroot`], and hashed into every key — decide the PTX. Three crates, each with
+//! the spec's `-C target-cpu`: `core` (once per toolchain and arch, [`crate::sysroot`]), the
+//! kernels crate (an rlib) and the entry-point crate (`--emit=asm`: the PTX).
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
+use crate::arch::PtxVersion;
 use crate::codegen::GeneratedCrate;
 use crate::sources::KernelSources;
-use crate::{CudaArch, JitSpec};
+use crate::toolchain::{Toolchain, install_command};
+use crate::{CudaArch, JitSpec, fsutil, sysroot};
 
-/// The toolchain that compiles device code (nvptx64 needs `-Zbuild-std`, so a nightly).
-pub const NIGHTLY: &str = "nightly";
+/// The device target.
+pub const TARGET: &str = "nvptx64-nvidia-cuda";
 
-/// Flags every build passes to rustc (part of the cache key); the target CPU comes from the spec.
-pub const FIXED_RUSTC_FLAGS: &[&str] = &["--emit=asm", "-C", UNROLL_FLAG];
+/// Edition of the kernels crate (its `Cargo.toml` inherits the workspace's; a test compares).
+pub const KERNELS_EDITION: &str = "2024";
 
-/// LLVM only keeps small register arrays in registers once loops over them are fully unrolled;
-/// below this threshold the f16 kernels' per-element loops spilled to `.local` memory.
-const UNROLL_FLAG: &str = "llvm-args=-unroll-threshold=100000";
+/// Code generation flags of every crate of a device build: cargo's release profile with
+/// `panic = "abort"` and `codegen-units = 1`, what the generated crates asked cargo for. Part of
+/// every key; the target CPU, debug info and a spec's own flags are added per spec.
+pub const CODEGEN_FLAGS: &[&str] = &[
+    "--target=nvptx64-nvidia-cuda",
+    "-Copt-level=3",
+    "-Cpanic=abort",
+    "-Ccodegen-units=1",
+    "-Cdebug-assertions=off",
+    "-Coverflow-checks=off",
+    "-Cembed-bitcode=no",
+];
+
+/// Flags of the kernels and entry-point crates beyond [`CODEGEN_FLAGS`]. LLVM only keeps small
+/// register arrays in registers once loops over them are fully unrolled; below this threshold
+/// the f16 kernels' per-element loops spilled to `.local` memory.
+pub const KERNEL_FLAGS: &[&str] = &["-Cllvm-args=-unroll-threshold=100000"];
+
+/// What the build directory is called inside the PTX (line info of debug builds), so the PTX
+/// does not depend on where the cache is.
+const REMAPPED_BUILD_DIR: &str = "/ferrinfer-jit";
 
 /// PTX text for one architecture.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,23 +62,31 @@ pub struct Ptx {
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     #[error(
-        "cannot run `cargo +{NIGHTLY}` ({source}); install Rust with rustup, then: rustup toolchain install {NIGHTLY} --component rust-src"
+        "the device toolchain `{toolchain}` (pinned in the repository's `device-toolchain` file) is not installed; fix: {}",
+        install_command(toolchain)
     )]
-    CargoNotFound { source: std::io::Error },
+    ToolchainMissing { toolchain: String },
     #[error(
-        "the `{NIGHTLY}` toolchain is not installed (nvptx64 kernels need -Zbuild-std); fix: rustup toolchain install {NIGHTLY} --component rust-src"
+        "the device toolchain `{toolchain}` lacks rust-src (needed to build `core` for nvptx64); fix: rustup component add rust-src --toolchain {toolchain}"
     )]
-    NightlyMissing,
+    RustSrcMissing { toolchain: String },
+    #[error("the device toolchain `{toolchain}` cannot compile for nvptx64-nvidia-cuda:\n{log}")]
+    NoNvptxSupport { toolchain: String, log: String },
+    #[error("cannot query the device toolchain: {0}; fix: {fix}", fix = install_command(crate::toolchain::DEVICE_TOOLCHAIN))]
+    Toolchain(String),
     #[error(
-        "the `{NIGHTLY}` toolchain lacks rust-src (needed to build `core` for nvptx64); fix: rustup component add rust-src --toolchain {NIGHTLY}"
+        "CUDA architecture {arch} is not one the JIT builds for (known: {known}); set FERRINFER_CUDA_ARCH_LIST to an older one the device runs (PTX runs on newer devices)",
+        known = crate::arch::known_list()
     )]
-    RustSrcMissing,
-    #[error("the `{NIGHTLY}` toolchain cannot compile for nvptx64-nvidia-cuda:\n{0}\nfix: rustup update {NIGHTLY}")]
-    NoNvptxSupport(String),
-    #[error("compiling {crate_dir} for {arch} failed:\n{log}")]
-    CompileFailed { crate_dir: PathBuf, arch: String, log: String },
-    #[error("the build succeeded but wrote no PTX under {0}")]
-    NoPtx(PathBuf),
+    UnknownArch { arch: CudaArch },
+    #[error(
+        "rustc does not know the processor `{cpu}` (LLVM: \"not a recognized processor\"); the build is rejected:\n{log}"
+    )]
+    UnknownTargetCpu { cpu: String, log: String },
+    #[error("compiling {stage} for {arch} failed:\n{log}")]
+    CompileFailed { stage: String, arch: String, log: String },
+    #[error("the PTX does not match its spec: {0}")]
+    WrongTarget(String),
     #[error("kernel `{entry}` uses .local memory (a register array spilled); the PTX is rejected")]
     LocalMemory { entry: String },
     #[error("PTX calls unresolved function `{name}` (device code must be generic or #[inline] and never panic)")]
@@ -60,10 +95,6 @@ pub enum BuildError {
     MissingEntryPoint(String),
     #[error("I/O error on {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error(
-        "cannot query the `{NIGHTLY}` toolchain: {0}; fix: rustup toolchain install {NIGHTLY} --component rust-src"
-    )]
-    Toolchain(String),
     #[error("ptxas reports {what} in kernel `{entry}`; the PTX is rejected:\n{report}")]
     Resources { entry: String, what: String, report: String },
     #[error(
@@ -72,29 +103,47 @@ pub enum BuildError {
     PtxasMissing,
     #[error("ptxas failed on the PTX of `{spec}`:\n{log}")]
     PtxasFailed { spec: String, log: String },
+    #[error("ptxas {ptxas} cannot assemble for {arch} (too old for it); install a newer one and set {PTXAS}")]
+    PtxasTooOld { ptxas: String, arch: String },
 }
 
 const REQUIRE: &str = crate::config::REQUIRE_PTXAS_VAR;
 const PTXAS: &str = crate::config::PTXAS_VAR;
 
-/// Compiles generated entry-point crates to PTX, sharing one cargo target directory (so `core`,
-/// built by `-Zbuild-std`, is compiled once per toolchain, not once per module).
+impl BuildError {
+    /// The same error again, for one remembered per process (the toolchain's): the variants a
+    /// toolchain lookup returns are rebuilt exactly, others keep their message.
+    pub(crate) fn again(&self) -> BuildError {
+        match self {
+            BuildError::ToolchainMissing { toolchain } => BuildError::ToolchainMissing { toolchain: toolchain.clone() },
+            BuildError::Toolchain(message) => BuildError::Toolchain(message.clone()),
+            other => BuildError::Toolchain(other.to_string()),
+        }
+    }
+}
+
+/// Compiles generated entry-point crates to PTX with the device toolchain, against a `core` built
+/// once per toolchain and arch under `sysroot_dir`.
 #[derive(Clone, Debug)]
-pub struct Builder {
-    pub target_dir: PathBuf,
+pub struct Builder<'t> {
+    pub toolchain: &'t Toolchain,
+    pub sysroot_dir: PathBuf,
 }
 
 /// What a build produced.
 #[derive(Clone, Debug)]
 pub struct BuildOutput {
     pub ptx: Ptx,
-    /// cargo's stderr, kept as the entry's build log.
+    /// The PTX ISA version of its `.version` line.
+    pub ptx_version: PtxVersion,
+    /// rustc's diagnostics (kernels crate, then entry crate), kept as the entry's build log.
     pub log: String,
 }
 
-impl Builder {
+impl Builder<'_> {
     /// Writes the kernels crate and `generated` under `build_dir` (replacing what is there),
-    /// compiles it for the spec's arch and checks the PTX exports every entry point.
+    /// compiles both for the spec's arch and checks the PTX: its target, every entry point, no
+    /// `.local` memory, no unresolved call.
     pub fn build(
         &self,
         spec: &JitSpec,
@@ -102,87 +151,106 @@ impl Builder {
         sources: &KernelSources,
         build_dir: &Path,
     ) -> Result<BuildOutput, BuildError> {
+        if !spec.arch.is_known() {
+            return Err(BuildError::UnknownArch { arch: spec.arch });
+        }
+        let sysroot = sysroot::core_sysroot(self.toolchain, spec.arch, &self.sysroot_dir)?;
         let io = |path: &Path| {
             let path = path.to_owned();
             move |source| BuildError::Io { path, source }
         };
-        if build_dir.exists() {
-            std::fs::remove_dir_all(build_dir).map_err(io(build_dir))?;
-        }
-        let crate_dir = build_dir.join("entry");
+        fsutil::remove_path(build_dir).map_err(io(build_dir))?;
         sources.write_crate(&build_dir.join("kernels")).map_err(io(build_dir))?;
-        std::fs::create_dir_all(&crate_dir).map_err(io(&crate_dir))?;
-        std::fs::write(crate_dir.join("Cargo.toml"), &generated.cargo_toml).map_err(io(&crate_dir))?;
-        std::fs::write(crate_dir.join("lib.rs"), &generated.lib_rs).map_err(io(&crate_dir))?;
-        let compile = Compile {
-            crate_dir,
-            lib_name: format!("ferrinfer_jit_{}", spec.name),
-            arch: spec.arch,
-            target_dir: self.target_dir.clone(),
-            flags: spec.flags.clone(),
-        };
-        let (path, log) = compile.run()?;
+        let entry_dir = build_dir.join("entry");
+        fsutil::ensure_dir(&entry_dir).map_err(io(&entry_dir))?;
+        std::fs::write(entry_dir.join("lib.rs"), &generated.lib_rs).map_err(io(&entry_dir))?;
+        let compile = Compile { toolchain: self.toolchain, spec, build_dir, sysroot: &sysroot };
+        let mut log = compile.kernels()?;
+        log += &compile.entry()?;
+        let path = build_dir.join("out/kernels.ptx");
         let source = std::fs::read_to_string(&path).map_err(io(&path))?;
         let ptx = Ptx { arch: spec.arch, source: with_register_caps(&source, spec) };
+        let ptx_version = ptx.check_target(spec.debug).map_err(BuildError::WrongTarget)?;
         ptx.validate(spec.entry_points.iter().map(|e| e.name.as_str()))?;
-        Ok(BuildOutput { ptx, log })
+        Ok(BuildOutput { ptx, ptx_version, log })
     }
 }
 
-/// One `cargo +nightly rustc` of one crate.
-struct Compile {
-    crate_dir: PathBuf,
-    lib_name: String,
-    arch: CudaArch,
-    target_dir: PathBuf,
-    flags: Vec<String>,
+/// The two rustc runs of one module.
+struct Compile<'a> {
+    toolchain: &'a Toolchain,
+    spec: &'a JitSpec,
+    build_dir: &'a Path,
+    sysroot: &'a Path,
 }
 
-impl Compile {
-    /// Compiles; returns the PTX's path and cargo's stderr.
-    fn run(&self) -> Result<(PathBuf, String), BuildError> {
-        match self.compile() {
-            // A fresh rlib whose `.s` was deleted: cargo would not rerun rustc, so clean and redo.
-            Err(BuildError::NoPtx(_)) => {
-                let mut clean = self.cargo("clean");
-                clean.args(["--release", "--target", "nvptx64-nvidia-cuda", "-p"]).arg(self.lib_name.replace('_', "-"));
-                clean.output().map_err(|source| BuildError::CargoNotFound { source })?;
-                self.compile()
-            }
-            result => result,
-        }
+impl Compile<'_> {
+    /// `kernels/src/lib.rs` → `out/libferrinfer_kernels.rlib`.
+    fn kernels(&self) -> Result<String, BuildError> {
+        let mut cmd = self.rustc("ferrinfer_kernels", "kernels/src/lib.rs");
+        cmd.args(["--emit=metadata,link", "--out-dir=out"]);
+        run(cmd, "the kernels crate", self.spec.arch)
     }
 
-    fn compile(&self) -> Result<(PathBuf, String), BuildError> {
-        let output = self.rustc_command().output().map_err(|source| BuildError::CargoNotFound { source })?;
-        let log = String::from_utf8_lossy(&output.stderr).into_owned();
-        if !output.status.success() {
-            return Err(diagnose(&self.crate_dir, self.arch, &log));
-        }
-        Ok((self.ptx_path(&String::from_utf8_lossy(&output.stdout))?, log))
+    /// `entry/lib.rs` → `out/kernels.ptx`.
+    fn entry(&self) -> Result<String, BuildError> {
+        let mut cmd = self.rustc(&format!("ferrinfer_jit_{}", self.spec.name), "entry/lib.rs");
+        cmd.args([
+            "--extern",
+            "ferrinfer_kernels=out/libferrinfer_kernels.rlib",
+            "--emit=asm",
+            "-o",
+            "out/kernels.ptx",
+        ]);
+        run(cmd, &format!("module `{}`", self.spec.name), self.spec.arch)
     }
 
-    /// `cargo +nightly <subcommand>` for this crate and target directory, environment scrubbed.
-    fn cargo(&self, subcommand: &str) -> Command {
-        let mut cmd = nightly_command("cargo");
-        cmd.arg(subcommand)
-            .arg("--manifest-path")
-            .arg(self.crate_dir.join("Cargo.toml"))
-            .arg("--target-dir")
-            .arg(&self.target_dir);
+    /// rustc for one crate of the spec, everything but what to emit.
+    fn rustc(&self, crate_name: &str, root: &str) -> Command {
+        let mut cmd = self.toolchain.rustc_command();
+        cmd.current_dir(self.build_dir)
+            .args(["--crate-name", crate_name, "--crate-type=rlib", &format!("--edition={KERNELS_EDITION}"), root])
+            .args(CODEGEN_FLAGS)
+            .args(KERNEL_FLAGS)
+            .arg(format!("-Ctarget-cpu={}", self.spec.arch.target_cpu()))
+            .arg(if self.spec.debug { "-Cdebuginfo=line-tables-only" } else { "-Cdebuginfo=0" })
+            .arg(format!("-Cmetadata={crate_name}"))
+            .arg("--remap-path-prefix")
+            .arg(format!("{}={REMAPPED_BUILD_DIR}", self.build_dir.display()))
+            .arg("--sysroot")
+            .arg(self.sysroot)
+            .args(&self.spec.flags);
         cmd
     }
+}
 
-    fn rustc_command(&self) -> Command {
-        let mut cmd = self.cargo("rustc");
-        cmd.args(["--release", "--lib", "--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
-            .arg("--message-format=json")
-            .arg("--")
-            .args(FIXED_RUSTC_FLAGS)
-            .arg("-C")
-            .arg(format!("target-cpu={}", self.arch.target_cpu()))
-            .args(&self.flags);
-        cmd
+/// Runs one rustc; returns its diagnostics. LLVM's "not a recognized processor" is only a
+/// warning to rustc, and the PTX it then writes targets a processor that does not exist: here it
+/// is an error.
+pub(crate) fn run(mut cmd: Command, stage: &str, arch: CudaArch) -> Result<String, BuildError> {
+    let output = cmd.output().map_err(|e| BuildError::Toolchain(format!("cannot run rustc: {e}")))?;
+    let log = String::from_utf8_lossy(&output.stderr).into_owned();
+    if let Some(cpu) = unrecognized_processor(&log) {
+        return Err(BuildError::UnknownTargetCpu { cpu, log });
+    }
+    if !output.status.success() {
+        return Err(diagnose(stage, arch, log));
+    }
+    Ok(log)
+}
+
+/// The processor LLVM warned about, if it did.
+fn unrecognized_processor(log: &str) -> Option<String> {
+    let line = log.lines().find(|l| l.contains("is not a recognized processor"))?;
+    Some(line.split('\'').nth(1).unwrap_or(line).to_owned())
+}
+
+fn diagnose(stage: &str, arch: CudaArch, log: String) -> BuildError {
+    let toolchain = crate::toolchain::DEVICE_TOOLCHAIN.to_owned();
+    if log.contains("could not find specification for target") || log.contains("unknown target") {
+        BuildError::NoNvptxSupport { toolchain, log }
+    } else {
+        BuildError::CompileFailed { stage: stage.to_owned(), arch: arch.to_string(), log }
     }
 }
 
@@ -206,62 +274,29 @@ fn with_register_caps(ptx: &str, spec: &JitSpec) -> String {
     out
 }
 
-/// `program +nightly` (a rustup proxy: cargo, rustc) with every variable a parent cargo or rustup
-/// set removed, so the outer build's compiler, flags and directories do not leak into it.
-pub(crate) fn nightly_command(program: &str) -> Command {
-    let mut cmd = Command::new(program);
-    for (key, _) in std::env::vars_os() {
-        if leaks_into_child(&key) {
-            cmd.env_remove(key);
+impl Ptx {
+    /// Checks the module header against the arch it is for: `.target` names exactly that
+    /// processor (not another one), with `, debug` exactly when built with line info, and
+    /// `.version` is a PTX ISA that can target it. Returns the version. Only the header is
+    /// read: this runs on every load.
+    pub fn check_target(&self, debug: bool) -> Result<PtxVersion, String> {
+        let header = || self.source.lines().take(64).map(str::trim);
+        let directive = |name: &str| header().find_map(|l| l.strip_prefix(name).map(str::trim));
+        let cpu = self.arch.target_cpu();
+        let expected = if debug { format!("{cpu}, debug") } else { cpu.clone() };
+        match directive(".target ") {
+            Some(target) if target == expected => {}
+            Some(target) => return Err(format!("it targets `{target}`, not `{expected}`")),
+            None => return Err("it has no .target line".into()),
+        }
+        let version = directive(".version ").and_then(PtxVersion::parse).ok_or("it has no valid .version line")?;
+        match self.arch.min_ptx_version() {
+            Some(min) if version >= min => Ok(version),
+            Some(min) => Err(format!("PTX ISA {version} cannot target {cpu} (needs {min} or newer)")),
+            None => Err(format!("{} is not a known CUDA architecture", self.arch)),
         }
     }
-    cmd.arg(format!("+{NIGHTLY}"));
-    cmd
-}
 
-/// Variables a parent cargo or rustup sets that must not reach the child build.
-fn leaks_into_child(key: &OsString) -> bool {
-    let key = key.to_string_lossy();
-    (key.starts_with("CARGO_") && key != "CARGO_HOME")
-        || key.starts_with("RUSTC")
-        || matches!(key.as_ref(), "RUSTUP_TOOLCHAIN" | "RUSTFLAGS" | "RUSTDOCFLAGS" | "CARGO")
-}
-
-fn diagnose(crate_dir: &Path, arch: CudaArch, stderr: &str) -> BuildError {
-    if stderr.contains("not installed") {
-        BuildError::NightlyMissing
-    } else if stderr.contains("rust-src") || stderr.contains("library/Cargo.lock") {
-        BuildError::RustSrcMissing
-    } else if stderr.contains("nvptx64-nvidia-cuda") && (stderr.contains("target") && stderr.contains("not")) {
-        BuildError::NoNvptxSupport(stderr.to_owned())
-    } else {
-        BuildError::CompileFailed { crate_dir: crate_dir.to_owned(), arch: arch.to_string(), log: stderr.to_owned() }
-    }
-}
-
-impl Compile {
-    /// The `.s` file of this build: rustc writes it beside the rlib/rmeta, under the same hash, which
-    /// cargo reports (even when the build was fresh and rustc did not run).
-    fn ptx_path(&self, cargo_json: &str) -> Result<PathBuf, BuildError> {
-        let rlib_prefix = format!("lib{}-", self.lib_name);
-        let rlib = cargo_json
-            .lines()
-            .filter(|line| line.contains(r#""reason":"compiler-artifact""#))
-            .flat_map(|line| line.split('"'))
-            .map(Path::new)
-            .find(|path| {
-                let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
-                name.starts_with(&rlib_prefix) && (name.ends_with(".rlib") || name.ends_with(".rmeta"))
-            });
-        let deps = self.target_dir.join("nvptx64-nvidia-cuda/release/deps");
-        let rlib = rlib.ok_or_else(|| BuildError::NoPtx(deps.clone()))?;
-        let stem = rlib.file_stem().unwrap_or_default().to_string_lossy();
-        let path = rlib.with_file_name(format!("{}.s", &stem[3..]));
-        if path.is_file() { Ok(path) } else { Err(BuildError::NoPtx(path)) }
-    }
-}
-
-impl Ptx {
     /// Rejects PTX that would load but run badly or not at all: a missing entry point, a kernel
     /// with `.local` memory, a call to a function the module does not define.
     pub fn validate<'a>(&self, entry_points: impl IntoIterator<Item = &'a str>) -> Result<(), BuildError> {
@@ -307,6 +342,34 @@ fn entry_name(line: &str) -> Option<&str> {
     Some(rest.split('(').next().unwrap_or(rest).trim())
 }
 
+/// Says on stderr what is being built once it has taken over a second, and how long it took.
+pub(crate) struct Progress {
+    done: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Progress {
+    const AFTER: Duration = Duration::from_secs(1);
+
+    pub(crate) fn start(message: String) -> Self {
+        let (done, finished) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            if finished.recv_timeout(Self::AFTER).is_err() {
+                eprintln!("ferrinfer-jit: {message} ...");
+                let _ = finished.recv();
+                eprintln!("ferrinfer-jit: done in {:.1} s", started.elapsed().as_secs_f64());
+            }
+        });
+        Progress { done, thread }
+    }
+
+    pub(crate) fn finish(self) {
+        let _ = self.done.send(());
+        let _ = self.thread.join();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,25 +408,42 @@ mod tests {
     }
 
     #[test]
-    fn toolchain_failures_name_the_fix() {
-        let dir = Path::new("/k");
-        let cases = [
-            (
-                "error: toolchain 'nightly-x86_64-unknown-linux-gnu' is not installed",
-                "rustup toolchain install nightly --component rust-src",
-            ),
-            (
-                "error: \"/root/.rustup/toolchains/nightly/lib/rustlib/src/rust/library/Cargo.lock\" does not exist, unable to build with the standard library, try:\n rustup component add rust-src",
-                "rustup component add rust-src --toolchain nightly",
-            ),
-            ("error: target `nvptx64-nvidia-cuda` not found in this toolchain", "rustup update nightly"),
-        ];
-        for (stderr, fix) in cases {
-            let message = diagnose(dir, CudaArch::HOPPER, stderr).to_string();
-            assert!(message.contains(fix), "{stderr:?} → {message:?}");
+    fn the_header_must_name_the_specs_processor_and_a_ptx_isa_that_targets_it() {
+        let header = |version: &str, target: &str| ptx(&format!("//\n\n.version {version}\n.target {target}\n"));
+        assert_eq!(header("7.8", "sm_90").check_target(false), Ok(PtxVersion { major: 7, minor: 8 }));
+        assert!(header("7.8", "sm_90, debug").check_target(true).is_ok());
+        for (version, target, debug, why) in [
+            ("7.8", "znver3", false, "targets `znver3`"),
+            ("7.0", "sm_70", false, "targets `sm_70`"),
+            ("7.8", "sm_90, debug", false, "targets `sm_90, debug`"),
+            ("7.8", "sm_90", true, "targets `sm_90`, not `sm_90, debug`"),
+            ("7.0", "sm_90", false, "PTX ISA 7.0 cannot target sm_90"),
+        ] {
+            let err = header(version, target).check_target(debug).unwrap_err();
+            assert!(err.contains(why), "{version} {target}: {err}");
         }
+        assert!(ptx(".version 7.8\n").check_target(false).is_err(), "no .target line");
+    }
+
+    #[test]
+    fn llvm_unknown_processor_warnings_are_errors() {
+        let log = "'sm_79' is not a recognized processor for this target (ignoring processor)\n";
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &format!("printf \"{log}\" >&2")]);
+        let err = run(cmd, "test", CudaArch::HOPPER).unwrap_err();
+        assert!(matches!(&err, BuildError::UnknownTargetCpu { cpu, .. } if cpu == "sm_79"), "{err}");
+    }
+
+    #[test]
+    fn toolchain_failures_name_the_fix() {
+        let missing = BuildError::ToolchainMissing { toolchain: "nightly-2026-05-20".into() }.to_string();
+        assert!(missing.contains("rustup toolchain install nightly-2026-05-20 --profile minimal --component rust-src"));
+        let no_src = BuildError::RustSrcMissing { toolchain: "nightly-2026-05-20".into() }.to_string();
+        assert!(no_src.contains("rustup component add rust-src --toolchain nightly-2026-05-20"));
+        let no_target = diagnose("core", CudaArch::HOPPER, "error: could not find specification for target".into());
+        assert!(matches!(no_target, BuildError::NoNvptxSupport { .. }));
         assert!(matches!(
-            diagnose(dir, CudaArch::HOPPER, "error[E0308]: mismatched types"),
+            diagnose("m", CudaArch::HOPPER, "error[E0308]: mismatched types".into()),
             BuildError::CompileFailed { .. }
         ));
     }
@@ -386,22 +466,5 @@ mod tests {
             with_register_caps(&ptx, &spec),
             format!(".visible .entry {name}(\n.param .b64 p\n)\n.maxnreg 96\n{{\nret;\n}}\n")
         );
-    }
-
-    #[test]
-    fn child_environment_is_scrubbed() {
-        for leaky in [
-            "RUSTC",
-            "RUSTC_WRAPPER",
-            "RUSTUP_TOOLCHAIN",
-            "RUSTFLAGS",
-            "CARGO_TARGET_DIR",
-            "CARGO_ENCODED_RUSTFLAGS",
-            "CARGO",
-        ] {
-            assert!(leaks_into_child(&leaky.into()), "{leaky} would leak");
-        }
-        assert!(!leaks_into_child(&"CARGO_HOME".into()));
-        assert!(!leaks_into_child(&"PATH".into()));
     }
 }

@@ -1,27 +1,29 @@
 //! Where modules come from, in order: this process's memo → PTX embedded in the binary → an AOT
 //! directory (`FERRINFER_AOT_DIR`) → the disk cache → a JIT build (unless `FERRINFER_DISABLE_JIT`).
 //!
-//! Disk layout under the cache directory: `ptx/<key>/` holds `kernels.ptx`, `spec.toml`,
-//! `build.log` and `manifest.toml` (the PTX's own SHA-256, written last); `locks/<key>.lock`;
-//! `build/<key>/` (sources of a build in progress); `target/` (cargo's, shared). Freshness is
-//! by content (the key), never by file times. An entry is built in a temporary directory and
+//! Disk layout under the cache directory: `ptx/<key>/` (one entry, see [`crate::entry`]);
+//! `locks/<key>.lock`; `build/<key>/` (sources of a build in progress); `sysroot/` (`core` per
+//! toolchain and arch); `toolchains/` (the device toolchain's `rustc -vV`). Freshness is by
+//! content (the key), never by file times. An entry is built in a temporary directory and
 //! renamed into place under an OS file lock, which dies with its process: N processes asking for
 //! one key build it once, and a process killed mid-build leaves neither a lock nor a half entry.
-//! An entry whose PTX does not match its manifest is rebuilt, never loaded.
+//! An entry that fails its checks is rebuilt, never loaded; a path of the cache in the wrong
+//! shape (a file where an entry directory belongs) is repaired.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
-
-use crate::builder::Builder;
+use crate::builder::{BuildOutput, Builder, Progress};
 use crate::codegen::{self, GeneratedCrate};
-use crate::ptxas::{self, EntryResources};
+use crate::entry::{self, CubinRecord, Expected, Manifest, NewEntry, Rejection};
+use crate::ptxas::{self, Assembly};
 use crate::sources::KernelSources;
-use crate::{JitConfig, JitError, JitSpec, key, toolchain};
+use crate::toolchain::Toolchain;
+use crate::{BuildError, CudaArch, JitConfig, JitError, JitSpec, fsutil, key, lock};
+
+pub use crate::entry::Cubin;
 
 /// PTX compiled into a binary ahead of time, found by source key.
 #[derive(Clone, Copy, Debug)]
@@ -39,29 +41,39 @@ pub enum Origin {
     Built,
 }
 
-/// A spec's PTX, ready to load.
+/// A spec's PTX, ready to load, and the cubins ptxas assembled from it.
 #[derive(Clone, Debug)]
 pub struct Module {
     pub spec: JitSpec,
-    pub ptx: Arc<str>,
+    /// The PTX text (an `Arc<String>`: a megabyte read from disk is moved in, not copied).
+    pub ptx: Arc<String>,
+    /// Machine code for the spec's arch, where ptxas made some (AOT builds; JIT builds with
+    /// ptxas). Loading one skips the driver's compilation of the PTX (seconds, once per driver
+    /// cache).
+    pub cubins: Vec<Cubin>,
     pub source_key: String,
     pub origin: Origin,
 }
 
-/// `manifest.toml` of a cache entry.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct Manifest {
-    spec: String,
-    key: String,
-    source_key: String,
-    toolchain: String,
-    ptx_sha256: String,
-    build_seconds: f64,
-    #[serde(default)]
-    ptxas: Vec<EntryResources>,
+impl Module {
+    /// The cubin for a device of compute capability `device`, if there is one. Only an exact
+    /// match: a cubin of another minor version may run but would be tuned for another chip, and
+    /// the PTX (compiled by the driver for this one) is always there.
+    pub fn cubin(&self, device: CudaArch) -> Option<Arc<[u8]>> {
+        self.cubins.iter().find(|c| c.arch == device).and_then(Cubin::image)
+    }
 }
 
-type Slot = Arc<Mutex<Option<Arc<Module>>>>;
+/// One spec's place in the memo: resolved once, read without locking afterwards.
+#[derive(Default)]
+struct Slot {
+    module: OnceLock<Arc<Module>>,
+    /// Held while resolving, so threads asking at once wait for one lookup or build.
+    resolving: Mutex<()>,
+}
+
+/// Slots of one spec name, per (arch, debug).
+type Variants = Vec<(CudaArch, bool, Arc<Slot>)>;
 
 /// One spec on its way through the disk cache: what it is, its keys, the toolchain.
 #[derive(Clone, Copy)]
@@ -70,7 +82,7 @@ struct Request<'r> {
     generated: &'r GeneratedCrate,
     source_key: &'r str,
     key: &'r str,
-    toolchain: &'r str,
+    toolchain: &'r Toolchain,
 }
 
 /// The module cache (one per process is typical; tests make their own).
@@ -79,7 +91,10 @@ pub struct Cache {
     embedded: &'static [EmbeddedPtx],
     sources: KernelSources,
     aot_index: OnceLock<HashMap<String, PathBuf>>,
-    memo: Mutex<HashMap<JitSpec, Slot>>,
+    /// By spec name, then arch and debug: a spec's identity (see [`Cache::module`]).
+    memo: RwLock<HashMap<String, Variants>>,
+    /// Treat an entry without a cubin as missing when ptxas is there (AOT builds).
+    cubins_required: bool,
 }
 
 impl Cache {
@@ -89,7 +104,8 @@ impl Cache {
             embedded,
             sources: KernelSources::embedded(),
             aot_index: OnceLock::new(),
-            memo: Mutex::default(),
+            memo: RwLock::default(),
+            cubins_required: false,
         }
     }
 
@@ -99,14 +115,20 @@ impl Cache {
         self
     }
 
+    /// The same cache, rebuilding entries that lack a cubin when ptxas is configured (AOT).
+    pub(crate) fn requiring_cubins(mut self) -> Self {
+        self.cubins_required = true;
+        self
+    }
+
     pub fn config(&self) -> &JitConfig {
         &self.config
     }
 
-    /// `(source_key, key)` of `spec`; `key` needs the nightly toolchain.
+    /// `(source_key, key)` of `spec`; `key` needs the device toolchain.
     pub fn keys(&self, spec: &JitSpec) -> Result<(String, String), JitError> {
         let source_key = key::source_key(spec, &codegen::generate(spec), &self.sources);
-        let key = key::key(&source_key, toolchain::nightly_version()?);
+        let key = key::key(&source_key, &Toolchain::device(&self.config.sysroot_dir)?.version);
         Ok((source_key, key))
     }
 
@@ -116,94 +138,162 @@ impl Cache {
     }
 
     /// The module for `spec`, resolved at most once per process (threads asking meanwhile wait).
+    ///
+    /// A spec is identified by its name, arch and debug flag — `JitSpec::name` is unique per
+    /// module, as FlashInfer's module names are — so a repeated lookup costs a hash of the name,
+    /// not a comparison of every entry point. Debug builds also compare the whole spec and
+    /// return [`JitError::SpecConflict`] for two different specs under one identity.
     pub fn module(&self, spec: &JitSpec) -> Result<Arc<Module>, JitError> {
-        let slot = {
-            let mut memo = lock(&self.memo);
-            match memo.get(spec) {
-                Some(slot) => slot.clone(),
-                None => memo.entry(spec.clone()).or_default().clone(),
-            }
+        let slot = self.slot(spec);
+        let module = match slot.module.get() {
+            Some(module) => module.clone(),
+            None => self.resolve_once(&slot, spec)?,
         };
-        let mut slot = lock(&slot);
-        if let Some(module) = &*slot {
+        if cfg!(debug_assertions) && module.spec != *spec {
+            return Err(JitError::SpecConflict { name: spec.name.clone(), arch: spec.arch });
+        }
+        Ok(module)
+    }
+
+    fn slot(&self, spec: &JitSpec) -> Arc<Slot> {
+        let find = |variants: &Variants| {
+            variants.iter().find(|(arch, debug, _)| *arch == spec.arch && *debug == spec.debug).map(|v| v.2.clone())
+        };
+        if let Some(slot) = self.memo.read().unwrap_or_else(|p| p.into_inner()).get(&spec.name).and_then(find) {
+            return slot;
+        }
+        let mut memo = self.memo.write().unwrap_or_else(|p| p.into_inner());
+        let variants = memo.entry(spec.name.clone()).or_default();
+        find(variants).unwrap_or_else(|| {
+            let slot = Arc::new(Slot::default());
+            variants.push((spec.arch, spec.debug, slot.clone()));
+            slot
+        })
+    }
+
+    /// Resolves `spec` into `slot` unless another thread did while this one waited; a failure
+    /// is not remembered (the next call tries again).
+    fn resolve_once(&self, slot: &Slot, spec: &JitSpec) -> Result<Arc<Module>, JitError> {
+        let _resolving = slot.resolving.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(module) = slot.module.get() {
             return Ok(module.clone());
         }
         let module = Arc::new(self.resolve(spec)?);
-        *slot = Some(module.clone());
-        Ok(module)
+        Ok(slot.module.get_or_init(|| module).clone())
     }
 
     fn resolve(&self, spec: &JitSpec) -> Result<Module, JitError> {
         let generated = codegen::generate(spec);
         let source_key = key::source_key(spec, &generated, &self.sources);
-        let found = |origin, ptx: Arc<str>| {
+        let found = |origin, stored: entry::Stored| {
             self.log(&format!("{}: {origin:?} ({})", spec.name, &source_key[..12]));
-            Module { spec: spec.clone(), ptx, source_key: source_key.clone(), origin }
+            Module {
+                spec: spec.clone(),
+                ptx: stored.ptx,
+                cubins: stored.cubins,
+                source_key: source_key.clone(),
+                origin,
+            }
         };
         if let Some(e) = self.embedded.iter().find(|e| e.source_key == source_key) {
-            return Ok(found(Origin::Embedded, e.ptx.into()));
+            return Ok(found(Origin::Embedded, entry::Stored { ptx: Arc::new(e.ptx.to_owned()), cubins: Vec::new() }));
         }
-        if let Some(dir) = self.aot_index().get(&source_key) {
-            match read_entry(dir, &source_key) {
-                Some(ptx) => return Ok(found(Origin::Aot, ptx.into())),
-                None => self.log(&format!("{}: AOT entry {} is damaged; ignored", spec.name, dir.display())),
-            }
+        if let Some(stored) = self.aot_entry(spec, &source_key) {
+            return Ok(found(Origin::Aot, stored));
         }
         if self.config.disable_jit {
-            let cached = toolchain::nightly_version()
-                .ok()
-                .and_then(|t| read_entry(&self.entry_dir(&key::key(&source_key, t)), &source_key));
-            return match cached {
-                Some(ptx) => Ok(found(Origin::Disk, ptx.into())),
+            return match self.disk_entry_only(spec, &source_key) {
+                Some(stored) => Ok(found(Origin::Disk, stored)),
                 None => {
                     Err(JitError::JitDisabled { spec: spec.name.clone(), family: spec.family.clone(), arch: spec.arch })
                 }
             };
         }
-        let toolchain = toolchain::nightly_version()?;
-        let key = key::key(&source_key, toolchain);
+        let toolchain = Toolchain::device(&self.config.sysroot_dir)?;
+        let key = key::key(&source_key, &toolchain.version);
         let request = Request { spec, generated: &generated, source_key: &source_key, key: &key, toolchain };
-        let (ptx, origin) = self.disk_or_build(&request)?;
-        Ok(found(origin, ptx.into()))
+        let (stored, origin) = self.disk_or_build(&request)?;
+        Ok(found(origin, stored))
     }
 
-    fn disk_or_build(&self, request: &Request) -> Result<(String, Origin), JitError> {
-        let Request { spec, source_key, key, .. } = *request;
+    /// The AOT directory's entry for `source_key`; a damaged one is ignored, saying why.
+    fn aot_entry(&self, spec: &JitSpec, source_key: &str) -> Option<entry::Stored> {
+        let dir = self.aot_index().get(source_key)?;
+        let expected =
+            Expected { source_key, arch: Some((spec.arch, spec.debug)), built_by: None, cubin_required: false };
+        match entry::load(dir, &expected) {
+            Ok(stored) => Some(stored),
+            Err(rejection) => {
+                eprintln!(
+                    "ferrinfer-jit: ignoring AOT entry {} of `{}`: {}",
+                    dir.display(),
+                    spec.name,
+                    reason(&rejection)
+                );
+                None
+            }
+        }
+    }
+
+    /// With JIT disabled: the disk entry if the toolchain is there to name its key.
+    fn disk_entry_only(&self, spec: &JitSpec, source_key: &str) -> Option<entry::Stored> {
+        let toolchain = Toolchain::device(&self.config.sysroot_dir).ok()?;
+        let key = key::key(source_key, &toolchain.version);
+        entry::load(&self.entry_dir(&key), &self.expected(spec, source_key, &key, toolchain)).ok()
+    }
+
+    fn expected<'a>(
+        &self,
+        spec: &JitSpec,
+        source_key: &'a str,
+        key: &'a str,
+        toolchain: &'a Toolchain,
+    ) -> Expected<'a> {
+        Expected {
+            source_key,
+            arch: Some((spec.arch, spec.debug)),
+            built_by: Some((key, &toolchain.version)),
+            cubin_required: self.cubins_required && self.config.ptxas.is_some(),
+        }
+    }
+
+    fn disk_or_build(&self, request: &Request) -> Result<(entry::Stored, Origin), JitError> {
+        let Request { spec, source_key, key, toolchain, .. } = *request;
         let entry = self.entry_dir(key);
-        if let Some(ptx) = read_entry(&entry, source_key) {
-            return Ok((ptx, Origin::Disk));
+        let expected = self.expected(spec, source_key, key, toolchain);
+        if let Ok(stored) = entry::load(&entry, &expected) {
+            return Ok((stored, Origin::Disk));
         }
-        let _lock = self.lock_key(key)?;
+        let _lock = self.lock_key(spec, key)?;
         // Another process may have built it while we waited for the lock.
-        if let Some(ptx) = read_entry(&entry, source_key) {
-            return Ok((ptx, Origin::Disk));
+        match entry::load(&entry, &expected) {
+            Ok(stored) => return Ok((stored, Origin::Disk)),
+            Err(Rejection::Missing) => {}
+            Err(Rejection::Damaged(why)) => {
+                eprintln!(
+                    "ferrinfer-jit: cache entry {} of `{}` is rejected ({why}); rebuilding",
+                    entry.display(),
+                    spec.name
+                );
+                fsutil::remove_path(&entry).map_err(|e| io_error(&entry, e))?;
+            }
         }
-        if entry.exists() {
-            self.log(&format!("{}: entry {} does not match its manifest; rebuilding", spec.name, entry.display()));
-            std::fs::remove_dir_all(&entry).map_err(|e| io_error(&entry, e))?;
-        }
-        let ptx = self.build(request, &entry)?;
-        Ok((ptx, Origin::Built))
+        Ok((self.build(request, &entry)?, Origin::Built))
     }
 
-    /// An exclusive OS lock on `key`, released when the file closes — or the process dies.
-    fn lock_key(&self, key: &str) -> Result<File, JitError> {
+    /// An exclusive OS lock on `key`, released when dropped — or when the process dies.
+    fn lock_key(&self, spec: &JitSpec, key: &str) -> Result<lock::Held, JitError> {
         let dir = self.config.cache_dir.join("locks");
-        std::fs::create_dir_all(&dir).map_err(|source| JitError::CacheNotWritable { dir: dir.clone(), source })?;
-        let path = dir.join(format!("{key}.lock"));
-        let file = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|source| JitError::CacheNotWritable { dir, source })?;
-        file.lock().map_err(|e| io_error(&path, e))?;
-        Ok(file)
+        fsutil::ensure_dir(&dir).map_err(|source| JitError::CacheNotWritable { dir: dir.clone(), source })?;
+        let what = format!("kernel module `{}` ({})", spec.name, &key[..12]);
+        lock::acquire(&dir.join(format!("{key}.lock")), &what)
+            .map_err(|source| JitError::CacheNotWritable { dir, source })
     }
 
-    /// Builds under the lock: compile, check, write a temporary entry, rename it into place.
-    fn build(&self, request: &Request, entry: &Path) -> Result<String, JitError> {
-        let Request { spec, generated, source_key, key, toolchain } = *request;
+    /// Builds under the lock: compile, check, assemble, write a temporary entry, rename it into
+    /// place.
+    fn build(&self, request: &Request, entry: &Path) -> Result<entry::Stored, JitError> {
+        let Request { spec, generated, key, toolchain, .. } = *request;
         let started = Instant::now();
         let build_dir = self.config.cache_dir.join("build").join(key);
         let progress = Progress::start(format!(
@@ -212,56 +302,94 @@ impl Cache {
             spec.arch.target_cpu(),
             self.config.cache_dir.display()
         ));
-        let output =
-            Builder { target_dir: self.config.target_dir.clone() }.build(spec, generated, &self.sources, &build_dir);
+        let builder = Builder { toolchain, sysroot_dir: self.config.sysroot_dir.clone() };
+        let output = builder.build(spec, generated, &self.sources, &build_dir);
         progress.finish();
         let output = output?;
-        let ptxas = self.ptxas_report(spec, &output.ptx, &build_dir)?;
+        let assembly = self.assemble(spec, &output, &build_dir)?;
         let seconds = started.elapsed().as_secs_f64();
-        let manifest = Manifest {
+        let manifest = self.manifest(request, &output, assembly.as_ref(), seconds);
+        self.store(entry, key, spec, &output, manifest, assembly.as_ref())?;
+        let _ = fsutil::remove_path(&build_dir);
+        self.log(&format!("built {} ({}) in {seconds:.2} s", spec.name, &key[..12]));
+        let cubins = assembly.map(|a| Cubin::in_memory(spec.arch, a.cubin)).into_iter().collect();
+        Ok(entry::Stored { ptx: Arc::new(output.ptx.source), cubins })
+    }
+
+    fn manifest(&self, request: &Request, output: &BuildOutput, assembly: Option<&Assembly>, seconds: f64) -> Manifest {
+        let Request { spec, source_key, key, toolchain, .. } = *request;
+        Manifest {
             spec: spec.name.clone(),
             key: key.to_owned(),
             source_key: source_key.to_owned(),
-            toolchain: toolchain.to_owned(),
-            ptx_sha256: key::sha256_hex(output.ptx.source.as_bytes()),
+            toolchain: toolchain.version.clone(),
+            arch: spec.arch,
+            debug: spec.debug,
+            ptx_version: output.ptx_version.to_string(),
+            ptx_bytes: output.ptx.source.len() as u64,
+            ptx_crc32: key::crc32_hex(output.ptx.source.as_bytes()),
             build_seconds: seconds,
-            ptxas,
-        };
-        let parent = entry.parent().expect("entries live under ptx/");
-        let tmp = parent.join(format!(".tmp-{key}-{}", std::process::id()));
-        remove_stale_temporaries(parent, key)?;
-        let write = |name: &str, contents: &str| {
-            std::fs::write(tmp.join(name), contents).map_err(|e| io_error(&tmp.join(name), e))
-        };
-        std::fs::create_dir_all(&tmp)
-            .map_err(|source| JitError::CacheNotWritable { dir: parent.to_owned(), source })?;
-        write("kernels.ptx", &output.ptx.source)?;
-        write("spec.toml", &spec.to_toml())?;
-        write("build.log", &output.log)?;
-        write("manifest.toml", &toml::to_string(&manifest).expect("a manifest serialises"))?;
-        std::fs::rename(&tmp, entry).map_err(|e| io_error(entry, e))?;
-        let _ = std::fs::remove_dir_all(&build_dir);
-        self.log(&format!("built {} ({}) in {seconds:.2} s", spec.name, &key[..12]));
-        Ok(output.ptx.source)
+            ptxas: assembly.map(|a| a.resources.clone()).unwrap_or_default(),
+            cubins: assembly
+                .map(|a| CubinRecord {
+                    arch: spec.arch,
+                    file: CubinRecord::file_name(spec.arch),
+                    bytes: a.cubin.len() as u64,
+                    crc32: key::crc32_hex(&a.cubin),
+                    ptxas: a.ptxas_version.clone(),
+                })
+                .into_iter()
+                .collect(),
+        }
     }
 
-    /// ptxas's per-entry report where ptxas is present; spills or stack reject the build.
-    fn ptxas_report(&self, spec: &JitSpec, ptx: &crate::Ptx, scratch: &Path) -> Result<Vec<EntryResources>, JitError> {
-        let Some(ptxas) = &self.config.ptxas else {
-            return if self.config.require_ptxas {
-                Err(crate::BuildError::PtxasMissing.into())
-            } else {
-                Ok(Vec::new())
-            };
+    /// Writes the entry as `ptx/.tmp-<key>-<pid>/` and renames it to `entry`.
+    fn store(
+        &self,
+        entry: &Path,
+        key: &str,
+        spec: &JitSpec,
+        output: &BuildOutput,
+        manifest: Manifest,
+        assembly: Option<&Assembly>,
+    ) -> Result<(), JitError> {
+        let parent = entry.parent().expect("entries live under ptx/");
+        fsutil::ensure_dir(parent).map_err(|source| JitError::CacheNotWritable { dir: parent.to_owned(), source })?;
+        remove_stale_temporaries(parent, key)?;
+        let tmp = parent.join(format!(".tmp-{key}-{}", std::process::id()));
+        let new = NewEntry {
+            manifest,
+            ptx: &output.ptx.source,
+            spec_toml: &spec.to_toml(),
+            log: &output.log,
+            cubin: assembly.map(|a| a.cubin.as_slice()),
         };
-        let report = ptxas::report(ptxas, ptx, &spec.name, scratch)?;
-        ptxas::check(&report)?;
-        Ok(report)
+        entry::write(&tmp, new).map_err(|e| io_error(&tmp, e))?;
+        std::fs::rename(&tmp, entry).map_err(|e| io_error(entry, e))
+    }
+
+    /// ptxas's report and cubin where ptxas is present; spills or stack reject the build. A
+    /// ptxas too old for the arch is skipped, saying so, unless ptxas is required.
+    fn assemble(&self, spec: &JitSpec, output: &BuildOutput, scratch: &Path) -> Result<Option<Assembly>, JitError> {
+        let Some(ptxas) = &self.config.ptxas else {
+            return if self.config.require_ptxas { Err(BuildError::PtxasMissing.into()) } else { Ok(None) };
+        };
+        match ptxas::assemble(ptxas, &output.ptx, &spec.name, &scratch.join("ptxas")) {
+            Ok(assembly) => {
+                ptxas::check(&assembly.resources)?;
+                Ok(Some(assembly))
+            }
+            Err(e @ BuildError::PtxasTooOld { .. }) if !self.config.require_ptxas => {
+                eprintln!("ferrinfer-jit: {e}; `{}` is stored without cubin or ptxas report", spec.name);
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// `source_key → entry directory` of the AOT directory, read once.
     fn aot_index(&self) -> &HashMap<String, PathBuf> {
-        self.aot_index.get_or_init(|| self.config.aot_dir.as_deref().map(index_entries).unwrap_or_default())
+        self.aot_index.get_or_init(|| self.config.aot_dir.as_deref().map(entry::index).unwrap_or_default())
     }
 
     fn log(&self, message: &str) {
@@ -271,33 +399,31 @@ impl Cache {
     }
 }
 
+fn reason(rejection: &Rejection) -> &str {
+    match rejection {
+        Rejection::Missing => "it is gone",
+        Rejection::Damaged(why) => why,
+    }
+}
+
 /// Every entry of a cache or AOT directory, by source key.
 pub fn index_entries(dir: &Path) -> HashMap<String, PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir.join("ptx")) else { return HashMap::new() };
-    entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter_map(|path| Some((read_manifest(&path)?.source_key, path)))
-        .collect()
+    entry::index(dir)
 }
 
-fn read_manifest(entry: &Path) -> Option<Manifest> {
-    toml::from_str(&std::fs::read_to_string(entry.join("manifest.toml")).ok()?).ok()
-}
-
-/// The entry's PTX if its manifest is for `source_key` and the PTX hashes to what it records.
+/// The entry's PTX if it holds `source_key` and passes its checks (files match the manifest,
+/// the PTX targets the manifest's arch).
 pub fn read_entry(entry: &Path, source_key: &str) -> Option<String> {
-    let manifest = read_manifest(entry)?;
-    let ptx = std::fs::read_to_string(entry.join("kernels.ptx")).ok()?;
-    (manifest.source_key == source_key && key::sha256_hex(ptx.as_bytes()) == manifest.ptx_sha256).then_some(ptx)
+    let expected = Expected { source_key, arch: None, built_by: None, cubin_required: false };
+    entry::load(entry, &expected).ok().map(|stored| Arc::unwrap_or_clone(stored.ptx))
 }
 
 /// Temporary entries of `key` left by killed builds (safe to remove: we hold the key's lock).
 fn remove_stale_temporaries(parent: &Path, key: &str) -> Result<(), JitError> {
-    std::fs::create_dir_all(parent).map_err(|source| JitError::CacheNotWritable { dir: parent.to_owned(), source })?;
     let prefix = format!(".tmp-{key}-");
     for entry in std::fs::read_dir(parent).map_err(|e| io_error(parent, e))?.flatten() {
         if entry.file_name().to_string_lossy().starts_with(&prefix) {
-            std::fs::remove_dir_all(entry.path()).map_err(|e| io_error(&entry.path(), e))?;
+            fsutil::remove_path(&entry.path()).map_err(|e| io_error(&entry.path(), e))?;
         }
     }
     Ok(())
@@ -305,36 +431,4 @@ fn remove_stale_temporaries(parent: &Path, key: &str) -> Result<(), JitError> {
 
 fn io_error(path: &Path, source: std::io::Error) -> JitError {
     JitError::Io { path: path.to_owned(), source }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Says on stderr what is being built once it has taken over a second, and how long it took.
-struct Progress {
-    done: std::sync::mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl Progress {
-    const AFTER: Duration = Duration::from_secs(1);
-
-    fn start(message: String) -> Self {
-        let (done, finished) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let started = Instant::now();
-            if finished.recv_timeout(Self::AFTER).is_err() {
-                eprintln!("ferrinfer-jit: {message} ...");
-                let _ = finished.recv();
-                eprintln!("ferrinfer-jit: done in {:.1} s", started.elapsed().as_secs_f64());
-            }
-        });
-        Progress { done, thread }
-    }
-
-    fn finish(self) {
-        let _ = self.done.send(());
-        let _ = self.thread.join();
-    }
 }

@@ -4,9 +4,11 @@
 //! [`norm::NormModule::spec`]) becomes a tiny generated crate that instantiates the generic kernels
 //! of `ferrinfer-kernels` as `extern "ptx-kernel"` entry points ([`codegen`]). Its key is a
 //! SHA-256 over the spec, the generated source, the kernel sources it uses (embedded in this
-//! crate at build time), the builder's flags and the exact nightly toolchain ([`key`]). The
-//! [`Cache`] finds a module in the binary (embedded AOT), an AOT directory, the disk cache, or
-//! builds it with the rustc-nvptx64 [`builder`] — once, under a per-key OS file lock.
+//! crate at build time), the builder's flags and the exact device toolchain ([`key`], pinned in
+//! the repository's `device-toolchain` file: [`toolchain`]). The [`Cache`] finds a module in the
+//! binary (embedded AOT), an AOT directory, the disk cache, or builds it with the rustc-nvptx64
+//! [`builder`] — once, under a per-key OS file lock — with the device toolchain's rustc run
+//! directly, so no cargo configuration or environment variable of the caller's reaches it.
 //!
 //! This crate never touches a GPU and never names a framework: it depends on `ferrinfer-kernels`
 //! and host crates that need no CUDA. Loading PTX onto a device is `ferrinfer-launch`'s job.
@@ -18,19 +20,23 @@ pub mod builder;
 pub mod cache;
 pub mod codegen;
 pub mod config;
+mod entry;
+mod fsutil;
 pub mod key;
+pub mod lock;
 pub mod norm;
 pub mod ptxas;
 pub mod sass;
 pub mod sources;
 pub mod spec;
+pub mod sysroot;
 pub mod toolchain;
 
 use std::path::PathBuf;
 
 pub use arch::CudaArch;
 pub use builder::{BuildError, Ptx};
-pub use cache::{Cache, EmbeddedPtx, Module, Origin};
+pub use cache::{Cache, Cubin, EmbeddedPtx, Module, Origin};
 pub use config::JitConfig;
 pub use spec::{EntrySpec, JitSpec};
 
@@ -54,7 +60,7 @@ pub enum JitError {
     #[error(transparent)]
     Build(#[from] BuildError),
     #[error(
-        "kernel module `{spec}` is neither embedded, in an AOT directory nor in the cache, and FERRINFER_DISABLE_JIT=1 forbids building it; build it ahead of time with `cargo xtask aot --arch {arch} --family {family} --out DIR` and run with FERRINFER_AOT_DIR=DIR"
+        "kernel module `{spec}` is neither embedded, in an AOT directory nor in the cache, and FERRINFER_DISABLE_JIT forbids building it; build it ahead of time with `cargo xtask aot --arch {arch} --family {family} --out DIR` and run with FERRINFER_AOT_DIR=DIR"
     )]
     JitDisabled { spec: String, family: String, arch: CudaArch },
     #[error(
@@ -65,4 +71,8 @@ pub enum JitError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{var}: {message}")]
     Config { var: &'static str, message: String },
+    #[error(
+        "two different specs are named `{name}` for {arch}; a spec's name, arch and debug flag identify its module, so give each spec its own name"
+    )]
+    SpecConflict { name: String, arch: CudaArch },
 }

@@ -1,12 +1,13 @@
 //! `ferrinfer-jit`: the JIT's command line — build modules ahead of time (`aot`, what
 //! `cargo xtask aot` runs), print specs, and time the cache (`bench-cache`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use ferrinfer_jit::{Cache, CudaArch, FAMILIES, JitConfig, JitError, Origin, aot};
+use ferrinfer_jit::{Cache, CudaArch, FAMILIES, JitConfig, JitError, Module, aot};
 
 #[derive(Parser)]
 #[command(name = "ferrinfer-jit", about = "Build and inspect ferrinfer's kernel modules", version)]
@@ -17,9 +18,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Build every module of a family (default: all) into an AOT directory.
+    /// Build every module of a family (default: all) into an AOT directory: the PTX, and with
+    /// ptxas (FERRINFER_PTXAS or on PATH) each module's cubin.
     Aot {
-        /// Target architectures, e.g. "9.0" or "8.0 9.0" (default: FERRINFER_CUDA_ARCH_LIST, else 9.0).
+        /// Target architectures, e.g. "9.0" or "8.0 9.0" (default: FERRINFER_CUDA_ARCH_LIST, else 8.0 8.9 9.0).
         #[arg(long)]
         arch: Option<String>,
         #[arg(long)]
@@ -35,11 +37,18 @@ enum Command {
         #[arg(long, default_value = "9.0")]
         arch: String,
     },
-    /// Time a cold build, a disk-cache hit and an in-process hit of one norm module.
+    /// Time a cold build, a disk-cache hit (in this process and in a fresh one) and an
+    /// in-process hit of one norm module.
     BenchCache {
         /// Cache directory to use; it is emptied first (default: a fresh temporary directory).
         #[arg(long)]
         dir: Option<PathBuf>,
+    },
+    /// Time one disk-cache lookup in this fresh process (bench-cache runs it).
+    #[command(hide = true)]
+    BenchFirstHit {
+        #[arg(long)]
+        dir: PathBuf,
     },
 }
 
@@ -59,22 +68,9 @@ fn run(command: Command) -> Result<(), JitError> {
         Command::Aot { arch, family, out } => {
             let archs = match arch {
                 Some(list) => parse_archs(&list)?,
-                None => config.arch_list.clone().unwrap_or(vec![CudaArch::HOPPER]),
+                None => config.arch_list.clone().unwrap_or(CudaArch::AOT_DEFAULT.to_vec()),
             };
-            for module in aot::build(&out, &archs, family.as_deref(), &config)? {
-                println!(
-                    "{:<28} {}  {:?}  {}",
-                    module.spec.name,
-                    module.spec.arch.target_cpu(),
-                    module.origin,
-                    &module.source_key[..16]
-                );
-            }
-            println!(
-                "AOT directory: {} (run with FERRINFER_AOT_DIR, or embed with FERRINFER_EMBED_AOT_DIR at build time)",
-                out.display()
-            );
-            Ok(())
+            aot_build(&config, &archs, family.as_deref(), &out)
         }
         Command::Specs { family, arch } => {
             for arch in parse_archs(&arch)? {
@@ -87,6 +83,13 @@ fn run(command: Command) -> Result<(), JitError> {
             Ok(())
         }
         Command::BenchCache { dir } => bench_cache(config, dir),
+        Command::BenchFirstHit { dir } => {
+            let started = Instant::now();
+            let module =
+                Cache::new(JitConfig { cache_dir: dir, ..config }, &[]).module(&bench_spec(CudaArch::HOPPER))?;
+            println!("{:.3} {:?}", started.elapsed().as_secs_f64() * 1e3, module.origin);
+            Ok(())
+        }
     }
 }
 
@@ -94,14 +97,39 @@ fn parse_archs(list: &str) -> Result<Vec<CudaArch>, JitError> {
     CudaArch::parse_list(list).map_err(|e| JitError::Config { var: "--arch", message: e.to_string() })
 }
 
-/// The three cache paths, each timed on its own: a cold build (core already built in the shared
-/// target directory), a disk hit in a fresh cache object, and an in-process hit.
-fn bench_cache(config: JitConfig, dir: Option<PathBuf>) -> Result<(), JitError> {
-    let temp = std::env::temp_dir().join(format!("ferrinfer-bench-cache-{}", std::process::id()));
-    let dir = dir.unwrap_or(temp);
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut config = JitConfig { cache_dir: dir.clone(), aot_dir: None, disable_jit: false, ..config };
-    config.target_dir = config.target_dir.clone();
+/// `aot`: builds, prints one line per module, and says whether cubins were made.
+fn aot_build(config: &JitConfig, archs: &[CudaArch], family: Option<&str>, out: &Path) -> Result<(), JitError> {
+    let modules = aot::build(out, archs, family, config)?;
+    for module in &modules {
+        let cubin = if module.cubin(module.spec.arch).is_some() { "+cubin" } else { "" };
+        println!(
+            "{:<28} {:<6} {cubin:<6} {:?}  {}",
+            module.spec.name,
+            module.spec.arch.target_cpu(),
+            module.origin,
+            &module.source_key[..16]
+        );
+    }
+    let with_cubin = modules.iter().filter(|m| m.cubin(m.spec.arch).is_some()).count();
+    match &config.ptxas {
+        Some(ptxas) => println!(
+            "cubins: {with_cubin} of {} modules, assembled by {} ({})",
+            modules.len(),
+            ptxas.display(),
+            ferrinfer_jit::ptxas::version(ptxas)
+        ),
+        None => println!(
+            "cubins: skipped, no ptxas (set FERRINFER_PTXAS, e.g. from `pip install nvidia-cuda-nvcc-cu12`); the driver will compile the PTX on first load"
+        ),
+    }
+    println!(
+        "AOT directory: {} (run with FERRINFER_AOT_DIR, or embed with FERRINFER_EMBED_AOT_DIR at build time)",
+        out.display()
+    );
+    Ok(())
+}
+
+fn bench_spec(arch: CudaArch) -> ferrinfer_jit::JitSpec {
     let bf16 = ferrinfer_kernels::element::DType::Bf16;
     let module = ferrinfer_jit::norm::NormModule {
         kernel: ferrinfer_jit::norm::NormKernel::Rms,
@@ -109,29 +137,67 @@ fn bench_cache(config: JitConfig, dir: Option<PathBuf>) -> Result<(), JitError> 
         weight: bf16,
         vec: 8,
     };
-    let spec = module.spec(CudaArch::HOPPER, false);
+    module.spec(arch, false)
+}
+
+/// The cache paths, each timed on its own: a cold build (`core` already built: another module
+/// is built first, untimed), a disk hit in a fresh cache object, a disk hit in a fresh process
+/// (toolchain identity included), and an in-process hit.
+fn bench_cache(config: JitConfig, dir: Option<PathBuf>) -> Result<(), JitError> {
+    let temp = std::env::temp_dir().join(format!("ferrinfer-bench-cache-{}", std::process::id()));
+    let dir = dir.unwrap_or(temp);
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = JitConfig { cache_dir: dir.clone(), aot_dir: None, disable_jit: false, ..config };
+    let spec = bench_spec(CudaArch::HOPPER);
     let warm = Cache::new(config.clone(), &[]);
-    warm.keys(&spec)?; // queries the toolchain once, outside the timings
-    let time = |cache: &Cache| -> Result<(f64, Origin), JitError> {
+    let mut other = spec.clone();
+    other.name.push_str("_warmup");
+    other.entry_points.truncate(1);
+    warm.module(&other)?; // resolves the toolchain and builds `core`, outside the timings
+    let time = |cache: &Cache| -> Result<(f64, Arc<Module>), JitError> {
         let started = Instant::now();
-        let origin = cache.module(&spec)?.origin;
-        Ok((started.elapsed().as_secs_f64(), origin))
+        let module = cache.module(&spec)?;
+        Ok((started.elapsed().as_secs_f64(), module))
     };
-    let (cold, cold_origin) = time(&warm)?;
+    let (cold, built) = time(&warm)?;
     let disk = Cache::new(config.clone(), &[]);
-    let (disk_hit, disk_origin) = time(&disk)?;
-    let iterations = 100_000;
+    let (disk_hit, found) = time(&disk)?;
+    let iterations = 1_000_000;
     let started = Instant::now();
     for _ in 0..iterations {
-        disk.module(&spec)?;
+        std::hint::black_box(disk.module(std::hint::black_box(&spec))?);
     }
     let in_process = started.elapsed().as_secs_f64() / iterations as f64;
-    println!("spec {} (target dir {})", spec.name, config.target_dir.display());
-    println!("cold build ({cold_origin:?}):   {:>10.3} ms", cold * 1e3);
-    println!("disk-cache hit ({disk_origin:?}): {:>10.3} ms", disk_hit * 1e3);
-    println!("in-process hit:        {:>10.3} µs (mean of {iterations})", in_process * 1e6);
+    let first_hit = first_hit_in_fresh_process(&dir);
+    let cubin = built.cubin(spec.arch).map_or("none".into(), |c| format!("{} bytes", c.len()));
+    println!(
+        "spec {} ({} entry points, PTX {} bytes, cubin {cubin})",
+        spec.name,
+        spec.entry_points.len(),
+        built.ptx.len()
+    );
+    println!("sysroot {}, ptxas {:?}", config.sysroot_dir.display(), config.ptxas);
+    println!("cold build ({:?}):      {:>10.3} ms", built.origin, cold * 1e3);
+    println!("disk-cache hit ({:?}):   {:>10.3} ms", found.origin, disk_hit * 1e3);
+    println!("first hit, new process: {first_hit}");
+    println!("in-process hit:         {:>10.3} µs (mean of {iterations})", in_process * 1e6);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// `bench-first-hit` in a child process: "<ms> <origin>", or why it failed.
+fn first_hit_in_fresh_process(dir: &Path) -> String {
+    let output = std::env::current_exe()
+        .and_then(|exe| std::process::Command::new(exe).arg("bench-first-hit").arg("--dir").arg(dir).output());
+    match output {
+        Ok(out) if out.status.success() => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let mut words = text.split_whitespace();
+            format!("{:>10} ms ({})", words.next().unwrap_or("?"), words.next().unwrap_or("?"))
+        }
+        Ok(out) => format!("failed: {}", String::from_utf8_lossy(&out.stderr).trim()),
+        Err(e) => format!("cannot run: {e}"),
+    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,13 @@
-//! PTX validation with `ptxas` (from the PyPI wheel `nvidia-cuda-nvcc-cu12` where there is no
-//! CUDA install): registers, stack and spills per entry point. A kernel that spills or keeps a
-//! stack frame is rejected, like one with `.local` memory.
+//! PTX validation and assembly with `ptxas` (from the PyPI wheel `nvidia-cuda-nvcc-cu12` where
+//! there is no CUDA install): registers, stack and spills per entry point, and the cubin — the
+//! machine code the driver would otherwise compile from the PTX on a module's first load, which
+//! takes seconds. A kernel that spills or keeps a stack frame is rejected, like one with
+//! `.local` memory.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -20,23 +24,64 @@ pub struct EntryResources {
     pub shared_bytes: u32,
 }
 
-/// Assembles `ptx` with `ptxas -v` (into `scratch`) and returns each entry's resources.
-pub fn report(ptxas: &Path, ptx: &Ptx, spec_name: &str, scratch: &Path) -> Result<Vec<EntryResources>, BuildError> {
-    let input = scratch.join("check.ptx");
-    std::fs::write(&input, &ptx.source).map_err(|source| BuildError::Io { path: input.clone(), source })?;
+/// A module assembled for its arch.
+#[derive(Clone, Debug)]
+pub struct Assembly {
+    pub resources: Vec<EntryResources>,
+    pub cubin: Vec<u8>,
+    /// `ptxas --version`'s release (`V12.9.86`).
+    pub ptxas_version: String,
+}
+
+/// Assembles `ptx` with `ptxas -v` (in `scratch`): each entry's resources and the cubin.
+pub fn assemble(ptxas: &Path, ptx: &Ptx, spec_name: &str, scratch: &Path) -> Result<Assembly, BuildError> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| BuildError::Io { path, source }
+    };
+    std::fs::create_dir_all(scratch).map_err(io(scratch))?;
+    let (input, cubin) = (scratch.join("check.ptx"), scratch.join("check.cubin"));
+    std::fs::write(&input, &ptx.source).map_err(io(&input))?;
+    // An empty environment, as for rustc: nothing the caller sets can change the cubin.
     let output = Command::new(ptxas)
+        .env_clear()
         .arg(format!("-arch={}", ptx.arch.target_cpu()))
         .arg("-v")
         .arg(&input)
         .arg("-o")
-        .arg(scratch.join("check.cubin"))
+        .arg(&cubin)
         .output()
-        .map_err(|source| BuildError::Io { path: ptxas.to_owned(), source })?;
+        .map_err(io(ptxas))?;
     let log = String::from_utf8_lossy(&output.stderr).into_owned() + &String::from_utf8_lossy(&output.stdout);
+    let ptxas_version = version(ptxas);
     if !output.status.success() {
+        if log.contains("is not defined for option 'gpu-name'") || log.contains("Unsupported .version") {
+            return Err(BuildError::PtxasTooOld { ptxas: ptxas_version, arch: ptx.arch.target_cpu() });
+        }
         return Err(BuildError::PtxasFailed { spec: spec_name.to_owned(), log });
     }
-    Ok(parse(&log))
+    let cubin = std::fs::read(&cubin).map_err(io(&cubin))?;
+    Ok(Assembly { resources: parse(&log), cubin, ptxas_version })
+}
+
+/// `ptxas --version`'s release (`V12.9.86`), asked once per ptxas per process.
+pub fn version(ptxas: &Path) -> String {
+    static VERSIONS: OnceLock<Mutex<HashMap<PathBuf, String>>> = OnceLock::new();
+    let mut versions = VERSIONS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    versions
+        .entry(ptxas.to_owned())
+        .or_insert_with(|| {
+            let out = Command::new(ptxas).env_clear().arg("--version").output();
+            release(&out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default())
+        })
+        .clone()
+}
+
+/// `V12.9.86` from "Cuda compilation tools, release 12.9, V12.9.86".
+fn release(version_output: &str) -> String {
+    let words = version_output.split([' ', ',', '\n']);
+    let mut releases = words.filter(|w| w.starts_with('V') && w[1..].starts_with(|c: char| c.is_ascii_digit()));
+    releases.next().unwrap_or("unknown").to_owned()
 }
 
 /// Rejects any entry with spills or a stack frame.
@@ -124,6 +169,13 @@ ptxas info    : Used 255 registers
             }
         );
         assert_eq!((entries[1].registers, entries[1].spill_store_bytes, entries[1].stack_bytes), (255, 4, 8));
+    }
+
+    #[test]
+    fn the_release_is_read_from_the_version_banner() {
+        let banner = "ptxas: NVIDIA (R) Ptx optimizing assembler\nCuda compilation tools, release 12.9, V12.9.86\nBuild cuda_12.9.r12.9/compiler.36037853_0\n";
+        assert_eq!(release(banner), "V12.9.86");
+        assert_eq!(release(""), "unknown");
     }
 
     #[test]

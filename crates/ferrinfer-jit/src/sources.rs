@@ -35,27 +35,16 @@ impl KernelSources {
         self
     }
 
-    /// Writes the crate: `Cargo.toml` plus `src/**`.
+    /// Writes the crate's sources: `src/**` (rustc compiles `src/lib.rs`; no manifest).
     pub fn write_crate(&self, dir: &Path) -> std::io::Result<()> {
         for (path, contents) in &self.files {
             let target = dir.join("src").join(path);
             std::fs::create_dir_all(target.parent().expect("a file has a parent"))?;
             std::fs::write(target, contents)?;
         }
-        std::fs::write(dir.join("Cargo.toml"), KERNELS_MANIFEST)
+        Ok(())
     }
 }
-
-/// The kernels crate's manifest when built from the embedded sources: no dependencies, no
-/// workspace (the repository's own manifest inherits from the workspace, which is not there).
-pub const KERNELS_MANIFEST: &str = r#"[package]
-name = "ferrinfer-kernels"
-version = "0.0.0"
-edition = "2024"
-
-[lib]
-path = "src/lib.rs"
-"#;
 
 #[cfg(test)]
 mod tests {

@@ -11,13 +11,13 @@ use ferrinfer_jit::norm::{NormKernel, NormModule};
 use ferrinfer_jit::{Cache, CudaArch, EmbeddedPtx, JitConfig, JitError, JitSpec, Origin, aot};
 use ferrinfer_kernels::element::DType;
 
-/// Builds of all tests share one cargo target directory, so `core` is compiled once.
-fn shared_target_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jit-target")
+/// Builds of all tests share one sysroot directory, so `core` is compiled once per arch.
+fn shared_sysroot_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jit-sysroot")
 }
 
 fn config(cache_dir: &Path) -> JitConfig {
-    JitConfig { target_dir: shared_target_dir(), ptxas: None, ..JitConfig::new(cache_dir) }
+    JitConfig { sysroot_dir: shared_sysroot_dir(), ptxas: None, ..JitConfig::new(cache_dir) }
 }
 
 fn spec(dtype: DType) -> JitSpec {
@@ -125,12 +125,12 @@ fn jit_race_child() {
     });
 }
 
-fn child(cache_dir: &Path, target_dir: &Path, test: &str) -> Command {
+fn child(cache_dir: &Path, sysroot_dir: &Path, test: &str) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env("FERRINFER_TEST_RACE_CHILD", "1")
         .env("FERRINFER_CACHE_DIR", cache_dir)
-        .env("FERRINFER_JIT_TARGET_DIR", target_dir)
+        .env("FERRINFER_JIT_SYSROOT_DIR", sysroot_dir)
         .env("FERRINFER_JIT_VERBOSE", "1")
         .env_remove("FERRINFER_AOT_DIR")
         .env_remove("FERRINFER_DISABLE_JIT");
@@ -142,7 +142,7 @@ fn jit_eight_processes_racing_build_once() {
     let dir = tempfile::tempdir().unwrap();
     let children: Vec<_> = (0..8)
         .map(|_| {
-            child(dir.path(), &shared_target_dir(), "jit_race_child")
+            child(dir.path(), &shared_sysroot_dir(), "jit_race_child")
                 .stderr(Stdio::piped())
                 .stdout(Stdio::null())
                 .spawn()
@@ -167,22 +167,34 @@ fn jit_eight_processes_racing_build_once() {
 #[test]
 fn jit_kill_9_mid_build_leaves_no_lock_and_no_half_entry() {
     let dir = tempfile::tempdir().unwrap();
-    // A target directory of its own: the child must build `core` first, which takes seconds.
-    let slow_target = dir.path().join("cold-target");
-    let mut victim = child(dir.path(), &slow_target, "jit_race_child");
+    // A sysroot directory of its own: the child must build `core` first, which takes seconds.
+    let slow_sysroot = dir.path().join("cold-sysroot");
+    let mut victim = child(dir.path(), &slow_sysroot, "jit_race_child");
     std::os::unix::process::CommandExt::process_group(&mut victim, 0);
     let mut victim = victim.stderr(Stdio::null()).stdout(Stdio::null()).spawn().unwrap();
-    let build_dir = dir.path().join("build");
+    // Wait until the child is compiling `core` (its temporary sysroot exists), then kill it.
+    let core_started = || {
+        slow_sysroot.read_dir().is_ok_and(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with(".tmp-")))
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !build_dir.read_dir().is_ok_and(|mut d| d.next().is_some()) {
+    while !core_started() {
         assert!(Instant::now() < deadline, "the child never started building");
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(500)); // cargo is compiling now
-    // SIGKILL the child and the cargo/rustc it started (its process group).
+    std::thread::sleep(Duration::from_millis(500)); // rustc is compiling `core` now
+    // SIGKILL the child and the rustc it started (its process group).
     let killed = Command::new("kill").args(["-s", "KILL", "--", &format!("-{}", victim.id())]).status().unwrap();
     assert!(killed.success());
     victim.wait().unwrap();
+    for lock in std::fs::read_dir(&slow_sysroot)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "lock"))
+    {
+        File::open(lock.path()).unwrap().try_lock().expect("the dead process's sysroot lock must be gone");
+    }
+    let complete = std::fs::read_dir(&slow_sysroot).unwrap().flatten().any(|e| e.path().join("complete").exists());
+    assert!(!complete, "a half-built sysroot was left in place");
 
     let cache = Cache::new(config(dir.path()), &[]);
     let spec = spec(DType::Bf16);

@@ -35,8 +35,8 @@ fn jit_sass_every_kernel_keeps_the_codegen_rules() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let target_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jit-target");
-    let config = JitConfig { ptxas: Some(ptxas_path.clone()), target_dir, ..JitConfig::new(dir.path()) };
+    let sysroot_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jit-sysroot");
+    let config = JitConfig { ptxas: Some(ptxas_path.clone()), sysroot_dir, ..JitConfig::new(dir.path()) };
     let cache = Cache::new(config, &[]);
     let mut failures = Vec::new();
     for family in FAMILIES {
@@ -45,8 +45,11 @@ fn jit_sass_every_kernel_keeps_the_codegen_rules() {
             let module = cache.module(&spec).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
             let scratch = tempfile::tempdir().unwrap();
             let ptx = Ptx { arch: spec.arch, source: module.ptx.to_string() };
-            let resources = ptxas::report(&ptxas_path, &ptx, &spec.name, scratch.path()).unwrap();
-            let functions = sass::disassemble(&nvdisasm, &scratch.path().join("check.cubin")).unwrap();
+            let assembly = ptxas::assemble(&ptxas_path, &ptx, &spec.name, scratch.path()).unwrap();
+            let cubin = scratch.path().join("module.cubin");
+            std::fs::write(&cubin, &assembly.cubin).unwrap();
+            let functions = sass::disassemble(&nvdisasm, &cubin).unwrap();
+            let resources = assembly.resources;
             report.push_str(&format!("{}\n", spec.name));
             for entry in &spec.entry_points {
                 let used = resources.iter().find(|r| r.name == entry.name);

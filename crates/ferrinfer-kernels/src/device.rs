@@ -90,13 +90,26 @@ fn named_barrier(id: u32, threads: u32) {
     unsafe { asm!("bar.sync {id}, {threads};", id = in(reg32) id, threads = in(reg32) threads) };
 }
 
+/// The shared-memory address of partial `index` (of `ferrinfer_group_partials`).
 #[inline(always)]
-fn group_partials() -> *mut f32 {
-    let pointer: *mut f32;
-    unsafe {
-        asm!("cvta.shared.u64 {p}, ferrinfer_group_partials;", p = out(reg64) pointer);
-    }
-    pointer
+fn partial_address(index: u32) -> u32 {
+    let base: u32;
+    unsafe { asm!("mov.u32 {b}, ferrinfer_group_partials;", b = out(reg32) base, options(pure, nomem, nostack)) };
+    base + 4 * index
+}
+
+/// Writes partial `index` with an explicit `st.shared` (a generic store through a converted
+/// pointer costs an address-space check in SASS).
+#[inline(always)]
+fn store_partial(index: u32, value: f32) {
+    unsafe { asm!("st.shared.f32 [{a}], {v};", a = in(reg32) partial_address(index), v = in(reg32) value, options(nostack)) };
+}
+
+#[inline(always)]
+fn load_partial(index: u32) -> f32 {
+    let value: f32;
+    unsafe { asm!("ld.shared.f32 {v}, [{a}];", v = out(reg32) value, a = in(reg32) partial_address(index), options(nostack)) };
+    value
 }
 
 /// A block's threads cut into groups of `threads` consecutive threads (a power of two, ≤ 1024),
@@ -149,18 +162,15 @@ impl RowGroup {
         }
         let warp_total = warp_sum(value);
         let warps = self.threads / 32;
-        let base = self.slot as usize * MAX_WARPS + (self.group * warps) as usize;
-        let partials = group_partials();
+        let base = self.slot * MAX_WARPS as u32 + self.group * warps;
         self.slot ^= 1;
-        unsafe {
-            if self.lane % 32 == 0 {
-                partials.add(base + (self.lane / 32) as usize).write_volatile(warp_total);
-            }
-            named_barrier(1 + self.group, self.threads);
-            let lane = self.lane % 32;
-            let mine = if lane < warps { partials.add(base + lane as usize).read_volatile() } else { 0.0 };
-            warp_sum(mine)
+        if self.lane % 32 == 0 {
+            store_partial(base + self.lane / 32, warp_total);
         }
+        named_barrier(1 + self.group, self.threads);
+        let lane = self.lane % 32;
+        let mine = if lane < warps { load_partial(base + lane) } else { 0.0 };
+        warp_sum(mine)
     }
 }
 

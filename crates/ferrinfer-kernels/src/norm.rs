@@ -170,7 +170,9 @@ mod device_kernels {
     /// (sub-warp, a warp or several warps), each of which holds up to `CHUNKS` vectors of it:
     /// vector `c · threads_per_row + lane` for chunk `c`. Rows are read from global memory once;
     /// each group strides over rows (`gridDim · rows per block` apart), loading its next row
-    /// before it reduces the current one, and holds its weights in registers throughout.
+    /// before it reduces the current one. A thread's weights (and β) stay in registers across rows
+    /// when they take at most `RESIDENT_WEIGHT_BYTES`; more would cost occupancy (or spill), so
+    /// they are read again per row, from L1, after the reduction.
     /// Launcher's guarantees: `threads_per_row` a power of two dividing `blockDim.x` (≤ 1024),
     /// at most 15 multi-warp groups per block (named barriers 1–15);
     /// `hidden ≤ CHUNKS · threads_per_row · VEC`; `hidden`, row strides and pointers multiples of
@@ -265,17 +267,11 @@ mod device_kernels {
         let in_warp = (group.group - group.first_of_warp()) as u64;
         wait_for_prior_grids();
         if lead < p.rows {
-            let mut weights = [(Packed::<W, VEC>::ZERO, Packed::<W, VEC>::ZERO); CHUNKS];
-            let offsets = columns.offsets::<CHUNKS>();
-            for (c, slot) in weights.iter_mut().enumerate() {
-                if columns.valid(c) {
-                    let at = offsets[c];
-                    slot.0 = unsafe { Packed::load::<Reused>((p.weight as *const W).add(at)) };
-                    if K::CENTERED {
-                        slot.1 = unsafe { Packed::load::<Reused>((p.bias as *const W).add(at)) };
-                    }
-                }
-            }
+            let weights = if resident_weights::<W, K, VEC, CHUNKS>() {
+                unsafe { load_weights::<W, K, VEC, CHUNKS, FULL>(p, &columns) }
+            } else {
+                [(Packed::ZERO, Packed::ZERO); CHUNKS]
+            };
             let inverse_hidden = 1.0 / p.hidden as f32;
             let mut share = unsafe { load_share::<T, K, VEC, CHUNKS, FULL>(p, lead + in_warp, &columns) };
             loop {
@@ -305,6 +301,33 @@ mod device_kernels {
             }
         }
         allow_dependent_grids();
+    }
+
+    /// Most bytes of weights (and β) a thread keeps in registers across its rows.
+    const RESIDENT_WEIGHT_BYTES: usize = 64;
+
+    #[inline(always)]
+    fn resident_weights<W, K: NormKind, const VEC: usize, const CHUNKS: usize>() -> bool {
+        CHUNKS * VEC * core::mem::size_of::<W>() * (1 + K::CENTERED as usize) <= RESIDENT_WEIGHT_BYTES
+    }
+
+    /// This thread's chunks of the weights (and β): read-only, shared by every row, kept in L1.
+    #[inline(always)]
+    unsafe fn load_weights<W: Element, K: NormKind, const VEC: usize, const CHUNKS: usize, const FULL: bool>(
+        p: &NormParams,
+        columns: &Columns<VEC, FULL>,
+    ) -> [(Packed<W, VEC>, Packed<W, VEC>); CHUNKS] {
+        let mut weights = [(Packed::<W, VEC>::ZERO, Packed::<W, VEC>::ZERO); CHUNKS];
+        let offsets = columns.offsets::<CHUNKS>();
+        for (c, slot) in weights.iter_mut().enumerate() {
+            if columns.valid(c) {
+                slot.0 = unsafe { Packed::load::<Reused>((p.weight as *const W).add(offsets[c])) };
+                if K::CENTERED {
+                    slot.1 = unsafe { Packed::load::<Reused>((p.bias as *const W).add(offsets[c])) };
+                }
+            }
+        }
+        weights
     }
 
     /// Loads this thread's chunks of `row` (chunks past the row stay zero).
@@ -409,6 +432,12 @@ mod device_kernels {
             RowScale { shift: 0.0, scale: rsqrt(mul_add(group.sum(squares), inverse_hidden, p.eps)) }
         };
         let output = row_ptr::<T>(p.output, row, p.output_row_stride);
+        let reloaded = if resident_weights::<W, K, VEC, CHUNKS>() {
+            None
+        } else {
+            Some(unsafe { load_weights::<W, K, VEC, CHUNKS, FULL>(p, columns) })
+        };
+        let weights = reloaded.as_ref().unwrap_or(weights);
         for c in 0..CHUNKS {
             if columns.valid(c) && writes {
                 let (w, b) = weights[c];

@@ -88,3 +88,29 @@ fn rsqrt_is_within_two_ulp_over_the_whole_range() {
     assert_eq!(rsqrt(f32::INFINITY), 0.0);
     assert!(rsqrt(f32::NAN).is_nan());
 }
+
+#[test]
+fn exp2_erf_and_sigmoid_are_close_to_f64_on_the_host() {
+    use ferrinfer_kernels::math::{erf, exp2, sigmoid};
+    let mut x = -130.0f32;
+    while x < 130.0 {
+        let want = 2f64.powf(x as f64);
+        let got = exp2(x) as f64;
+        if want >= f32::MIN_POSITIVE as f64 && want <= f32::MAX as f64 {
+            assert!((got - want).abs() <= 4e-7 * want, "exp2({x}) = {got:e}, want {want:e}");
+        }
+        x += 0.0173;
+    }
+    assert_eq!(exp2(0.0), 1.0);
+    assert_eq!(exp2(10.0), 1024.0);
+    assert_eq!(exp2(-200.0), 0.0);
+    assert_eq!(exp2(200.0), f32::INFINITY);
+    let mut x = -6.0f32;
+    while x < 6.0 {
+        let want = libm::erf(x as f64);
+        assert!((erf(x) as f64 - want).abs() < 5e-7, "erf({x}) = {}, want {want}", erf(x));
+        let want = 1.0 / (1.0 + (-(x as f64)).exp());
+        assert!((sigmoid(x) as f64 - want).abs() <= 1e-6 * want, "sigmoid({x})");
+        x += 0.001;
+    }
+}

@@ -172,16 +172,22 @@ impl<M: KernelModule> ModuleCache<M> {
         if let Some(module) = &*slot {
             return Ok(module.clone());
         }
-        let loaded = Arc::new(load(context, &key.spec(device.arch, jit()?.config().debug))?);
+        let loaded = Arc::new(load(context, &key.spec(device.arch, jit()?.config().debug), device.device)?);
         *slot = Some(loaded.clone());
         Ok(loaded)
     }
 }
 
-/// Finds or builds `spec`'s module and loads it into `context`.
-fn load(context: &Arc<CudaContext>, spec: &JitSpec) -> Result<LoadedModule, Error> {
+/// Finds or builds `spec`'s module and loads it into `context` (of a `device`).
+fn load(context: &Arc<CudaContext>, spec: &JitSpec, device: CudaArch) -> Result<LoadedModule, Error> {
     let module = jit()?.module(spec)?;
-    let cuda_module = context.load_module(Ptx::from_src(module.ptx.as_ref()))?;
+    // A cubin for this very device skips the driver's compilation of the PTX (seconds while its
+    // cache is cold); the PTX serves every other device, and any cubin the driver refuses.
+    let cubin = module.cubin(device).and_then(|image| context.load_module(Ptx::from_binary(image.to_vec())).ok());
+    let cuda_module = match cubin {
+        Some(loaded) => loaded,
+        None => context.load_module(Ptx::from_src(module.ptx.as_str()))?,
+    };
     let functions = spec
         .entry_points
         .iter()
@@ -201,6 +207,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// What a context's device needs to know once.
 #[derive(Clone, Copy)]
 struct DeviceInfo {
+    /// The device's compute capability.
+    device: CudaArch,
+    /// What modules are built for (the device's own, or the arch list's best match).
     arch: CudaArch,
     multiprocessors: u32,
     /// Programmatic dependent launch (compute capability 9.0+).
@@ -218,7 +227,7 @@ fn device_info(context: &Arc<CudaContext>) -> Result<DeviceInfo, Error> {
     let device = CudaArch { major: major as u32, minor: minor as u32 };
     let arch = jit()?.config().target_arch(device).map_err(|e| Error::Config(e.to_string()))?;
     let multiprocessors = context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
-    let info = DeviceInfo { arch, multiprocessors, supports_pdl: major >= 9 && arch.major >= 9 };
+    let info = DeviceInfo { device, arch, multiprocessors, supports_pdl: major >= 9 && arch.major >= 9 };
     lock(devices).insert(key, info);
     Ok(info)
 }

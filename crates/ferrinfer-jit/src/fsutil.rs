@@ -1,0 +1,81 @@
+//! File-system steps the cache repeats: atomic writes, and repairs of paths a user or a crash
+//! left in the wrong shape (a file where a directory belongs, or the reverse).
+
+use std::io;
+use std::path::Path;
+
+/// Writes `contents` to `path` through a temporary file and a rename, so a reader sees the old
+/// file or the new one, never half of one.
+pub fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let parent = path.parent().ok_or_else(|| io::Error::other("a file path has a parent"))?;
+    ensure_dir(parent)?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = parent.join(format!(".tmp-{name}-{}", std::process::id()));
+    std::fs::write(&tmp, contents)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Removes whatever is at `path` (directory tree, file or link); nothing there is fine.
+pub fn remove_path(path: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates directory `path` (and its parents); a file or link in its place is removed first. Only
+/// `path` itself is repaired: a file further up is the caller's directory, not ours to delete.
+pub fn ensure_dir(path: &Path) -> io::Result<()> {
+    match std::fs::create_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) => match std::fs::symlink_metadata(path) {
+            Ok(meta) if !meta.is_dir() => {
+                std::fs::remove_file(path)?;
+                std::fs::create_dir_all(path)
+            }
+            _ => Err(e),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_in_place_of_a_directory_is_replaced_but_not_one_above_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let squatter = dir.path().join("ptx");
+        std::fs::write(&squatter, "not a directory").unwrap();
+        ensure_dir(&squatter).unwrap();
+        assert!(squatter.is_dir());
+        let above = dir.path().join("file");
+        std::fs::write(&above, "").unwrap();
+        assert!(ensure_dir(&above.join("cache")).is_err());
+        assert!(above.is_file(), "a file above the cache is not ours to remove");
+    }
+
+    #[test]
+    fn remove_path_removes_files_directories_and_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, tree) = (dir.path().join("f"), dir.path().join("t"));
+        std::fs::write(&file, "").unwrap();
+        std::fs::create_dir_all(tree.join("a")).unwrap();
+        for path in [&file, &tree, &dir.path().join("absent")] {
+            remove_path(path).unwrap();
+            assert!(!path.exists());
+        }
+    }
+
+    #[test]
+    fn atomic_writes_replace_the_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/v.toml");
+        write_atomically(&path, b"one").unwrap();
+        write_atomically(&path, b"two").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
+        assert_eq!(std::fs::read_dir(path.parent().unwrap()).unwrap().count(), 1, "no temporary left");
+    }
+}

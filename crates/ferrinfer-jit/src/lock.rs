@@ -1,0 +1,109 @@
+//! Exclusive OS file locks (std's `File::lock`, `flock` on Unix): the OS drops one when its
+//! process dies, so a killed builder never leaves a stale lock. A live holder that stops (a
+//! SIGSTOP, a debugger, a slow disk) would make everyone else wait in silence, so each holder
+//! writes its pid and command line into the lock file, and a process that waits longer than
+//! [`FIRST_NOTICE`] says on stderr — always, not only when verbose — whom it waits for, then
+//! again every [`REPEAT_NOTICE`] until it has the lock.
+
+use std::fs::{File, TryLockError};
+use std::io::{self, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// How long a process waits for a lock before saying so.
+pub const FIRST_NOTICE: Duration = Duration::from_secs(3);
+/// How often it says so again while it keeps waiting.
+pub const REPEAT_NOTICE: Duration = Duration::from_secs(5);
+
+/// A held lock; dropping it releases the lock.
+#[derive(Debug)]
+pub struct Held {
+    _file: File,
+}
+
+/// Takes the exclusive lock of `path` (created if missing), waiting visibly as long as another
+/// process holds it. `what` names what the lock protects, for the waiting notices.
+pub fn acquire(path: &Path, what: &str) -> io::Result<Held> {
+    let file = File::options().create(true).truncate(false).read(true).write(true).open(path)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => wait(&file, path, what)?,
+        Err(TryLockError::Error(e)) => return Err(e),
+    }
+    // Best effort: a holder that cannot describe itself still holds the lock.
+    let _ = record_holder(&file);
+    Ok(Held { _file: file })
+}
+
+/// Blocks on the lock while a watcher thread prints who holds it, first after [`FIRST_NOTICE`].
+fn wait(file: &File, path: &Path, what: &str) -> io::Result<()> {
+    let started = Instant::now();
+    let (done, finished) = mpsc::channel::<()>();
+    let (path_owned, what_owned) = (path.to_owned(), what.to_owned());
+    let watcher = std::thread::spawn(move || {
+        let mut timeout = FIRST_NOTICE;
+        while finished.recv_timeout(timeout) == Err(RecvTimeoutError::Timeout) {
+            eprintln!(
+                "ferrinfer-jit: still waiting after {:.0} s for {what_owned}: {} is locked by {}",
+                started.elapsed().as_secs_f64(),
+                path_owned.display(),
+                holder(&path_owned)
+            );
+            timeout = REPEAT_NOTICE;
+        }
+    });
+    let locked = file.lock();
+    let _ = done.send(());
+    let _ = watcher.join();
+    if started.elapsed() >= FIRST_NOTICE {
+        eprintln!("ferrinfer-jit: got the lock for {what} after {:.1} s", started.elapsed().as_secs_f64());
+    }
+    locked
+}
+
+/// `pid 123 (cargo test ...)`, as the holder wrote it into the lock file.
+pub fn holder(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut lines = text.lines();
+    match (lines.next().and_then(|l| l.strip_prefix("pid ")), lines.next()) {
+        (Some(pid), command) => {
+            let command = command_line(pid).or(command.map(str::to_owned)).unwrap_or_else(|| "command unknown".into());
+            format!("pid {pid} ({command})")
+        }
+        (None, _) => "a process that has not written its pid yet".into(),
+    }
+}
+
+/// The live command line of process `pid`, where the OS shows it (`/proc`).
+fn command_line(pid: &str) -> Option<String> {
+    let raw = std::fs::read(PathBuf::from("/proc").join(pid.trim()).join("cmdline")).ok()?;
+    let args: Vec<String> =
+        raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    (!args.is_empty()).then(|| args.join(" "))
+}
+
+/// Writes `pid N` and this process's command line into the (locked) file.
+fn record_holder(mut file: &File) -> io::Result<()> {
+    let command: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    file.set_len(0)?;
+    file.rewind()?;
+    write!(file, "pid {}\n{}\n", std::process::id(), command.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_holder_is_recorded_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.lock");
+        let held = acquire(&path, "a test").unwrap();
+        let named = holder(&path);
+        assert!(named.starts_with(&format!("pid {} (", std::process::id())), "{named}");
+        drop(held);
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(holder(&path), "a process that has not written its pid yet");
+    }
+}

@@ -1,0 +1,125 @@
+//! A private sysroot per (device toolchain, arch): `core` built from the toolchain's rust-src
+//! with the spec's `-C target-cpu` and the flags cargo's `-Zbuild-std=core` uses, beside an empty
+//! `compiler_builtins` (rustc links one into every `#![no_std]` crate; PTX never calls it — an
+//! unresolved call is rejected anyway — so an empty one gives the same PTX and needs no build
+//! script of the real one's). Built once, under a lock, in a temporary directory renamed into
+//! place: `<sysroot_dir>/<toolchain>-<sm_XY>-<hash>/lib/rustlib/nvptx64-nvidia-cuda/lib/`.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::builder::{BuildError, CODEGEN_FLAGS, Progress, TARGET, run};
+use crate::toolchain::Toolchain;
+use crate::{CudaArch, fsutil, lock};
+
+/// Flags `core` gets beyond [`CODEGEN_FLAGS`] and the target CPU: what cargo adds for the
+/// standard library's crates.
+pub const CORE_FLAGS: &[&str] = &["-Zforce-unstable-if-unmarked", "--cap-lints=allow", "-Cmetadata=ferrinfer-core"];
+
+/// The `compiler_builtins` every no_std crate links (see the module documentation).
+pub const COMPILER_BUILTINS: &str = "#![no_std]\n#![feature(compiler_builtins)]\n#![compiler_builtins]\n";
+
+/// What `core`'s paths are called in the PTX of debug builds (not the installing user's home).
+const REMAPPED_LIBRARY: &str = "/rust/library";
+
+/// Marker written last into a finished sysroot.
+const COMPLETE: &str = "complete";
+
+/// Everything a sysroot's contents depend on besides the toolchain and arch (hashed into its
+/// directory name and into every module key).
+pub fn recipe() -> String {
+    format!("sysroot v1\n{}\n{}\n{COMPILER_BUILTINS}", CODEGEN_FLAGS.join(" "), CORE_FLAGS.join(" "))
+}
+
+/// The sysroot for `arch`, built now if it is not there yet.
+pub fn core_sysroot(toolchain: &Toolchain, arch: CudaArch, sysroot_dir: &Path) -> Result<PathBuf, BuildError> {
+    let hash = Sha256::new().chain_update(&toolchain.version).chain_update(arch.target_cpu()).chain_update(recipe());
+    let hash: String = hash.finalize()[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let name = format!("{}-{}-{hash}", toolchain.name, arch.target_cpu());
+    let dir = sysroot_dir.join(&name);
+    if dir.join(COMPLETE).is_file() {
+        return Ok(dir);
+    }
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| BuildError::Io { path, source }
+    };
+    fsutil::ensure_dir(sysroot_dir).map_err(io(sysroot_dir))?;
+    let lock_path = sysroot_dir.join(format!("{name}.lock"));
+    let _lock =
+        lock::acquire(&lock_path, &format!("the `core` build for {}", arch.target_cpu())).map_err(io(&lock_path))?;
+    if dir.join(COMPLETE).is_file() {
+        return Ok(dir); // another process built it while we waited
+    }
+    // What killed builds left (safe to remove: we hold the lock).
+    let stale_prefix = format!(".tmp-{name}-");
+    let entries = std::fs::read_dir(sysroot_dir).map_err(io(sysroot_dir))?.flatten();
+    let stale = entries
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&stale_prefix)));
+    for path in stale.chain([dir.clone()]) {
+        fsutil::remove_path(&path).map_err(io(&path))?;
+    }
+    let tmp = sysroot_dir.join(format!("{stale_prefix}{}", std::process::id()));
+    let progress = Progress::start(format!(
+        "building `core` for {} with {} (once per toolchain and architecture; cached in {})",
+        arch.target_cpu(),
+        toolchain.name,
+        sysroot_dir.display()
+    ));
+    let built = build(toolchain, arch, &tmp);
+    progress.finish();
+    built?;
+    std::fs::write(tmp.join(COMPLETE), recipe()).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &dir).map_err(io(&dir))?;
+    Ok(dir)
+}
+
+/// `core` and the empty `compiler_builtins` into sysroot `root`.
+fn build(toolchain: &Toolchain, arch: CudaArch, root: &Path) -> Result<(), BuildError> {
+    let library = toolchain.library_source();
+    let core = library.join("core/src/lib.rs");
+    if !core.is_file() {
+        return Err(BuildError::RustSrcMissing { toolchain: toolchain.name.clone() });
+    }
+    let lib = root.join("lib/rustlib").join(TARGET).join("lib");
+    fsutil::ensure_dir(&lib).map_err(|source| BuildError::Io { path: lib.clone(), source })?;
+    let builtins = root.join("compiler_builtins.rs");
+    std::fs::write(&builtins, COMPILER_BUILTINS).map_err(|source| BuildError::Io { path: builtins.clone(), source })?;
+    let edition = core_edition(&library)?;
+    let crate_command = |name: &str, source: &Path| {
+        let mut cmd = toolchain.rustc_command();
+        cmd.current_dir(root)
+            .args(["--crate-name", name, "--crate-type=lib", &format!("--edition={edition}")])
+            .arg(source)
+            .args(CODEGEN_FLAGS)
+            .args(CORE_FLAGS)
+            .arg(format!("-Ctarget-cpu={}", arch.target_cpu()))
+            .arg("--remap-path-prefix")
+            .arg(format!("{}={REMAPPED_LIBRARY}", library.display()))
+            .arg("--sysroot")
+            .arg(root)
+            .args(["--emit=metadata,link", "--out-dir"])
+            .arg(&lib);
+        cmd
+    };
+    run(crate_command("core", &core), "core", arch)?;
+    run(crate_command("compiler_builtins", &builtins), "compiler_builtins", arch)?;
+    Ok(())
+}
+
+/// The edition `library/core/Cargo.toml` declares (what cargo would pass).
+fn core_edition(library: &Path) -> Result<String, BuildError> {
+    let manifest = library.join("core/Cargo.toml");
+    let text =
+        std::fs::read_to_string(&manifest).map_err(|source| BuildError::Io { path: manifest.clone(), source })?;
+    let value: toml::Table =
+        toml::from_str(&text).map_err(|e| BuildError::Toolchain(format!("{}: {e}", manifest.display())))?;
+    value
+        .get("package")
+        .and_then(|p| p.get("edition"))
+        .and_then(|e| e.as_str())
+        .map(str::to_owned)
+        .ok_or_else(|| BuildError::Toolchain(format!("{} declares no edition", manifest.display())))
+}
