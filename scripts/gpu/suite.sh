@@ -7,11 +7,18 @@
 #             and > 2^31 (too slow under the sanitizer; norm_gpu_sanitizer_every_kernel_path
 #             reaches every kernel path with small sizes instead)
 #   racecheck compute-sanitizer racecheck, likewise (SANITIZER_TIMEOUT seconds each, default 240)
-#   bench     ferrinfer-bench --grid --refcheck, rmsnorm and fused_add_rmsnorm, bf16
+#   bench     ferrinfer-bench --grid for every routine of the norm (rmsnorm, fused_add_rmsnorm) and
+#             activation (silu/gelu/gelu_tanh_and_mul) families, bf16 and f16 (correctness: `tests`)
+#   sweep     the norm planner's layouts forced one by one (FERRINFER_NORM_LAYOUT) at the points
+#             that decide them, rmsnorm and fused_add_rmsnorm bf16: $out/sweep.csv
+#   eager     ferrinfer-bench --mode eager: the host path's wall time per call (T = 1)
+#   ncu       Nsight Compute on one launch of each of a few shapes (DRAM %, registers, occupancy,
+#             issue statistics)
 #   python    the Python wheel's tests (crates/ferrinfer-py/tests) on torch CUDA tensors: every op,
 #             the current-stream rule, torch.cuda.graph capture, the adapters.md CUDA snippet
-#   pybench   crates/ferrinfer-py/bench/norm.py: the Python module beside torch eager, torch.compile
-#             and FlashInfer in one process (FlashInfer only if importable: source .peers/b/install.sh)
+#   pybench   crates/ferrinfer-py/bench/ops.py: the Python module beside torch eager, torch.compile
+#             and FlashInfer in one process, norm and activation grids, and --eager (FlashInfer only
+#             if importable: source .peers/b/install.sh)
 #   candle    the candle adapter's GPU tests and its benchmark against candle's own rms_norm
 #             (needs .bundle/candle: bash scripts/gpu/bundle.sh --adapters)
 #   torch     the tch adapter's GPU tests, against the machine's torch 2.11 (needs .bundle/torch)
@@ -23,7 +30,7 @@ set -uo pipefail
 out=${OUT:-/tmp/ferrinfer-gpu-out}
 mkdir -p "$out" /tmp/ferrinfer-aot
 tar xJf .bundle/aot.tar.xz -C /tmp/ferrinfer-aot
-export FERRINFER_DISABLE_JIT=1 FERRINFER_AOT_DIR=/tmp/ferrinfer-aot
+export FERRINFER_DISABLE_JIT=1 FERRINFER_AOT_DIR=/tmp/ferrinfer-aot PYTHONUNBUFFERED=1
 status=0
 python_path() { # installs the bundled wheel once; prints the PYTHONPATH that finds it
   [ -d /tmp/ferrinfer-site ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ferrinfer-site .bundle/wheels/*.whl >&2
@@ -50,20 +57,61 @@ for step in "$@"; do
     memcheck|racecheck)
       # One test at a time, each with its own time limit (the all-op grid at once outran one).
       for t in .bundle/tests/*; do
-        for name in $("$t" --list 2>/dev/null | sed -n 's/: test$//p' | grep -v -e over_2_pow_31 -e _grid_); do
+        for name in $("$t" --list 2>/dev/null | sed -n 's/: test$//p' | grep -v -e over_2_pow_31 -e _grid -e layouts); do
           run "$step" timeout "${SANITIZER_TIMEOUT:-240}" compute-sanitizer --tool "$step" --error-exitcode 99 \
             --print-limit 20 "$t" --exact "$name" --test-threads=1
         done
       done ;;
     bench)
-      for routine in rmsnorm fused_add_rmsnorm; do
-        run bench .bundle/ferrinfer-bench --routine $routine --dtype bf16 --grid --refcheck --output-path "$out/ferrinfer.csv" --warmup-seconds 1
+      for dtype in bf16 f16; do
+        for routine in rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul; do
+          run bench .bundle/ferrinfer-bench --routine $routine --dtype $dtype --grid --output-path "$out/ferrinfer.csv" \
+            --warmup-seconds 1
+        done
+      done ;;
+    sweep)
+      echo "layout,op,dtype,T,H,impl,us,tbps" > "$out/sweep.csv"
+      sweep() { # sweep ROUTINE LAYOUTS CASES: every layout at every T:H
+        local routine=$1 layouts=$2 cases=$3
+        for layout in $layouts; do
+          for case in $cases; do
+            FERRINFER_NORM_LAYOUT=$layout .bundle/ferrinfer-bench --routine "$routine" --dtype bf16 \
+              --batch-size "${case%%:*}" --hidden-size "${case##*:}" --warmup-seconds 0 --num-iters 9 2>/dev/null \
+              | grep "^$routine," | sed "s/^/$layout,/" >> "$out/sweep.csv"
+          done
+        done
+      }
+      big="65536:4096 16384:4096 65536:8192 16384:8192 221184:128 4096:4096 1024:8192"
+      small="1:4096 1:8192 16:4096 128:4096 128:8192"
+      sweep rmsnorm "*:*:* 2:*:1 2:*:2 4:*:1 4:*:2 4:*:4 8:*:1 8:*:2 1:*:2 1:*:4" "$big"
+      sweep rmsnorm "*:*:* 1:*:1 2:*:1 4:*:1 8:*:1 1:1024:1 1:256:1" "$small"
+      sweep fused_add_rmsnorm "*:*:* 1:*:2 2:*:1 2:*:2 4:*:1 4:*:2 8:*:1" "65536:4096 16384:4096 65536:8192 1024:8192"
+      sweep fused_add_rmsnorm "*:*:* 1:*:1 2:*:1 4:*:1" "1:4096 1:8192 128:4096"
+      sort -t, -k2,2 -k4,4n -k5,5n -k7,7n "$out/sweep.csv" ;;
+    eager)
+      for routine in rmsnorm fused_add_rmsnorm silu_and_mul; do
+        for h in 4096 8192; do
+          run eager .bundle/ferrinfer-bench --routine $routine --dtype bf16 --batch-size 1 --hidden-size $h --mode eager \
+            --num-iters 7 --warmup-seconds 0 --output-path "$out/eager.csv"
+        done
+      done ;;
+    ncu)
+      for case in rmsnorm:65536:4096 rmsnorm:221184:128 rmsnorm:1:4096 fused_add_rmsnorm:65536:4096 silu_and_mul:16384:14336; do
+        IFS=: read -r routine t h <<< "$case"
+        run ncu /usr/local/cuda/bin/ncu --clock-control none --launch-count 1 -k regex:ferrinfer \
+          --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+          .bundle/ferrinfer-bench --routine "$routine" --dtype bf16 --batch-size "$t" --hidden-size "$h" \
+          --num-iters 1 --warmup-seconds 0
       done ;;
     python)
       run python env PYTHONPATH="$(python_path)" python3 -m pytest -q -rs -p no:cacheprovider crates/ferrinfer-py/tests ;;
     pybench)
-      run pybench env PYTHONPATH="$(python_path)" PYTHONUNBUFFERED=1 python3 crates/ferrinfer-py/bench/norm.py \
-        --dtype bfloat16 --out "$out/ferrinfer-py.csv" ;;
+      for family in norm activation; do
+        run pybench env PYTHONPATH="$(python_path)" python3 crates/ferrinfer-py/bench/ops.py --family $family \
+          --dtype bfloat16 --out "$out/py-$family.csv"
+        run pybench env PYTHONPATH="$(python_path)" python3 crates/ferrinfer-py/bench/ops.py --family $family \
+          --dtype bfloat16 --eager --out "$out/py-$family-eager.csv"
+      done ;;
     candle)
       run candle bash .bundle/candle/run.sh tests bench ;;
     torch)
@@ -74,7 +122,7 @@ for step in "$@"; do
       rm -rf /tmp/ferrinfer-nv-cache
       for i in 1 2; do run firstcall env CUDA_CACHE_DISABLE=1 "${first[@]}"; done
       for i in 1 2; do run firstcall env CUDA_CACHE_PATH=/tmp/ferrinfer-nv-cache "${first[@]}"; done ;;
-    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, python, pybench, candle, torch, firstcall)"; exit 2 ;;
+    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, sweep, eager, ncu, python, pybench, candle, torch, firstcall)"; exit 2 ;;
   esac
 done
 exit $status
