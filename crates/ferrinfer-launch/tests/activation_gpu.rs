@@ -37,17 +37,6 @@ fn activation_gpu_over_2_pow_31_elements() {
     let before = support::buffers(op, DType::Bf16, false, &case, 51);
     let mut after = before.clone();
     gpu.run(op, &mut after, &[]).unwrap();
-    let slice_rows = 1000;
-    let failures: Vec<String> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..case.rows.div_ceil(slice_rows))
-            .map(|i| {
-                let rows = i * slice_rows..((i + 1) * slice_rows).min(case.rows);
-                let (before, after) = (support::rows_of(&before, &rows), support::rows_of(&after, &rows));
-                let part = Case::contiguous(rows.len(), case.hidden);
-                scope.spawn(move || support::check(op, DType::Bf16, &part, &before, &after, &[]).map(|_| ()))
-            })
-            .collect();
-        handles.into_iter().filter_map(|h| h.join().unwrap().err()).collect()
-    });
+    let failures = support::check_in_slices(op, DType::Bf16, &case, &before, &after, &[], 1000);
     assert!(failures.is_empty(), "{failures:?}");
 }

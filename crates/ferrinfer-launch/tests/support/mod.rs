@@ -234,6 +234,43 @@ pub fn buffer_of<T: HostElement>(values: &[T], shape: &[usize]) -> Buffer {
     Buffer { dtype: T::DTYPE, bytes: bytemuck::cast_slice(values).to_vec(), shape: shape.to_vec(), strides }
 }
 
+/// Checks a run over more rows than fit in memory as f64 at once: slices of `slice_rows` rows,
+/// on a few threads at a time (each slice's f64 copies are hundreds of MB). Every failure, by
+/// slice.
+pub fn check_in_slices(
+    op: &OpInfo,
+    dtype: DType,
+    case: &Case,
+    before: &[Buffer],
+    after: &[Buffer],
+    scalars: &[f64],
+    slice_rows: usize,
+) -> Vec<String> {
+    let slices = case.rows.div_ceil(slice_rows);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures = std::sync::Mutex::new(Vec::new());
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(16);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= slices {
+                        break;
+                    }
+                    let rows = i * slice_rows..((i + 1) * slice_rows).min(case.rows);
+                    let part = Case { rows: rows.len(), ..*case };
+                    let result = check(op, dtype, &part, &rows_of(before, &rows), &rows_of(after, &rows), scalars);
+                    if let Err(e) = result {
+                        failures.lock().unwrap().push(format!("rows {rows:?}: {e}"));
+                    }
+                }
+            });
+        }
+    });
+    failures.into_inner().unwrap()
+}
+
 /// The rows `rows` of each (contiguous) row buffer; weights whole.
 pub fn rows_of(buffers: &[Buffer], rows: &std::ops::Range<usize>) -> Vec<Buffer> {
     buffers
