@@ -59,14 +59,17 @@ for step in "$@"; do
     memcheck|racecheck)
       # One test at a time, each with its own time limit (the all-op grid at once outran one).
       for t in .bundle/tests/*; do
-        for name in $("$t" --list 2>/dev/null | sed -n 's/: test$//p' | grep -v -e over_2_pow_31 -e _grid -e layouts); do
+        # SANITIZER_TESTS: a grep pattern picking the tests (default: all but the big ones).
+        for name in $("$t" --list 2>/dev/null | sed -n 's/: test$//p' | grep -v -e over_2_pow_31 -e _grid -e layouts \
+            | grep -e "${SANITIZER_TESTS:-.}"); do
           run "$step" timeout "${SANITIZER_TIMEOUT:-240}" compute-sanitizer --tool "$step" --error-exitcode 99 \
             --print-limit 20 "$t" --exact "$name" --test-threads=1
         done
       done ;;
     bench)
-      for dtype in bf16 f16; do
-        for routine in rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul; do
+      # BENCH_DTYPES, BENCH_ROUTINES: narrow the grid (default: both dtypes, every routine).
+      for dtype in ${BENCH_DTYPES:-bf16 f16}; do
+        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul}; do
           run bench .bundle/ferrinfer-bench --routine $routine --dtype $dtype --grid --output-path "$out/ferrinfer.csv" \
             --warmup-seconds 1
         done
@@ -108,7 +111,7 @@ for step in "$@"; do
     python)
       run python env PYTHONPATH="$(python_path)" python3 -m pytest -q -rs -p no:cacheprovider crates/ferrinfer-py/tests ;;
     pybench)
-      for family in norm activation; do
+      for family in ${PYBENCH_FAMILIES:-norm activation}; do
         run pybench env PYTHONPATH="$(python_path)" python3 crates/ferrinfer-py/bench/ops.py --family $family \
           --dtype bfloat16 --out "$out/py-$family.csv"
         run pybench env PYTHONPATH="$(python_path)" python3 crates/ferrinfer-py/bench/ops.py --family $family \

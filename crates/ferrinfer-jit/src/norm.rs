@@ -1,8 +1,9 @@
 //! The norm family at layer 3: [`NormModule::spec`] (FlashInfer's `gen_norm_module`) describes one
 //! module per kernel (rmsnorm, Gemma's, the fused adds, layernorm), dtype, weight dtype and vector
-//! width, holding a register-resident kernel per chunk count ([`CHUNK_COUNTS`]) and a streaming
-//! kernel (rows of any length). Small modules keep a cold JIT build short; the launcher picks the
-//! entry by [`NormModule::register_entry`] / [`NormModule::STREAM_ENTRY`].
+//! width, holding register-resident kernels per chunk count ([`CHUNK_COUNTS`]), each plain and
+//! pipelined (the next row loaded during the current one's reduction), and a streaming kernel
+//! (rows of any length). Small modules keep a cold JIT build short; the launcher picks the entry
+//! by [`NormModule::register_entry`] / [`NormModule::STREAM_ENTRY`].
 
 use std::collections::BTreeMap;
 
@@ -87,11 +88,12 @@ pub struct NormModule {
 
 impl NormModule {
     /// The streaming kernel's entry index (after the register kernels).
-    pub const STREAM_ENTRY: usize = CHUNK_COUNTS.len();
+    pub const STREAM_ENTRY: usize = 2 * CHUNK_COUNTS.len();
 
-    /// The entry index of the register kernel holding `chunks` vectors per thread.
-    pub fn register_entry(chunks: u32) -> Option<usize> {
-        CHUNK_COUNTS.iter().position(|&c| c == chunks)
+    /// The entry index of the register kernel holding `chunks` vectors per thread, pipelined or
+    /// not.
+    pub fn register_entry(chunks: u32, pipelined: bool) -> Option<usize> {
+        CHUNK_COUNTS.iter().position(|&c| c == chunks).map(|i| 2 * i + pipelined as usize)
     }
 
     /// The module's spec for `arch`.
@@ -99,11 +101,12 @@ impl NormModule {
         let weight_suffix = if self.weight == self.dtype { String::new() } else { format!("_w{}", self.weight.name()) };
         let base = format!("{}_{}{weight_suffix}_v{}", self.kernel.name(), self.dtype.name(), self.vec);
         let types = [element_type(self.dtype), element_type(self.weight), self.kernel.kind()].map(String::from);
-        let register = CHUNK_COUNTS.map(|chunks| EntrySpec {
-            name: format!("ferrinfer_{base}_c{chunks}"),
+        let register = CHUNK_COUNTS.into_iter().flat_map(|chunks| [false, true].map(|pipelined| (chunks, pipelined)));
+        let register = register.map(|(chunks, pipelined)| EntrySpec {
+            name: format!("ferrinfer_{base}_c{chunks}{}", if pipelined { "p" } else { "" }),
             kernel: "norm::norm_rows".into(),
             params: "norm::NormParams".into(),
-            generics: [types.to_vec(), vec![self.vec.to_string(), chunks.to_string()]].concat(),
+            generics: [types.to_vec(), vec![self.vec.to_string(), chunks.to_string(), pipelined.to_string()]].concat(),
             max_registers: None,
         });
         let stream = EntrySpec {
@@ -121,7 +124,7 @@ impl NormModule {
             sources: FAMILY.sources.iter().map(|s| s.to_string()).collect(),
             constants: BTreeMap::new(),
             flags: Vec::new(),
-            entry_points: register.into_iter().chain([stream]).collect(),
+            entry_points: register.chain([stream]).collect(),
         }
     }
 }
@@ -149,12 +152,14 @@ mod tests {
     fn a_module_holds_a_kernel_per_chunk_count_then_the_streaming_one() {
         let module = NormModule { kernel: NormKernel::Rms, dtype: DType::Bf16, weight: DType::Bf16, vec: 8 };
         let spec = module.spec(CudaArch::HOPPER, false);
-        assert_eq!(spec.entry_points.len(), CHUNK_COUNTS.len() + 1);
-        let c4 = &spec.entry_points[NormModule::register_entry(4).unwrap()];
+        assert_eq!(spec.entry_points.len(), 2 * CHUNK_COUNTS.len() + 1);
+        let c4 = &spec.entry_points[NormModule::register_entry(4, false).unwrap()];
         assert_eq!(c4.name, "ferrinfer_rmsnorm_bf16_v8_c4");
-        assert_eq!(c4.generics, ["element::Bf16", "element::Bf16", "norm::Rms", "8", "4"]);
+        assert_eq!(c4.generics, ["element::Bf16", "element::Bf16", "norm::Rms", "8", "4", "false"]);
+        let c4p = &spec.entry_points[NormModule::register_entry(4, true).unwrap()];
+        assert_eq!((c4p.name.as_str(), c4p.generics[5].as_str()), ("ferrinfer_rmsnorm_bf16_v8_c4p", "true"));
         assert_eq!(spec.entry_points[NormModule::STREAM_ENTRY].name, "ferrinfer_rmsnorm_bf16_v8_stream");
-        assert_eq!(NormModule::register_entry(16), None);
+        assert_eq!(NormModule::register_entry(16, false), None);
         let f32_widths: Vec<u32> = vector_widths(DType::F32).collect();
         assert_eq!(f32_widths, [4, 2, 1]);
     }

@@ -102,13 +102,17 @@ fn partial_address(index: u32) -> u32 {
 /// pointer costs an address-space check in SASS).
 #[inline(always)]
 fn store_partial(index: u32, value: f32) {
-    unsafe { asm!("st.shared.f32 [{a}], {v};", a = in(reg32) partial_address(index), v = in(reg32) value, options(nostack)) };
+    unsafe {
+        asm!("st.shared.f32 [{a}], {v};", a = in(reg32) partial_address(index), v = in(reg32) value, options(nostack))
+    };
 }
 
 #[inline(always)]
 fn load_partial(index: u32) -> f32 {
     let value: f32;
-    unsafe { asm!("ld.shared.f32 {v}, [{a}];", v = out(reg32) value, a = in(reg32) partial_address(index), options(nostack)) };
+    unsafe {
+        asm!("ld.shared.f32 {v}, [{a}];", v = out(reg32) value, a = in(reg32) partial_address(index), options(nostack))
+    };
     value
 }
 

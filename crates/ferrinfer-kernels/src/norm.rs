@@ -161,7 +161,7 @@ mod device_kernels {
     use super::*;
     use crate::device::{RowGroup, allow_dependent_grids, block_index, grid_size, thread_index, wait_for_prior_grids};
     use crate::math::{mul_add, rsqrt};
-    use crate::vector::{Coherent, Once, Packed, Reused};
+    use crate::vector::{Coherent, Load, Once, Packed, Reused, Streamed};
 
     /// Independent partial sums per thread: one FMA chain each, so the adds overlap.
     const ACCUMULATORS: usize = 8;
@@ -169,8 +169,9 @@ mod device_kernels {
     /// The register-resident kernel. Each row belongs to a group of `threads_per_row` threads
     /// (sub-warp, a warp or several warps), each of which holds up to `CHUNKS` vectors of it:
     /// vector `c · threads_per_row + lane` for chunk `c`. Rows are read from global memory once;
-    /// each group strides over rows (`gridDim · rows per block` apart), loading its next row
-    /// before it reduces the current one. A thread's weights (and β) stay in registers across rows
+    /// each group strides over rows (`gridDim · rows per block` apart); `PIPELINED` groups load
+    /// their next row before they reduce the current one (twice the row's registers, for a group
+    /// with several rows), others load a row when they get to it. A thread's weights (and β) stay in registers across rows
     /// when they take at most `RESIDENT_WEIGHT_BYTES`; more would cost occupancy (or spill), so
     /// they are read again per row, from L1, after the reduction.
     /// Launcher's guarantees: `threads_per_row` a power of two dividing `blockDim.x` (≤ 1024),
@@ -178,15 +179,22 @@ mod device_kernels {
     /// `hidden ≤ CHUNKS · threads_per_row · VEC`; `hidden`, row strides and pointers multiples of
     /// `VEC` elements (of their own type).
     #[inline(always)]
-    pub unsafe fn norm_rows<T: Element, W: Element, K: NormKind, const VEC: usize, const CHUNKS: usize>(
+    pub unsafe fn norm_rows<
+        T: Element,
+        W: Element,
+        K: NormKind,
+        const VEC: usize,
+        const CHUNKS: usize,
+        const PIPELINED: bool,
+    >(
         p: &NormParams,
     ) {
         // Rows that fill every chunk of every lane (the common case) need no per-chunk bounds
         // test: a separate copy without them.
         if p.hidden as usize / VEC == CHUNKS * p.threads_per_row as usize {
-            unsafe { norm_rows_of::<T, W, K, VEC, CHUNKS, true>(p) }
+            unsafe { norm_rows_of::<T, W, K, VEC, CHUNKS, true, PIPELINED>(p) }
         } else {
-            unsafe { norm_rows_of::<T, W, K, VEC, CHUNKS, false>(p) }
+            unsafe { norm_rows_of::<T, W, K, VEC, CHUNKS, false, PIPELINED>(p) }
         }
     }
 
@@ -249,6 +257,7 @@ mod device_kernels {
         const VEC: usize,
         const CHUNKS: usize,
         const FULL: bool,
+        const PIPELINED: bool,
     >(
         p: &NormParams,
     ) {
@@ -273,14 +282,20 @@ mod device_kernels {
                 [(Packed::ZERO, Packed::ZERO); CHUNKS]
             };
             let inverse_hidden = 1.0 / p.hidden as f32;
-            let mut share = unsafe { load_share::<T, K, VEC, CHUNKS, FULL>(p, lead + in_warp, &columns) };
+            // An output that is the input (in place) is written by this kernel: then no
+            // non-coherent loads of it, as PTX requires.
+            let read_only = p.output != p.input;
+            let load = |row| unsafe {
+                if read_only {
+                    load_share::<T, K, Once, VEC, CHUNKS, FULL>(p, row, &columns)
+                } else {
+                    load_share::<T, K, Streamed, VEC, CHUNKS, FULL>(p, row, &columns)
+                }
+            };
+            let mut share = load(lead + in_warp);
             loop {
                 let next = lead + stride;
-                let prefetched = if next < p.rows {
-                    unsafe { load_share::<T, K, VEC, CHUNKS, FULL>(p, next + in_warp, &columns) }
-                } else {
-                    Share::ZERO
-                };
+                let prefetched = if PIPELINED && next < p.rows { load(next + in_warp) } else { Share::ZERO };
                 let row = lead + in_warp;
                 unsafe {
                     norm_share::<T, W, K, VEC, CHUNKS, FULL>(
@@ -297,7 +312,7 @@ mod device_kernels {
                     break;
                 }
                 lead = next;
-                share = prefetched;
+                share = if PIPELINED { prefetched } else { load(lead + in_warp) };
             }
         }
         allow_dependent_grids();
@@ -332,7 +347,7 @@ mod device_kernels {
 
     /// Loads this thread's chunks of `row` (chunks past the row stay zero).
     #[inline(always)]
-    unsafe fn load_share<T: Element, K: NormKind, const VEC: usize, const CHUNKS: usize, const FULL: bool>(
+    unsafe fn load_share<T: Element, K: NormKind, L: Load, const VEC: usize, const CHUNKS: usize, const FULL: bool>(
         p: &NormParams,
         row: u64,
         columns: &Columns<VEC, FULL>,
@@ -349,10 +364,10 @@ mod device_kernels {
                 let at = offsets[c];
                 if K::FUSED_ADD {
                     // Both are written back in place: coherent loads.
-                    share.x[c] = unsafe { Packed::load::<Coherent>(input.add(at)) };
-                    share.residual[c] = unsafe { Packed::load::<Coherent>(residual.add(at)) };
+                    share.x[c] = unsafe { Packed::load::<Streamed>(input.add(at)) };
+                    share.residual[c] = unsafe { Packed::load::<Streamed>(residual.add(at)) };
                 } else {
-                    share.x[c] = unsafe { Packed::load::<Once>(input.add(at)) };
+                    share.x[c] = unsafe { Packed::load::<L>(input.add(at)) };
                 }
             }
         }

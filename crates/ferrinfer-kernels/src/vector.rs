@@ -24,7 +24,10 @@ pub trait Load {
 pub struct Once;
 /// Read-only data many threads read again (weights): through the read-only path, cached in L1.
 pub struct Reused;
-/// Data this kernel also writes (rows updated in place): a plain coherent load.
+/// Data this kernel also writes and reads once (rows updated in place): coherent, not kept in L1.
+pub struct Streamed;
+/// Data this kernel also writes and reads again (a streamed row's second pass): a plain coherent
+/// load.
 pub struct Coherent;
 
 macro_rules! load_kind {
@@ -72,6 +75,7 @@ macro_rules! load_kind {
 
 load_kind!(Once, "ld.global.nc.L1::no_allocate");
 load_kind!(Reused, "ld.global.nc");
+load_kind!(Streamed, "ld.global.L1::no_allocate");
 load_kind!(Coherent, "ld.global");
 
 #[cfg(not(target_arch = "nvptx64"))]

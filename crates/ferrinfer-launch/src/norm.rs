@@ -293,28 +293,54 @@ struct Plan {
 }
 
 /// How a register kernel's launch spreads rows: vectors per thread, threads per row, rows per
-/// block and rows each row group works through (loading the next while reducing the current).
+/// block, rows each row group works through, and whether it loads its next row during the current
+/// one's reduction (pipelined).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Layout {
     chunks: u32,
     threads_per_row: u32,
     rows_per_block: u32,
     rows_per_group: u64,
+    pipelined: bool,
 }
 
-/// Bytes of its row each thread holds when rows are many (bandwidth-bound: enough bytes in flight
-/// per thread, few enough registers for many warps per SM).
+/// What the planner needs to know of the register kernels on a device: the most threads a block
+/// of each can have, and how many blocks of a size fit on a multiprocessor (both registers
+/// permitting).
+trait RegisterKernels {
+    fn max_threads(&self, chunks: u32, pipelined: bool) -> u32;
+    fn resident_blocks(&self, chunks: u32, pipelined: bool, block: u32) -> u32;
+}
+
+impl RegisterKernels for Limits<'_> {
+    fn max_threads(&self, chunks: u32, pipelined: bool) -> u32 {
+        NormModule::register_entry(chunks, pipelined).map_or(0, |e| Limits::max_threads(self, e))
+    }
+
+    fn resident_blocks(&self, chunks: u32, pipelined: bool, block: u32) -> u32 {
+        NormModule::register_entry(chunks, pipelined).map_or(1, |e| Limits::resident_blocks(self, e, block))
+    }
+}
+
+/// Bytes of its row each rmsnorm/layernorm thread holds when rows are many (bandwidth-bound);
+/// measured best on the H200 (docs/perf/norm.md, v4 sweep): 4 vectors of 16 bytes, pipelined.
 const LARGE_BATCH_BYTES_PER_THREAD: u32 = 64;
+/// The fused ops hold both tensors' shares: 8 vectors each, not pipelined (measured best).
+const FUSED_LARGE_BATCH_CHUNKS: u32 = 8;
 /// Most threads per row when rows are few (latency-bound: more threads load a row sooner, but a
 /// longer reduction follows).
 const SMALL_BATCH_THREADS_PER_ROW: u32 = 256;
 /// Threads per block the planner aims for when rows are narrower than that.
 const BLOCK_THREADS: u32 = 256;
-/// Rows each group works through when rows are many, so one row's loads overlap another's
-/// reduction and stores; small enough that the grid stays many blocks (balanced tails).
+/// Bytes a row group's chunk should span at least (a cache line), so a warp's loads of narrow
+/// rows are not broken into partial lines.
+const LINE_BYTES: u32 = 128;
+/// Rows each group works through when rows are many waves' worth: enough for a pipelined group
+/// to overlap one row's loads with another's reduction, few enough that the grid stays many
+/// blocks (balanced tails).
 const LARGE_BATCH_ROWS_PER_GROUP: u64 = 2;
-/// Threads a multiprocessor runs at once.
-const THREADS_PER_SM: u64 = 2048;
+/// Most rows per group when the rows fit a few waves: the grid is then one wave of groups.
+const MAX_ROWS_PER_GROUP: u64 = 4;
 const MAX_BLOCK: u32 = 1024;
 
 /// `FERRINFER_NORM_LAYOUT=chunks:threads_per_row:rows_per_group` (each field a number or `*` for
@@ -360,31 +386,51 @@ fn parse_layout(value: &str) -> Option<LayoutOverride> {
 
 impl Plan {
     /// The launch within `limits`: a register kernel where a row fits in at most 1024 threads of
-    /// at most 8 vectors each, else the streaming kernel.
+    /// at most 8 vectors each (registers permitting), else the streaming kernel.
     fn kernel(&self, limits: &Limits) -> Launch<NormParams> {
         let forced = layout_override().unwrap_or_default();
-        let max_threads = |chunks| NormModule::register_entry(chunks).map_or(0, |e| limits.max_threads(e));
-        match self.layout(limits.multiprocessors, forced, max_threads) {
+        match self.layout(limits.multiprocessors, forced, limits) {
             Some(layout) => self.register_launch(layout),
             None => self.streaming(limits),
         }
     }
 
-    /// The register layout for this call on a device of `sms` multiprocessors, given the most
-    /// threads per block of each chunk count; `None` if no register kernel holds the row.
-    fn layout(&self, sms: u32, forced: LayoutOverride, max_threads: impl Fn(u32) -> u32) -> Option<Layout> {
+    /// The register layout for this call on a device of `sms` multiprocessors; `None` if no
+    /// register kernel holds the row. Rows at least one wave of groups deep are bandwidth-bound:
+    /// each thread gets its share of bytes in flight (pipelined groups, two rows each, or as many
+    /// as make one wave). Fewer rows are latency-bound: more threads per row, one row per group.
+    fn layout(&self, sms: u32, forced: LayoutOverride, kernels: &impl RegisterKernels) -> Option<Layout> {
         let vectors = (self.params.hidden / self.vec).max(1);
         let rows = self.params.rows;
-        let bytes_per_vector = self.vec * self.dtype.size() as u32 * if self.is_fused() { 2 } else { 1 };
-        let threads_for = |chunks: u32| vectors.div_ceil(chunks).next_power_of_two();
-        // Many rows: the chunk count that gives each thread its share of bytes in flight.
-        let wide = (LARGE_BATCH_BYTES_PER_THREAD / bytes_per_vector).clamp(1, 8);
-        let large = rows * threads_for(wide) as u64 >= sms as u64 * THREADS_PER_SM;
-        let preferred = if large {
-            wide
-        } else {
-            CHUNK_COUNTS.into_iter().find(|&c| threads_for(c) <= SMALL_BATCH_THREADS_PER_ROW).unwrap_or(8)
+        let vector_bytes = self.vec * self.dtype.size() as u32;
+        // A chunk of a row spans a cache line where the row is that long.
+        let line_threads = (LINE_BYTES / vector_bytes).clamp(1, vectors.next_power_of_two());
+        let threads_for = |chunks: u32| vectors.div_ceil(chunks).next_power_of_two().max(line_threads);
+        let most_chunks = (vectors / line_threads).max(1);
+        let wide = if self.is_fused() { FUSED_LARGE_BATCH_CHUNKS } else { LARGE_BATCH_BYTES_PER_THREAD / vector_bytes };
+        let wide = wide.clamp(1, 8).min(most_chunks.next_power_of_two());
+        let large_pipelined = !self.is_fused();
+        let fits = |c: u32, pipelined: bool| threads_for(c) <= kernels.max_threads(c, pipelined).min(MAX_BLOCK);
+        let slots = |c: u32, pipelined: bool| {
+            let (threads, block) = (threads_for(c), BLOCK_THREADS.max(threads_for(c)));
+            let rows_per_block = (block / threads).max(1) as u64;
+            sms as u64 * kernels.resident_blocks(c, pipelined, block) as u64 * rows_per_block
         };
+        let large = fits(wide, large_pipelined) && rows >= slots(wide, large_pipelined);
+        let (preferred, rows_per_group) = if large {
+            let waves = rows.div_ceil(slots(wide, large_pipelined));
+            let rows_per_group = match (large_pipelined, waves) {
+                (false, _) => 1,
+                (true, w) if w > MAX_ROWS_PER_GROUP => LARGE_BATCH_ROWS_PER_GROUP,
+                (true, w) => w,
+            };
+            (wide, rows_per_group)
+        } else {
+            let small = CHUNK_COUNTS.into_iter().find(|&c| threads_for(c) <= SMALL_BATCH_THREADS_PER_ROW);
+            (small.unwrap_or(8), 1)
+        };
+        let rows_per_group = forced.rows_per_group.unwrap_or(rows_per_group);
+        let pipelined = rows_per_group > 1;
         // No more chunks than vectors. If a row needs more threads than a block of that many
         // chunks can have (registers), more chunks; failing that, fewer.
         let preferred = forced.chunks.unwrap_or(preferred).min(vectors.next_power_of_two()).max(1);
@@ -393,15 +439,16 @@ impl Plan {
         let (chunks, threads_per_row) = more
             .chain(fewer)
             .map(|c| {
-                (c, forced.threads_per_row.filter(|&t| t as u64 * c as u64 >= vectors as u64).unwrap_or(threads_for(c)))
+                let fit = vectors.div_ceil(c).next_power_of_two();
+                (c, forced.threads_per_row.filter(|&t| t >= fit).unwrap_or(threads_for(c)))
             })
-            .find(|&(c, t)| t <= max_threads(c).min(MAX_BLOCK))?;
-        let block = BLOCK_THREADS.max(threads_per_row).min(max_threads(chunks));
+            .find(|&(c, t)| t <= kernels.max_threads(c, pipelined).min(MAX_BLOCK))?;
+        let block = BLOCK_THREADS.max(threads_per_row).min(kernels.max_threads(chunks, pipelined));
         let rows_per_block = (block / threads_per_row).max(1);
-        let rows_per_group = forced.rows_per_group.unwrap_or(if large { LARGE_BATCH_ROWS_PER_GROUP } else { 1 });
-        // The grid holds at most 2^31 − 1 blocks: beyond that, groups take more rows.
+        // The grid holds at most 2^31 − 1 blocks: beyond that, groups take more rows (pipelined
+        // or not, as chosen: the kernel loops over any number).
         let rows_per_group = rows_per_group.max(rows.div_ceil(rows_per_block as u64 * i32::MAX as u64));
-        Some(Layout { chunks, threads_per_row, rows_per_block, rows_per_group })
+        Some(Layout { chunks, threads_per_row, rows_per_block, rows_per_group, pipelined })
     }
 
     fn is_fused(&self) -> bool {
@@ -420,7 +467,7 @@ impl Plan {
             grid
         };
         Launch {
-            entry: NormModule::register_entry(layout.chunks).unwrap_or(NormModule::STREAM_ENTRY),
+            entry: NormModule::register_entry(layout.chunks, layout.pipelined).unwrap_or(NormModule::STREAM_ENTRY),
             params: NormParams { threads_per_row: layout.threads_per_row, ..self.params },
             grid: (grid.max(1), 1),
             block,
@@ -514,38 +561,62 @@ mod tests {
         Plan { params, dtype, weight_dtype: dtype, vec }
     }
 
-    /// The H200's limits as ptxas builds the kernels (registers allow full blocks up to 4 chunks).
-    fn h200_max_threads(chunks: u32) -> u32 {
-        if chunks >= 8 { 384 } else { 1024 }
+    /// The H200 (132 SMs, 64K registers and 2048 threads per SM) with the kernels' registers as
+    /// ptxas builds them for bf16 rmsnorm (sm_90 report, tests/snapshots/jit_sass__norm_sm90.snap).
+    struct H200;
+
+    fn registers(chunks: u32, pipelined: bool) -> u32 {
+        match (chunks, pipelined) {
+            (1, _) => 56,
+            (2, false) => 64,
+            (2, true) => 72,
+            (4, false) => 80,
+            (4, true) => 100,
+            (_, false) => 120,
+            (_, true) => 162,
+        }
     }
 
-    /// (chunks, threads per row, rows per block, rows per group) on an H200 (132 SMs).
-    fn shape(rows: u64, hidden: u32, vec: u32, dtype: DType, fused: bool) -> Option<(u32, u32, u32, u64)> {
-        let layout = plan(rows, hidden, vec, dtype, fused).layout(132, LayoutOverride::default(), h200_max_threads)?;
-        Some((layout.chunks, layout.threads_per_row, layout.rows_per_block, layout.rows_per_group))
+    impl RegisterKernels for H200 {
+        fn max_threads(&self, chunks: u32, pipelined: bool) -> u32 {
+            (65536 / (registers(chunks, pipelined) * 32) * 32).min(1024)
+        }
+
+        fn resident_blocks(&self, chunks: u32, pipelined: bool, block: u32) -> u32 {
+            (65536 / (registers(chunks, pipelined) * block)).min(2048 / block).clamp(1, 32)
+        }
+    }
+
+    /// (chunks, threads per row, rows per block, rows per group, pipelined) on an H200.
+    fn shape(rows: u64, hidden: u32, vec: u32, dtype: DType, fused: bool) -> Option<(u32, u32, u32, u64, bool)> {
+        let layout = plan(rows, hidden, vec, dtype, fused).layout(132, LayoutOverride::default(), &H200)?;
+        Some((layout.chunks, layout.threads_per_row, layout.rows_per_block, layout.rows_per_group, layout.pipelined))
     }
 
     #[test]
     fn norm_layouts_for_small_and_large_batches() {
         use DType::*;
-        assert_eq!(shape(65536, 4096, 8, Bf16, false), Some((4, 128, 2, 2)), "large T: 64 bytes a thread");
-        assert_eq!(shape(65536, 4096, 8, Bf16, true), Some((2, 256, 1, 2)), "fused: two tensors' bytes");
-        assert_eq!(shape(1, 4096, 8, Bf16, false), Some((2, 256, 1, 1)), "T = 1: more threads, a short reduction");
-        assert_eq!(shape(1, 16384, 8, Bf16, false), Some((8, 256, 1, 1)));
-        assert_eq!(shape(221_184, 128, 8, Bf16, false), Some((4, 4, 64, 2)), "short rows: several per warp");
-        assert_eq!(shape(7, 111, 1, F16, false), Some((1, 128, 2, 1)), "odd rows: one element a vector");
-        assert_eq!(shape(65536, 4096, 4, F32, false), Some((4, 256, 1, 2)));
-        assert_eq!(shape(1, 32768, 8, Bf16, false), Some((4, 1024, 1, 1)), "past 8 chunks' block limit: fewer chunks");
+        assert_eq!(shape(65536, 4096, 8, Bf16, false), Some((4, 128, 2, 2, true)), "many waves: 64 bytes, pipelined");
+        assert_eq!(shape(1024, 8192, 8, Bf16, false), Some((4, 256, 1, 4, true)), "a few waves: one wave of groups");
+        assert_eq!(shape(65536, 4096, 8, Bf16, true), Some((8, 64, 4, 1, false)), "fused: 8 chunks of each tensor");
+        assert_eq!(shape(1, 4096, 8, Bf16, false), Some((2, 256, 1, 1, false)), "T = 1: more threads, one row");
+        assert_eq!(shape(128, 8192, 8, Bf16, false), Some((4, 256, 1, 1, false)), "fewer rows than slots");
+        assert_eq!(shape(1, 16384, 8, Bf16, false), Some((8, 256, 1, 1, false)));
+        assert_eq!(shape(221_184, 128, 8, Bf16, false), Some((2, 8, 32, 2, true)), "short rows: a cache line a chunk");
+        assert_eq!(shape(7, 111, 1, F16, false), Some((1, 128, 2, 1, false)), "odd rows: one element a vector");
+        assert_eq!(shape(65536, 4096, 4, F32, false), Some((4, 256, 1, 2, true)));
+        assert_eq!(shape(1, 32768, 8, Bf16, false).map(|s| (s.0, s.1)), Some((8, 512)), "8 chunks fit 512 threads");
         assert_eq!(shape(1, 65536, 8, Bf16, false), None, "rows past what registers hold stream");
     }
 
     #[test]
     fn norm_layout_override_is_followed_where_it_fits() {
         let forced = |chunks, threads, rows| LayoutOverride { chunks, threads_per_row: threads, rows_per_group: rows };
-        let layout =
-            |rows, hidden, o| plan(rows, hidden, 8, DType::Bf16, false).layout(132, o, h200_max_threads).unwrap();
+        let layout = |rows, hidden, o| plan(rows, hidden, 8, DType::Bf16, false).layout(132, o, &H200).unwrap();
         let l = layout(65536, 4096, forced(Some(8), None, Some(4)));
-        assert_eq!((l.chunks, l.threads_per_row, l.rows_per_group), (8, 64, 4));
+        assert_eq!((l.chunks, l.threads_per_row, l.rows_per_group, l.pipelined), (8, 64, 4, true));
+        let l = layout(65536, 4096, forced(Some(2), None, Some(1)));
+        assert_eq!((l.chunks, l.rows_per_group, l.pipelined), (2, 1, false), "one row a group: not pipelined");
         let l = layout(1, 4096, forced(Some(1), Some(1024), None));
         assert_eq!((l.chunks, l.threads_per_row), (1, 1024), "more threads than vectors is allowed");
         let l = layout(1, 4096, forced(Some(1), Some(64), None));
@@ -570,7 +641,7 @@ mod tests {
                     }
                     for fused in [false, true] {
                         let plan = plan(rows, hidden, vec, dtype, fused);
-                        let Some(layout) = plan.layout(132, LayoutOverride::default(), h200_max_threads) else {
+                        let Some(layout) = plan.layout(132, LayoutOverride::default(), &H200) else {
                             assert!(hidden / vec > 4 * 1024, "{hidden} {vec}: no register layout");
                             continue;
                         };
@@ -579,10 +650,8 @@ mod tests {
                             format!("{hidden} × {rows} v{vec} {dtype} fused {fused}: {layout:?} {}", launch.block);
                         let threads = launch.params.threads_per_row;
                         assert!(threads.is_power_of_two() && launch.block.is_multiple_of(threads), "{what}");
-                        assert!(
-                            launch.block.is_multiple_of(32) && launch.block <= h200_max_threads(layout.chunks),
-                            "{what}"
-                        );
+                        let most = H200.max_threads(layout.chunks, layout.pipelined);
+                        assert!(launch.block.is_multiple_of(32) && launch.block <= most, "{what}");
                         assert!(layout.chunks * threads * vec >= hidden, "{what}: the row is covered");
                         let groups = launch.block / threads;
                         assert!(threads <= 32 || groups <= 15, "{what}: named barriers 1–15");

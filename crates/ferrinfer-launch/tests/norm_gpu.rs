@@ -37,32 +37,40 @@ fn norm_gpu_sanitizer_every_kernel_path() {
     run_cases(&gpu, &family("norm"), 7_000_000, &support::sanitizer_cases());
 }
 
-/// With and without programmatic dependent launch: the same results, back to back on one stream
-/// (each launch reads what the previous one wrote).
+/// With and without programmatic dependent launch, bitwise the same results, back to back on one
+/// stream: a chain of in-place rmsnorms and fused adds, each launch reading what the previous one
+/// wrote (a launch that started reading early would change the bits). The chain's first step is
+/// also checked against the f64 reference.
 #[test]
 fn norm_gpu_pdl_on_and_off_chain_correctly() {
     let Some(gpu) = Gpu::get("norm_gpu_pdl_on_and_off_chain_correctly") else { return };
     let s = &gpu.stream;
     let (rows, hidden) = (300, 4096);
     let x: Vec<bf16> = random_normal(rows * hidden, 61);
+    let r: Vec<bf16> = random_normal(rows * hidden, 63);
     let w: Vec<bf16> = random_normal(hidden, 62);
-    let wv_host = reference::to_f64(&w);
-    let mut want = reference::to_f64(&x);
-    for _ in 0..8 {
-        want = rms_rows(&want, &wv_host, hidden);
-        want = want.iter().map(|&v| bf16::from_f64(v).to_f64()).collect();
-    }
-    for pdl in [Some(true), Some(false), None] {
-        let (mut data, wd) = (s.clone_htod(&x).unwrap(), s.clone_htod(&w).unwrap());
-        let view = TensorView::from_cuda_mut(&mut data, &[rows, hidden], None).unwrap();
+    let run = |pdl: Option<bool>, steps: usize| {
+        let (mut data, mut residual, wd) =
+            (s.clone_htod(&x).unwrap(), s.clone_htod(&r).unwrap(), s.clone_htod(&w).unwrap());
+        let mut view = TensorView::from_cuda_mut(&mut data, &[rows, hidden], None).unwrap();
+        let mut rv = TensorView::from_cuda_mut(&mut residual, &[rows, hidden], None).unwrap();
         let wv = TensorView::from_cuda(&wd, &[hidden], None).unwrap();
         ferrinfer_launch::with_pdl(pdl, || {
-            for _ in 0..8 {
-                rmsnorm(&view, &wv, &mut view.clone(), 1e-6, Stream::Cuda(s)).unwrap();
+            for step in 0..steps {
+                if step % 2 == 0 {
+                    rmsnorm(&view, &wv, &mut view.clone(), 1e-6, Stream::Cuda(s)).unwrap();
+                } else {
+                    ferrinfer_launch::fused_add_rmsnorm(&mut view, &mut rv, &wv, 1e-6, Stream::Cuda(s)).unwrap();
+                }
             }
         });
-        let got = reference::to_f64(&s.clone_dtoh(&data).unwrap());
-        reference::compare(DType::Bf16, &got, &want).unwrap_or_else(|e| panic!("pdl {pdl:?}: {e}"));
+        (s.clone_dtoh(&data).unwrap(), s.clone_dtoh(&residual).unwrap())
+    };
+    let first = reference::to_f64(&run(Some(true), 1).0);
+    reference::compare(DType::Bf16, &first, &rms_rows(&reference::to_f64(&x), &reference::to_f64(&w), hidden)).unwrap();
+    let without = run(Some(false), 16);
+    for pdl in [Some(true), None] {
+        assert!(run(pdl, 16) == without, "PDL {pdl:?} changed the chain's bits");
     }
 }
 
