@@ -25,6 +25,7 @@ use ferrinfer_launch::op::{Extent, OpInfo, Role};
 use ferrinfer_launch::{DType, Device, Error, MAX_DIMS, Stream, TensorView, borrowed_stream};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::intern;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{IntoPyDict, PyCFunction, PyCapsule, PyDict, PyTuple};
 
@@ -200,29 +201,37 @@ struct Torch {
     strided: Py<PyAny>,
     /// `torch._C._cuda_getCurrentRawStream(device)`: the current stream as an integer.
     raw_stream: Py<PyAny>,
+    empty_like: Py<PyAny>,
 }
 
 fn torch(py: Python<'_>) -> PyResult<Option<&Torch>> {
-    static TORCH: PyOnceLock<Option<Torch>> = PyOnceLock::new();
-    if py.import("sys")?.getattr("modules")?.get_item("torch").is_err() {
+    static TORCH: PyOnceLock<Torch> = PyOnceLock::new();
+    if let Some(torch) = TORCH.get(py) {
+        return Ok(Some(torch));
+    }
+    // Not imported by anyone yet: no argument can be a torch tensor (and we do not import it).
+    if modules(py)?.get_item(intern!(py, "torch")).is_err() {
         return Ok(None);
     }
     TORCH
-        .get_or_try_init(py, || -> PyResult<Option<Torch>> {
+        .get_or_try_init(py, || -> PyResult<Torch> {
             let torch = py.import("torch")?;
             let dtype = |name: &str| torch.getattr(name).map(Bound::unbind);
-            Ok(Some(Torch {
+            Ok(Torch {
                 tensor: torch.getattr("Tensor")?.unbind(),
-                dtypes: [
-                    (dtype("float16")?, DType::F16),
-                    (dtype("bfloat16")?, DType::Bf16),
-                    (dtype("float32")?, DType::F32),
-                ],
+                dtypes: [(dtype("float16")?, DType::F16), (dtype("bfloat16")?, DType::Bf16), (dtype("float32")?, DType::F32)],
                 strided: dtype("strided")?,
                 raw_stream: torch.getattr("_C")?.getattr("_cuda_getCurrentRawStream")?.unbind(),
-            }))
+                empty_like: torch.getattr("empty_like")?.unbind(),
+            })
         })
-        .map(Option::as_ref)
+        .map(Some)
+}
+
+/// `sys.modules`, looked up once.
+fn modules(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static MODULES: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    MODULES.get_or_try_init(py, || py.import("sys")?.getattr("modules").map(Bound::unbind)).map(|m| m.bind(py))
 }
 
 /// `object` as a torch tensor, if it is one (subclasses too).
@@ -251,10 +260,7 @@ impl Target {
     fn of(input: &Bound<'_, PyAny>) -> PyResult<Self> {
         let torch = as_torch(input, torch(input.py())?)?;
         let cuda = match torch {
-            Some(_) if input.getattr("is_cuda")?.extract::<bool>()? => {
-                Some(input.call_method0("get_device")?.extract()?)
-            }
-            Some(_) => None,
+            Some(_) => torch_cuda_ordinal(input)?,
             None => match dlpack_device("input", input)? {
                 (DLPACK_CUDA, ordinal) => Some(ordinal),
                 _ => None,
@@ -309,7 +315,7 @@ fn dlpack_device(argument: &str, object: &Bound<'_, PyAny>) -> PyResult<(i32, us
             type_name(object)
         ))
     };
-    object.call_method0("__dlpack_device__").and_then(|d| d.extract()).map_err(not_dlpack)
+    object.call_method0(intern!(object.py(), "__dlpack_device__")).and_then(|d| d.extract()).map_err(not_dlpack)
 }
 
 /// The raw `CUstream` the producer's framework currently issues work to on device `ordinal`
@@ -319,8 +325,7 @@ fn current_stream(input: &Bound<'_, PyAny>, torch: Option<&Torch>, ordinal: usiz
     if let Some(torch) = torch {
         return torch.raw_stream.bind(input.py()).call1((ordinal,))?.extract().map(Some);
     }
-    let modules = input.py().import("sys")?.getattr("modules")?;
-    if let Ok(cupy) = modules.get_item("cupy")
+    if let Ok(cupy) = modules(input.py())?.get_item(intern!(input.py(), "cupy"))
         && input.is_instance(&cupy.getattr("ndarray")?)?
     {
         // CuPy's current stream is per device: ask with `ordinal` current.
@@ -336,7 +341,7 @@ fn current_stream(input: &Bound<'_, PyAny>, torch: Option<&Torch>, ordinal: usiz
 /// A new array for an `Out` argument of `extent`, from the first tensor (of `first_extent`): its
 /// leading dimensions and `H`, its dtype and device, from its own framework.
 fn allocate_like<'py>(first: &Bound<'py, PyAny>, extent: Extent, first_extent: Extent) -> PyResult<Bound<'py, PyAny>> {
-    let shape: Vec<i64> = first.getattr("shape")?.extract()?;
+    let shape: Vec<i64> = first.getattr(intern!(first.py(), "shape"))?.extract()?;
     let mut out_shape = shape.clone();
     if let Some(last) = out_shape.last_mut() {
         *last = match (first_extent, extent) {
@@ -346,10 +351,10 @@ fn allocate_like<'py>(first: &Bound<'py, PyAny>, extent: Extent, first_extent: E
         };
     }
     let same = out_shape == shape;
-    if as_torch(first, torch(first.py())?)?.is_some() {
+    if let Some(torch) = as_torch(first, torch(first.py())?)? {
         return match same {
-            true => first.py().import("torch")?.call_method1("empty_like", (first,)),
-            false => first.call_method1("new_empty", (out_shape,)),
+            true => torch.empty_like.bind(first.py()).call1((first,)),
+            false => first.call_method1(intern!(first.py(), "new_empty"), (out_shape,)),
         };
     }
     if first.hasattr("__array_namespace__")? {
@@ -380,36 +385,54 @@ struct TorchParts {
 /// A torch tensor's memory as ferrinfer sees it, or a typed error naming the argument.
 fn torch_parts(argument: &'static str, object: &Bound<'_, PyAny>, torch: &Torch) -> PyResult<TorchParts> {
     let py = object.py();
-    let dtype_object = object.getattr("dtype")?;
+    let dtype_object = object.getattr(intern!(py, "dtype"))?;
     let Some(&(_, dtype)) = torch.dtypes.iter().find(|(d, _)| d.bind(py).is(&dtype_object)) else {
         let found = dtype_object.str()?.to_string().trim_start_matches("torch.").to_owned();
         let expected = "float16, bfloat16 or float32".into();
         return Err(to_python(Error::UnsupportedDType { argument, found, expected }));
     };
     let layout_error = |reason: String| to_python(Error::UnsupportedLayout { argument, reason });
-    if !object.getattr("layout")?.is(torch.strided.bind(py)) {
+    if !object.getattr(intern!(py, "layout"))?.is(torch.strided.bind(py)) {
         return Err(layout_error("not a strided (dense) tensor".into()));
     }
     // A lazily negated view (torch's neg bit) stores the values un-negated.
-    if object.call_method0("is_neg")?.extract::<bool>()? {
+    if object.call_method0(intern!(py, "is_neg"))?.extract::<bool>()? {
         return Err(layout_error("a lazily negated view (neg bit set); call `resolve_neg()` first".into()));
     }
-    let device = if object.getattr("is_cuda")?.extract::<bool>()? {
-        Device::Cuda(object.call_method0("get_device")?.extract()?)
-    } else {
-        let kind: String = object.getattr("device")?.getattr("type")?.extract()?;
-        if kind != "cpu" {
-            return Err(layout_error(format!("on device `{kind}`; ferrinfer runs CPU and CUDA tensors")));
-        }
-        Device::Cpu
+    let device = match torch_cuda_ordinal(object).map_err(|e| rename_error(py, e, argument))? {
+        Some(ordinal) => Device::Cuda(ordinal),
+        None => Device::Cpu,
     };
-    let shape: Vec<i64> = object.getattr("shape")?.extract()?;
+    let shape: Vec<i64> = object.getattr(intern!(py, "shape"))?.extract()?;
     if shape.len() > MAX_DIMS {
         return Err(layout_error(format!("{} dimensions; at most {MAX_DIMS} are supported", shape.len())));
     }
-    let strides: Vec<i64> = object.call_method0("stride")?.extract()?;
-    let data: usize = object.call_method0("data_ptr")?.extract()?;
+    let strides: Vec<i64> = object.call_method0(intern!(py, "stride"))?.extract()?;
+    let data: usize = object.call_method0(intern!(py, "data_ptr"))?.extract()?;
     Ok(TorchParts { argument, data, dtype, device, shape, strides })
+}
+
+/// A torch tensor's CUDA device ordinal, `None` on the CPU, an error naming any other device.
+/// One call for a CUDA tensor (`get_device()` is -1 off CUDA: meta, MPS, … too, hence the CPU
+/// check then).
+fn torch_cuda_ordinal(object: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    let py = object.py();
+    let ordinal: i64 = object.call_method0(intern!(py, "get_device"))?.extract()?;
+    if ordinal >= 0 {
+        return Ok(Some(ordinal as usize));
+    }
+    if object.getattr(intern!(py, "is_cpu"))?.extract::<bool>()? {
+        return Ok(None);
+    }
+    let kind: String = object.getattr(intern!(py, "device"))?.getattr(intern!(py, "type"))?.extract()?;
+    let reason = format!("on device `{kind}`; ferrinfer runs CPU and CUDA tensors");
+    Err(to_python(Error::UnsupportedLayout { argument: "input", reason }))
+}
+
+/// `error` with the argument named `argument` (a device error raised before the name was known).
+fn rename_error(py: Python<'_>, error: PyErr, argument: &str) -> PyErr {
+    let message = error.value(py).to_string().replacen("`input`", &format!("`{argument}`"), 1);
+    PyErr::from_type(error.get_type(py), message)
 }
 
 /// A tensor taken without copying: a torch tensor's parts (alive while the caller holds the
