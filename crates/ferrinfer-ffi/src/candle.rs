@@ -163,21 +163,11 @@ macro_rules! candle_functions {
     ) => {
         $(
             $(#[doc = $doc])*
-            pub fn $name($($tensor: &Tensor,)+ $($($scalar: f32,)+)?) -> Result<candle_returns!($($($out)+)?)> {
+            pub fn $name($($tensor: &Tensor,)+ $($($scalar: f32,)+)?) -> Result<returns_of!($($($out)+)?)> {
                 let op = Op::of(&ferrinfer_launch::$family::$name::INFO, &[$($($scalar as f64),+)?])?;
                 Produced::run(&op, &[$($tensor),+])
             }
         )+
-    };
-}
-
-/// What a helper returns: its new output, or `()` for in-place ops.
-macro_rules! candle_returns {
-    () => {
-        ()
-    };
-    ($out:ident) => {
-        Tensor
     };
 }
 

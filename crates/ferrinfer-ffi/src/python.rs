@@ -24,8 +24,8 @@ use ferrinfer_launch::cudarc::driver::CudaStream;
 use ferrinfer_launch::op::{Extent, OpInfo, Role};
 use ferrinfer_launch::{DType, Device, Error, MAX_DIMS, Stream, TensorView, borrowed_stream};
 use pyo3::exceptions::{PyTypeError, PyValueError};
-use pyo3::prelude::*;
 use pyo3::intern;
+use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{IntoPyDict, PyCFunction, PyCapsule, PyDict, PyTuple};
 
@@ -219,7 +219,11 @@ fn torch(py: Python<'_>) -> PyResult<Option<&Torch>> {
             let dtype = |name: &str| torch.getattr(name).map(Bound::unbind);
             Ok(Torch {
                 tensor: torch.getattr("Tensor")?.unbind(),
-                dtypes: [(dtype("float16")?, DType::F16), (dtype("bfloat16")?, DType::Bf16), (dtype("float32")?, DType::F32)],
+                dtypes: [
+                    (dtype("float16")?, DType::F16),
+                    (dtype("bfloat16")?, DType::Bf16),
+                    (dtype("float32")?, DType::F32),
+                ],
                 strided: dtype("strided")?,
                 raw_stream: torch.getattr("_C")?.getattr("_cuda_getCurrentRawStream")?.unbind(),
                 empty_like: torch.getattr("empty_like")?.unbind(),

@@ -79,7 +79,7 @@ macro_rules! tch_functions {
                 $($($out: Option<&mut Tensor>,)+)?
                 $($($scalar: f32,)+)?
                 stream: &TorchStream,
-            ) -> Result<tch_returns!($($($out)+)?), TchError> {
+            ) -> Result<returns_of!($($($out)+)?), TchError> {
                 let outputs: Vec<Option<&Tensor>> = vec![$($($out.map(|t| &*t)),+)?];
                 let scalars = [$($($scalar as f64),+)?];
                 let produced = call(&ferrinfer_launch::$family::$name::INFO, &[$(&*$tensor),+], outputs, &scalars, stream)?;
@@ -96,16 +96,6 @@ macro_rules! tch_param {
     };
     (InOut) => {
         &mut Tensor
-    };
-}
-
-/// What an op returns: its output, or `()` for in-place ops.
-macro_rules! tch_returns {
-    () => {
-        ()
-    };
-    ($out:ident) => {
-        Tensor
     };
 }
 
@@ -240,7 +230,10 @@ mod tests {
     fn torch_kinds_and_devices_map_or_name_the_argument() {
         assert_eq!(dtype("x", Kind::BFloat16).unwrap(), DType::Bf16);
         let error = dtype("weight", Kind::Int64).unwrap_err();
-        assert!(matches!(&error, TchError::Kind(m) if m.starts_with("`weight` has kind Int64")), "{error}");
+        assert!(
+            matches!(&error, TchError::Kind(m) if m.starts_with("`weight` has dtype Int64; expected Half, BFloat16 or Float")),
+            "{error}"
+        );
         assert_eq!(device("x", tch::Device::Cuda(3)).unwrap(), Device::Cuda(3));
         let error = device("out", tch::Device::Mps).unwrap_err();
         assert!(matches!(&error, TchError::Torch(m) if m.starts_with("`out` is on Mps")), "{error}");

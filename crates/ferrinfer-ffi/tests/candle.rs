@@ -6,11 +6,11 @@
 
 mod candle_common;
 
-use candle_common::{EPS, Elem, check_op, dtype, error_of, tensor, values, within_two_units};
+use candle_common::{EPS, Elem, check_op, dtype, error_of, rms_reference, tensor, values, within_two_units};
 use candle_core::{DType as CandleDType, Device, IndexOp, Tensor, WithDType};
 use ferrinfer_ffi::candle::{self as fc, Op};
 use ferrinfer_launch::reference;
-use ferrinfer_launch::{DType, fused_add_rmsnorm, rmsnorm};
+use ferrinfer_launch::{DType, fused_add_rmsnorm};
 use half::{bf16, f16};
 
 fn check_every_op<T: Elem>(seed: u64) {
@@ -86,7 +86,7 @@ fn candle_op_forms_and_in_place_views() {
 }
 
 /// candle-nn's rms_norm (what a candle user has today) and ours agree to within two units of
-/// the dtype's rounding. (Only ours is held to DESIGN.md's one unit of the f64 reference:
+/// the dtype's rounding. (Only ours is held to docs/testing.md's one unit of the f64 reference:
 /// candle-nn's f16 CPU path rounds twice and misses it by a little.)
 #[test]
 fn candle_rmsnorm_agrees_with_candle_nn() {
@@ -240,17 +240,4 @@ fn candle_docs_quickstart_is_the_documented_one() {
         this.split("// quickstart:begin\n").nth(1).and_then(|s| s.split("    // quickstart:end").next()).unwrap();
     let test: String = test.lines().map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l))).collect();
     assert_eq!(documented, test, "docs/adapters.md's candle snippet differs from the test that runs it");
-}
-
-/// rmsnorm in f64, through the op's own reference.
-fn rms_reference(x: &[f64], w: &[f64], hidden: usize) -> Vec<f64> {
-    let tensors = [x.to_vec(), w.to_vec(), Vec::new()];
-    let problem = ferrinfer_launch::op::Problem {
-        dtype: DType::F32,
-        hidden,
-        tensors: &tensors,
-        written: &[],
-        scalars: &[EPS as f64],
-    };
-    rmsnorm::INFO.reference(&problem).remove(0)
 }

@@ -9,7 +9,7 @@ mod candle_common;
 
 use std::io::Write;
 
-use candle_common::{EPS, Elem, check_op, dtype, error_of, tensor_on, values, within_two_units};
+use candle_common::{EPS, Elem, check_op, dtype, error_of, rms_reference, tensor_on, values, within_two_units};
 use candle_core::{DType as CandleDType, Device, IndexOp, Tensor};
 use ferrinfer_ffi::candle::{self as fc, Op};
 use ferrinfer_launch::reference;
@@ -48,19 +48,6 @@ fn candle_gpu_every_op_matches_the_reference() {
 
 fn op(name: &str) -> Op {
     Op::new(name, &[EPS as f64]).unwrap()
-}
-
-/// rmsnorm in f64, through the op's own reference.
-fn rms_reference(x: &[f64], w: &[f64], hidden: usize) -> Vec<f64> {
-    let tensors = [x.to_vec(), w.to_vec(), Vec::new()];
-    let problem = ferrinfer_launch::op::Problem {
-        dtype: DType::F32,
-        hidden,
-        tensors: &tensors,
-        written: &[],
-        scalars: &[EPS as f64],
-    };
-    rmsnorm::INFO.reference(&problem).remove(0)
 }
 
 /// In place on a narrowed CUDA view (start offset, row stride): the view is normalised exactly as

@@ -2,8 +2,6 @@
 //! `gen_act_and_mul_module`) describes one module per activation and dtype, with one entry point
 //! per vector width (the launcher picks [`ActivationModule::entry`]).
 
-use std::collections::BTreeMap;
-
 use ferrinfer_kernels::element::DType;
 
 use crate::spec::{EntrySpec, JitSpec, element_type, vector_widths};
@@ -66,16 +64,7 @@ impl ActivationModule {
                 max_registers: None,
             })
             .collect();
-        JitSpec {
-            name: format!("activation_{base}"),
-            family: FAMILY.name.into(),
-            arch,
-            debug,
-            sources: FAMILY.sources.iter().map(|s| s.to_string()).collect(),
-            constants: BTreeMap::new(),
-            flags: Vec::new(),
-            entry_points,
-        }
+        FAMILY.spec(format!("activation_{base}"), arch, debug, entry_points)
     }
 }
 

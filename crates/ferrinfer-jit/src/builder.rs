@@ -47,6 +47,12 @@ pub const CODEGEN_FLAGS: &[&str] = &[
 /// the f16 kernels' per-element loops spilled to `.local` memory.
 pub const KERNEL_FLAGS: &[&str] = &["-Cllvm-args=-unroll-threshold=100000"];
 
+/// The oldest PTX ISA the kernels may be emitted as: their loads use `.L1::no_allocate` (PTX ISA
+/// 7.4). LLVM emits an architecture's oldest ISA (7.0 for sm_80), so older targets are raised to
+/// this one with `-C target-feature=+ptxNN` (rustc calls the feature unstable and says so in
+/// the build log; the device toolchain is pinned). Part of every key.
+pub const MIN_PTX_ISA: PtxVersion = PtxVersion { major: 7, minor: 4 };
+
 /// What the build directory is called inside the PTX (line info of debug builds), so the PTX
 /// does not depend on where the cache is.
 const REMAPPED_BUILD_DIR: &str = "/ferrinfer-jit";
@@ -185,14 +191,14 @@ struct Compile<'a> {
 }
 
 impl Compile<'_> {
-    /// `kernels/src/lib.rs` → `out/libferrinfer_kernels.rlib`.
+    /// `<build>/kernels/src/lib.rs` → `<build>/out/libferrinfer_kernels.rlib`.
     fn kernels(&self) -> Result<String, BuildError> {
         let mut cmd = self.rustc("ferrinfer_kernels", "kernels/src/lib.rs");
         cmd.args(["--emit=metadata,link", "--out-dir=out"]);
         run(cmd, "the kernels crate", self.spec.arch)
     }
 
-    /// `entry/lib.rs` → `out/kernels.ptx`.
+    /// `<build>/entry/lib.rs` → `<build>/out/kernels.ptx`.
     fn entry(&self) -> Result<String, BuildError> {
         let mut cmd = self.rustc(&format!("ferrinfer_jit_{}", self.spec.name), "entry/lib.rs");
         cmd.args([
@@ -213,6 +219,7 @@ impl Compile<'_> {
             .args(CODEGEN_FLAGS)
             .args(KERNEL_FLAGS)
             .arg(format!("-Ctarget-cpu={}", self.spec.arch.target_cpu()))
+            .args(ptx_isa_flag(self.spec.arch))
             .arg(if self.spec.debug { "-Cdebuginfo=line-tables-only" } else { "-Cdebuginfo=0" })
             .arg(format!("-Cmetadata={crate_name}"))
             .arg("--remap-path-prefix")
@@ -274,6 +281,13 @@ fn with_register_caps(ptx: &str, spec: &JitSpec) -> String {
     out
 }
 
+/// `-Ctarget-feature=+ptxNN` where the architecture's oldest PTX ISA is older than
+/// [`MIN_PTX_ISA`]; nothing where it is not (LLVM's choice stands).
+fn ptx_isa_flag(arch: CudaArch) -> Option<String> {
+    let oldest = arch.min_ptx_version()?;
+    (oldest < MIN_PTX_ISA).then(|| format!("-Ctarget-feature=+ptx{}{}", MIN_PTX_ISA.major, MIN_PTX_ISA.minor))
+}
+
 impl Ptx {
     /// Checks the module header against the arch it is for: `.target` names exactly that
     /// processor (not another one), with `, debug` exactly when built with line info, and
@@ -290,7 +304,7 @@ impl Ptx {
             None => return Err("it has no .target line".into()),
         }
         let version = directive(".version ").and_then(PtxVersion::parse).ok_or("it has no valid .version line")?;
-        match self.arch.min_ptx_version() {
+        match self.arch.min_ptx_version().map(|oldest| oldest.max(MIN_PTX_ISA)) {
             Some(min) if version >= min => Ok(version),
             Some(min) => Err(format!("PTX ISA {version} cannot target {cpu} (needs {min} or newer)")),
             None => Err(format!("{} is not a known CUDA architecture", self.arch)),

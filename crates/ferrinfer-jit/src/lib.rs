@@ -50,6 +50,22 @@ pub struct Family {
     pub specs: fn(CudaArch, bool) -> Vec<JitSpec>,
 }
 
+impl Family {
+    /// A module of this family: its kernel sources, no constants or extra flags.
+    pub fn spec(&self, name: String, arch: CudaArch, debug: bool, entry_points: Vec<EntrySpec>) -> JitSpec {
+        JitSpec {
+            name,
+            family: self.name.into(),
+            arch,
+            debug,
+            sources: self.sources.iter().map(|s| s.to_string()).collect(),
+            constants: std::collections::BTreeMap::new(),
+            flags: Vec::new(),
+            entry_points,
+        }
+    }
+}
+
 /// Every op family. Each kernel source file is a core file or belongs to one of these (a test
 /// checks it, so no file can change without changing the keys that depend on it).
 pub const FAMILIES: &[Family] = &[norm::FAMILY, activation::FAMILY];

@@ -5,8 +5,6 @@
 //! (rows of any length). Small modules keep a cold JIT build short; the launcher picks the entry
 //! by [`NormModule::register_entry`] / [`NormModule::STREAM_ENTRY`].
 
-use std::collections::BTreeMap;
-
 use ferrinfer_kernels::element::DType;
 
 use crate::spec::{EntrySpec, JitSpec, element_type, vector_widths};
@@ -116,16 +114,7 @@ impl NormModule {
             generics: [types.to_vec(), vec![self.vec.to_string()]].concat(),
             max_registers: None,
         };
-        JitSpec {
-            name: format!("norm_{base}"),
-            family: FAMILY.name.into(),
-            arch,
-            debug,
-            sources: FAMILY.sources.iter().map(|s| s.to_string()).collect(),
-            constants: BTreeMap::new(),
-            flags: Vec::new(),
-            entry_points: register.chain([stream]).collect(),
-        }
+        FAMILY.spec(format!("norm_{base}"), arch, debug, register.chain([stream]).collect())
     }
 }
 

@@ -109,7 +109,7 @@ fn build(toolchain: &Toolchain, arch: CudaArch, root: &Path) -> Result<(), Build
     Ok(())
 }
 
-/// The edition `library/core/Cargo.toml` declares (what cargo would pass).
+/// The edition `<rust-src>/library/core/Cargo.toml` declares (what cargo would pass).
 fn core_edition(library: &Path) -> Result<String, BuildError> {
     let manifest = library.join("core/Cargo.toml");
     let text =

@@ -9,7 +9,7 @@
 //! and live here, so host and device can never disagree on their layout.
 //!
 //! Device-only code lives behind `cfg(target_arch = "nvptx64")`; it must be generic or
-//! `#[inline]` (see DESIGN.md: non-inline functions of another crate stay unresolved in PTX) and
+//! `#[inline]` (docs/device-code.md: non-inline functions of another crate stay unresolved in PTX) and
 //! must contain no panicking path (a panic would be an unresolved `.extern .func`). This crate
 //! declares no entry points: `ferrinfer-jit` generates a tiny crate per spec that instantiates the
 //! generic kernels here as `extern "ptx-kernel"` functions with stable names.

@@ -97,8 +97,9 @@ fn plan(input: &TensorView, out: &TensorView, stream: &Stream) -> Result<Option<
     layout::check_dtype("out", out, "input", dtype)?;
     layout::check_writable("out", out)?;
     let x = layout::row_layout("input", input)?;
-    if !x.hidden.is_multiple_of(2) {
-        let expected = "a last dimension of 2·d (gate and up halves)".to_owned();
+    if x.hidden == 0 || !x.hidden.is_multiple_of(2) {
+        // An empty batch (no rows) is valid; rows of nothing are not (as FlashInfer).
+        let expected = "a last dimension of 2·d, d ≥ 1 (gate and up halves)".to_owned();
         return Err(Error::ShapeMismatch { argument: "input", expected, found: input.shape().to_vec() });
     }
     let width = x.hidden / 2;
@@ -122,7 +123,7 @@ fn plan(input: &TensorView, out: &TensorView, stream: &Stream) -> Result<Option<
             limit: 2 * u32::MAX as u64,
         });
     }
-    if x.rows == 0 || width == 0 {
+    if x.rows == 0 {
         return Ok(None);
     }
     let vec = layout::vector_width(dtype, width, &[x.row_stride, y.row_stride], &[input.address(), out.address()]);

@@ -85,8 +85,10 @@ pub(crate) fn begin(call: &Call) {
         for (name, view) in call.named() {
             write_line(&format!("  {name}: {}", describe(view)));
         }
+        // Every scalar of the op tables is an f32 (what the kernels take): shown as one, so
+        // `eps = 1e-6` reads 0.000001, not the f64 widening of its f32 rounding.
         for (arg, value) in call.op.scalars.iter().zip(call.scalars) {
-            write_line(&format!("  {} = {value}", arg.name));
+            write_line(&format!("  {} = {}", arg.name, *value as f32));
         }
     }
 }

@@ -79,6 +79,8 @@ impl FamilyOp for NormKernel {
             }
         };
         let Some(plan) = norm.plan(&call.stream)? else { return Ok(()) };
+        // A bad tuning override fails every call, CPU ones too, rather than being ignored.
+        let forced = layout_override()?;
         logging::input_statistics(call);
         match call.stream {
             Stream::Cpu => {
@@ -88,7 +90,7 @@ impl FamilyOp for NormKernel {
             Stream::Cuda(stream) => {
                 static MODULES: ModuleCache<NormModule> = ModuleCache::new();
                 let module = NormModule { kernel: *self, dtype: plan.dtype, weight: plan.weight_dtype, vec: plan.vec };
-                cuda::launch(stream, &MODULES, module, |limits| plan.kernel(limits))
+                cuda::launch(stream, &MODULES, module, |limits| plan.kernel(limits, forced))
             }
         }
     }
@@ -162,7 +164,12 @@ impl<'c, 'v> NormCall<'c, 'v> {
                 limit: u32::MAX as u64,
             });
         }
-        if x.rows == 0 || x.hidden == 0 {
+        if x.hidden == 0 {
+            // No rows is an empty batch; rows of nothing have no norm (as FlashInfer).
+            let expected = "a last dimension (the hidden size) of at least 1".into();
+            return Err(Error::ShapeMismatch { argument: "input", expected, found: self.input.shape().to_vec() });
+        }
+        if x.rows == 0 {
             return Ok(None);
         }
         let row_strides = [Some(x.row_stride), Some(y.row_stride), r.map(|r| r.row_stride)];
@@ -345,7 +352,8 @@ const MAX_BLOCK: u32 = 1024;
 
 /// `FERRINFER_NORM_LAYOUT=chunks:threads_per_row:rows_per_group` (each field a number or `*` for
 /// the planner's choice): forces the register kernel's layout wherever it fits — a knob for tuning
-/// sweeps with the benchmark, read once.
+/// sweeps with the benchmark, read once. A value that names no kernel makes every norm call a
+/// configuration error naming the variable.
 pub const LAYOUT_VAR: &str = "FERRINFER_NORM_LAYOUT";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -387,8 +395,7 @@ fn parse_layout(value: &str) -> Option<LayoutOverride> {
 impl Plan {
     /// The launch within `limits`: a register kernel where a row fits in at most 1024 threads of
     /// at most 8 vectors each (registers permitting), else the streaming kernel.
-    fn kernel(&self, limits: &Limits) -> Launch<NormParams> {
-        let forced = layout_override().unwrap_or_default();
+    fn kernel(&self, limits: &Limits, forced: LayoutOverride) -> Launch<NormParams> {
         match self.layout(limits.multiprocessors, forced, limits) {
             Some(layout) => self.register_launch(layout),
             None => self.streaming(limits),
@@ -562,7 +569,8 @@ mod tests {
     }
 
     /// The H200 (132 SMs, 64K registers and 2048 threads per SM) with the kernels' registers as
-    /// ptxas builds them for bf16 rmsnorm (sm_90 report, tests/snapshots/jit_sass__norm_sm90.snap).
+    /// ptxas builds them for bf16 rmsnorm (sm_90 report,
+    /// crates/ferrinfer-jit/tests/snapshots/jit_sass__norm_sm90.snap).
     struct H200;
 
     fn registers(chunks: u32, pipelined: bool) -> u32 {

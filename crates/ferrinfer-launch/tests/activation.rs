@@ -89,8 +89,11 @@ fn activation_errors_name_the_argument_and_leave_out_untouched() {
 }
 
 #[test]
-fn activation_empty_batches_are_no_work() {
+fn activation_empty_batches_are_no_work_and_empty_rows_an_error() {
     let (x, mut out) = (Vec::<f32>::new(), Vec::<f32>::new());
     let xv = TensorView::from_slice(&x, &[0, 64]).unwrap();
     silu_and_mul(&xv, &mut TensorView::from_slice_mut(&mut out, &[0, 32]).unwrap(), Stream::Cpu).unwrap();
+    let empty = TensorView::from_slice(&x, &[3, 0]).unwrap();
+    let err = silu_and_mul(&empty, &mut TensorView::from_slice_mut(&mut out, &[3, 0]).unwrap(), Stream::Cpu);
+    assert!(matches!(err, Err(Error::ShapeMismatch { argument: "input", .. })), "{err:?}");
 }

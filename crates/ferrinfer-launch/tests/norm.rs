@@ -105,7 +105,7 @@ fn norm_cpu_misaligned_for_vectors_still_runs_narrower() {
 }
 
 #[test]
-fn norm_cpu_empty_batches_are_no_work() {
+fn norm_cpu_empty_batches_are_no_work_and_empty_rows_an_error() {
     let w: Vec<f32> = random_normal(16, 3);
     let wv = TensorView::from_slice(&w, &[16]).unwrap();
     let (x, mut out) = (Vec::<f32>::new(), Vec::<f32>::new());
@@ -114,7 +114,9 @@ fn norm_cpu_empty_batches_are_no_work() {
     let empty = TensorView::from_slice(&x, &[4, 0]).unwrap();
     let (w0, mut o0) = (Vec::<f32>::new(), Vec::<f32>::new());
     let w0v = TensorView::from_slice(&w0, &[0]).unwrap();
-    rmsnorm(&empty, &w0v, &mut TensorView::from_slice_mut(&mut o0, &[4, 0]).unwrap(), 1e-6, Stream::Cpu).unwrap();
+    let err = rmsnorm(&empty, &w0v, &mut TensorView::from_slice_mut(&mut o0, &[4, 0]).unwrap(), 1e-6, Stream::Cpu);
+    assert!(matches!(&err, Err(Error::ShapeMismatch { argument: "input", .. })), "{err:?}");
+    assert!(err.unwrap_err().to_string().contains("hidden size) of at least 1"));
     // Validation still runs: a wrong weight is an error even with no rows.
     let err = rmsnorm(&xv, &w0v, &mut TensorView::from_slice_mut(&mut out, &[0, 16]).unwrap(), 1e-6, Stream::Cpu);
     assert!(matches!(err, Err(Error::ShapeMismatch { argument: "weight", .. })), "{err:?}");

@@ -1,5 +1,5 @@
 """ferrinfer's Python module beside torch eager, torch.compile and FlashInfer, in one process on one
-GPU, timed exactly as the team's peer benchmark (shared/peers/peers.py) times the peers.
+GPU, timed exactly as the team's peer benchmark (`<shared>/peers/peers.py`) times the peers.
 
 Method (identical for every implementation, and to ferrinfer-bench's): 3 s of clock warm-up; per
 case a CUDA graph of 50 calls, replayed 3 times untimed and 15 times timed; the figure is the

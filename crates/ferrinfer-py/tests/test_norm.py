@@ -110,3 +110,10 @@ def test_signatures_are_flashinfers_and_arguments_bind_like_python():
 def test_empty_batches_return_empty_results():
     x = np.zeros((0, 64), np.float32)
     assert ferrinfer.rmsnorm(x, np.ones(64, np.float32)).shape == (0, 64)
+
+
+def test_rows_of_nothing_are_an_error():
+    with pytest.raises(ValueError, match="hidden size"):
+        ferrinfer.rmsnorm(np.zeros((4, 0), np.float32), np.ones(0, np.float32))
+    with pytest.raises(ValueError, match="d ≥ 1"):
+        ferrinfer.silu_and_mul(np.zeros((4, 0), np.float32))

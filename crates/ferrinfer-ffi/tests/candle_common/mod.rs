@@ -112,3 +112,16 @@ pub fn within_two_units<T: Elem>(what: &str, a: &[f64], b: &[f64], want: &[f64])
 pub fn error_of<T: std::fmt::Debug>(result: candle_core::Result<T>) -> String {
     result.expect_err("expected an error").to_string()
 }
+
+/// rmsnorm in f64, through the op's own reference.
+pub fn rms_reference(x: &[f64], w: &[f64], hidden: usize) -> Vec<f64> {
+    let tensors = [x.to_vec(), w.to_vec(), Vec::new()];
+    let problem = ferrinfer_launch::op::Problem {
+        dtype: DType::F32,
+        hidden,
+        tensors: &tensors,
+        written: &[],
+        scalars: &[EPS as f64],
+    };
+    ferrinfer_launch::rmsnorm::INFO.reference(&problem).remove(0)
+}

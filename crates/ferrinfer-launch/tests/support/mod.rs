@@ -203,23 +203,10 @@ pub fn every_dtype(ops: &[&'static OpInfo]) -> Vec<(&'static OpInfo, DType, bool
 pub fn run_cases(runner: &(impl Runner + Sync), ops: &[&'static OpInfo], seed: u64, cases: &[Case]) {
     let work: Vec<_> =
         every_dtype(ops).into_iter().flat_map(|(op, d, w)| cases.iter().map(move |c| (op, d, w, *c))).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let failures = std::sync::Mutex::new(Vec::new());
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(&(op, dtype, wide, case)) = work.get(i) else { break };
-                    if let Err(e) = run_case(runner, op, dtype, wide, &case, seed + 10 * i as u64) {
-                        failures.lock().unwrap().push(e);
-                    }
-                }
-            });
-        }
+    let failures = on_all_cores(work.len(), 8, |i| {
+        let (op, dtype, wide, case) = work[i];
+        run_case(runner, op, dtype, wide, &case, seed + 10 * i as u64).err()
     });
-    let failures = failures.into_inner().unwrap();
     assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), work.len(), failures.join("\n"));
 }
 
@@ -246,23 +233,30 @@ pub fn check_in_slices(
     scalars: &[f64],
     slice_rows: usize,
 ) -> Vec<String> {
-    let slices = case.rows.div_ceil(slice_rows);
+    on_all_cores(case.rows.div_ceil(slice_rows), 16, |i| {
+        let rows = i * slice_rows..((i + 1) * slice_rows).min(case.rows);
+        let part = Case { rows: rows.len(), ..*case };
+        let result = check(op, dtype, &part, &rows_of(before, &rows), &rows_of(after, &rows), scalars);
+        result.err().map(|e| format!("rows {rows:?}: {e}"))
+    })
+}
+
+/// Runs `task(0..count)` on up to `max_threads` threads (each task taken by the next free
+/// thread, so at most `max_threads` tasks' memory is held at once); the failures it returned.
+fn on_all_cores(count: usize, max_threads: usize, task: impl Fn(usize) -> Option<String> + Sync) -> Vec<String> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = std::sync::Mutex::new(Vec::new());
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(16);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(max_threads);
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if i >= slices {
+                    if i >= count {
                         break;
                     }
-                    let rows = i * slice_rows..((i + 1) * slice_rows).min(case.rows);
-                    let part = Case { rows: rows.len(), ..*case };
-                    let result = check(op, dtype, &part, &rows_of(before, &rows), &rows_of(after, &rows), scalars);
-                    if let Err(e) = result {
-                        failures.lock().unwrap().push(format!("rows {rows:?}: {e}"));
+                    if let Some(failure) = task(i) {
+                        failures.lock().unwrap().push(failure);
                     }
                 }
             });
