@@ -1,8 +1,8 @@
 //! `cargo xtask ci [NAME]`: the tests of one op family across all crates, of one crate, or all.
 //!
 //! Families are discovered, not listed: FlashInfer's one-file-per-op-per-layer convention means an
-//! op `F` has `crates/ferrinfer-kernels/src/F.rs` and `crates/ferrinfer-launch/src/F.rs`. Its tests
-//! are the unit tests under a module `F::` and the integration test targets named `F` or `F_*`.
+//! op `F` has `crates/ferrinfer-kernels/src/<F>.rs` and `crates/ferrinfer-launch/src/<F>.rs`. Its
+//! tests are the unit tests under a module `F::` and the integration test targets named `F` or `F_*`.
 //! A crate is named by its directory without `ferrinfer-` (`jit` for `crates/ferrinfer-jit`): its
 //! tests are all of that crate's, plus integration tests named `jit` or `jit_*` elsewhere.
 
@@ -148,7 +148,7 @@ fn integration_tests(root: &Path, family: &str) -> Result<Vec<(String, String)>>
     Ok(found)
 }
 
-/// The target name cargo gives `tests/NAME.rs` or `tests/NAME/main.rs`.
+/// The target name cargo gives `tests/<NAME>.rs` or `tests/<NAME>/main.rs`.
 fn test_target(path: &Path) -> Option<String> {
     let is_target =
         if path.is_dir() { path.join("main.rs").is_file() } else { path.extension().is_some_and(|e| e == "rs") };

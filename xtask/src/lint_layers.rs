@@ -1,4 +1,4 @@
-//! `cargo xtask lint-layers`: the layer invariants of DESIGN.md ("Layer invariants") as a check
+//! `cargo xtask lint-layers`: the layer invariants of docs/ARCHITECTURE.md ("Invariants") as a check
 //! that fails the build rather than a review comment. It reads `cargo metadata` (declared
 //! dependencies and the resolved graph) and scans sources with comments and string literals
 //! blanked out, so prose about `std::` or `candle_core::` never counts.
@@ -72,7 +72,7 @@ impl fmt::Display for Violation {
     }
 }
 
-/// Checks the workspace whose root manifest is `root/Cargo.toml`; returns violations sorted.
+/// Checks the workspace whose root manifest is `<root>/Cargo.toml`; returns violations sorted.
 pub fn lint(root: &Path) -> Result<Vec<Violation>> {
     // Absolute, so that the paths cargo reports start with it and print relative to it.
     let root = &root.canonicalize().with_context(|| format!("workspace root {}", root.display()))?;

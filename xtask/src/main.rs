@@ -13,7 +13,7 @@ use xtask::{ci, lint_layers};
 #[derive(Parser)]
 #[command(bin_name = "cargo xtask", about = "ferrinfer's project tooling")]
 enum Command {
-    /// Check the layer invariants (DESIGN.md, "Layer invariants"); non-zero exit on a violation.
+    /// Check the layer invariants (docs/ARCHITECTURE.md, "Invariants"); non-zero exit on a violation.
     LintLayers {
         /// The workspace's root Cargo.toml (default: this workspace's).
         #[arg(long)]
