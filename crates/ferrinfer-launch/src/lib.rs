@@ -52,8 +52,3 @@ pub fn ops() -> impl Iterator<Item = &'static OpInfo> {
 pub fn op(name: &str) -> Option<&'static OpInfo> {
     ops().find(|op| op.name == name)
 }
-
-/// README.md's Rust snippets, compiled and run as doctests so the front page cannot rot.
-#[doc = include_str!("../../../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;

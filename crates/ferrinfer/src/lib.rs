@@ -6,23 +6,8 @@
 //! It adds no code of its own and sits above every layer; nothing in the workspace depends on
 //! it (`cargo xtask lint-layers`).
 //!
-//! ```
-//! use ferrinfer::half::bf16;
-//! use ferrinfer::{Stream, TensorView, rmsnorm};
-//!
-//! let x = vec![bf16::from_f32(1.0); 4 * 4096];
-//! let w = vec![bf16::from_f32(1.0); 4096];
-//! let mut y = vec![bf16::ZERO; 4 * 4096];
-//! rmsnorm(
-//!     &TensorView::from_slice(&x, &[4, 4096])?,
-//!     &TensorView::from_slice(&w, &[4096])?,
-//!     &mut TensorView::from_slice_mut(&mut y, &[4, 4096])?,
-//!     1e-6,
-//!     Stream::Cpu, // or Stream::Cuda(&stream) for device tensors
-//! )?;
-//! assert!(y.iter().all(|v| (v.to_f32() - 1.0).abs() < 1e-2));
-//! # Ok::<(), ferrinfer::Error>(())
-//! ```
+//! README.md's Rust example is a doctest of this crate (`ReadmeDoctests`), so the example a user
+//! copies compiles and runs in every `cargo test`.
 
 pub use ferrinfer_launch::*;
 
@@ -34,3 +19,8 @@ pub use ferrinfer_ffi::dlpack;
 pub use ferrinfer_ffi::python;
 #[cfg(feature = "torch")]
 pub use ferrinfer_ffi::torch;
+
+/// README.md's Rust snippets, compiled and run as doctests of this crate (the one users add).
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
