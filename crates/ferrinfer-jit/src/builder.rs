@@ -281,11 +281,17 @@ fn with_register_caps(ptx: &str, spec: &JitSpec) -> String {
     out
 }
 
-/// `-Ctarget-feature=+ptxNN` where the architecture's oldest PTX ISA is older than
-/// [`MIN_PTX_ISA`]; nothing where it is not (LLVM's choice stands).
+/// The PTX ISA the kernels are emitted as for `arch`: its oldest, raised to [`MIN_PTX_ISA`];
+/// `None` for an unknown architecture.
+fn ptx_isa(arch: CudaArch) -> Option<PtxVersion> {
+    arch.min_ptx_version().map(|oldest| oldest.max(MIN_PTX_ISA))
+}
+
+/// `-Ctarget-feature=+ptxNN` where [`ptx_isa`] is newer than what LLVM would emit (the
+/// architecture's oldest); nothing where it is not.
 fn ptx_isa_flag(arch: CudaArch) -> Option<String> {
-    let oldest = arch.min_ptx_version()?;
-    (oldest < MIN_PTX_ISA).then(|| format!("-Ctarget-feature=+ptx{}{}", MIN_PTX_ISA.major, MIN_PTX_ISA.minor))
+    let isa = ptx_isa(arch)?;
+    (Some(isa) > arch.min_ptx_version()).then(|| format!("-Ctarget-feature=+ptx{}{}", isa.major, isa.minor))
 }
 
 impl Ptx {
@@ -304,7 +310,7 @@ impl Ptx {
             None => return Err("it has no .target line".into()),
         }
         let version = directive(".version ").and_then(PtxVersion::parse).ok_or("it has no valid .version line")?;
-        match self.arch.min_ptx_version().map(|oldest| oldest.max(MIN_PTX_ISA)) {
+        match ptx_isa(self.arch) {
             Some(min) if version >= min => Ok(version),
             Some(min) => Err(format!("PTX ISA {version} cannot target {cpu} (needs {min} or newer)")),
             None => Err(format!("{} is not a known CUDA architecture", self.arch)),

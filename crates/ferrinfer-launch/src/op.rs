@@ -140,6 +140,12 @@ impl OpInfo {
         (self.reference)(problem)
     }
 
+    /// The reference of a problem given by its inputs alone (`tensors` by argument, empty for
+    /// `Out`; nothing written before): what a test of known rows needs.
+    pub fn reference_of(&self, dtype: DType, hidden: usize, tensors: &[Vec<f64>], scalars: &[f64]) -> Vec<Vec<f64>> {
+        self.reference(&Problem { dtype, hidden, tensors, written: &[], scalars })
+    }
+
     /// The argument named `name` (or aliased so), by position.
     pub fn tensor_index(&self, name: &str) -> Option<usize> {
         self.tensors.iter().position(|t| t.name == name || t.alias == Some(name))

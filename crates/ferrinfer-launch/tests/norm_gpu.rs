@@ -76,10 +76,7 @@ fn norm_gpu_pdl_on_and_off_chain_correctly() {
 
 /// rmsnorm in f64 (through the op's reference).
 fn rms_rows(x: &[f64], w: &[f64], hidden: usize) -> Vec<f64> {
-    let tensors = [x.to_vec(), w.to_vec(), Vec::new()];
-    let problem =
-        ferrinfer_launch::op::Problem { dtype: DType::Bf16, hidden, tensors: &tensors, written: &[], scalars: &[1e-6] };
-    rmsnorm::INFO.reference(&problem).remove(0)
+    rmsnorm::INFO.reference_of(DType::Bf16, hidden, &[x.to_vec(), w.to_vec(), Vec::new()], &[1e-6]).remove(0)
 }
 
 #[test]

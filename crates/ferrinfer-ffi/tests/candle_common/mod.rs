@@ -116,12 +116,5 @@ pub fn error_of<T: std::fmt::Debug>(result: candle_core::Result<T>) -> String {
 /// rmsnorm in f64, through the op's own reference.
 pub fn rms_reference(x: &[f64], w: &[f64], hidden: usize) -> Vec<f64> {
     let tensors = [x.to_vec(), w.to_vec(), Vec::new()];
-    let problem = ferrinfer_launch::op::Problem {
-        dtype: DType::F32,
-        hidden,
-        tensors: &tensors,
-        written: &[],
-        scalars: &[EPS as f64],
-    };
-    ferrinfer_launch::rmsnorm::INFO.reference(&problem).remove(0)
+    ferrinfer_launch::rmsnorm::INFO.reference_of(DType::F32, hidden, &tensors, &[EPS as f64]).remove(0)
 }
