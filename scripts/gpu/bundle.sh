@@ -2,7 +2,8 @@
 # Builds what the GPU suite runs into .bundle/ (git-ignored): the GPU test binaries (every
 # integration test named *_gpu.rs), the benchmark, every kernel module built ahead of time
 # (`cargo xtask aot`, compressed: suite.sh unpacks it and points FERRINFER_AOT_DIR at it), the
-# Python wheel (its tests and benchmark travel in the working tree), and suite.sh. With
+# Python wheel (its tests and benchmark travel in the working tree; with --gpu-wheel the wheel
+# users get, every module embedded: `cargo xtask wheel`), and suite.sh. With
 # --adapters also the candle and tch adapters' GPU tests (scripts/gpu/bundle-candle.sh and
 # bundle-torch.sh, into .bundle/candle and .bundle/torch: suite.sh steps `candle`, `torch`; the
 # first build of each takes 10-15 minutes on 2 cores). The GPU machine has no Rust toolchain, so everything is built here; the device tool
@@ -10,12 +11,14 @@
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
-adapters=false
-case "${1:-}" in
-  --adapters) adapters=true ;;
-  "") ;;
-  *) echo "usage: $0 [--adapters]" >&2; exit 2 ;;
-esac
+adapters=false gpu_wheel=false
+for arg in "$@"; do
+  case "$arg" in
+    --adapters) adapters=true ;;
+    --gpu-wheel) gpu_wheel=true ;;
+    *) echo "usage: $0 [--adapters] [--gpu-wheel]" >&2; exit 2 ;;
+  esac
+done
 # Small binaries: the device tool carries at most 64 MiB per run, peers included.
 export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols
 rm -rf .bundle && mkdir -p .bundle/tests
@@ -39,8 +42,13 @@ for line in sys.stdin:
     if gpu_test and "ferrinfer-ffi" not in msg["package_id"]:
         shutil.copy(exe, ".bundle/tests/" + msg["target"]["name"])
 '
-python3 -c 'import maturin' 2>/dev/null || python3 -m pip install --quiet 'maturin>=1.9,<2'
-python3 -m maturin build --release -m crates/ferrinfer-py/Cargo.toml -o .bundle/wheels
+if $gpu_wheel; then
+  # The wheel users get: every module embedded for sm_80, sm_89 and sm_90 (suite step `wheel`).
+  FERRINFER_PTXAS="$FERRINFER_PTXAS" cargo xtask wheel --out .bundle/wheels
+else
+  python3 -c 'import maturin' 2>/dev/null || python3 -m pip install --quiet 'maturin>=1.9,<2'
+  python3 -m maturin build --release -m crates/ferrinfer-py/Cargo.toml -o .bundle/wheels
+fi
 cp scripts/gpu/suite.sh .bundle/
 if $adapters; then
   bash scripts/gpu/bundle-candle.sh

@@ -11,6 +11,9 @@
 #             activation (silu/gelu/gelu_tanh_and_mul) families, bf16 and f16 (correctness: `tests`)
 #   sweep     the norm planner's layouts forced one by one (FERRINFER_NORM_LAYOUT) at the points
 #             that decide them, rmsnorm and fused_add_rmsnorm bf16: $out/sweep.csv
+#   actsweep  the activation launch's block and grid y forced one by one
+#             (FERRINFER_ACTIVATION_LAYOUT=block:grid_y), silu_and_mul and gelu_tanh_and_mul bf16,
+#             T ∈ {128 … 16384} × d ∈ {4096, 14336}: $out/actsweep.csv (≈ 140 bench runs, ~3 min)
 #   eager     ferrinfer-bench --mode eager: the host path's wall time per call (T = 1)
 #   ncu       Nsight Compute on one launch of each of a few shapes (DRAM %, registers, occupancy,
 #             issue statistics)
@@ -22,6 +25,9 @@
 #   candle    the candle adapter's GPU tests and its benchmark against candle's own rms_norm
 #             (needs .bundle/candle: bash scripts/gpu/bundle.sh --adapters)
 #   torch     the tch adapter's GPU tests, against the machine's torch 2.11 (needs .bundle/torch)
+#   wheel     the bundled wheel (the GPU wheel: bundle.sh --gpu-wheel) in a clean environment: installed
+#             alone, no FERRINFER_* variable, no AOT directory, no Rust; every op's CUDA tests, then
+#             its first call with the driver's PTX cache off and on
 #   firstcall first-call latency (module load + launch) from the embedded AOT PTX, with the
 #             driver's PTX JIT cache disabled, then enabled (cold, then warm)
 # Modules come from the bundled AOT directory; FERRINFER_DISABLE_JIT=1 makes any miss an error.
@@ -44,6 +50,17 @@ run() { # run NAME CMD...: log to $out/NAME.log, remember failures
   echo "== $name: $(date +%T) exit $rc" | tee -a "$out/$name.log"
   [ "$rc" = 0 ] || status=1
 }
+sweep() { # sweep VAR CSV ROUTINE LAYOUTS CASES: ROUTINE (bf16) with VAR=LAYOUT, every layout at every T:H
+  local var=$1 csv=$2 routine=$3 layouts=$4 cases=$5 layout case
+  local -; set -f # layouts hold `*`: no file-name globbing
+  for layout in $layouts; do
+    for case in $cases; do
+      env "$var=$layout" .bundle/ferrinfer-bench --routine "$routine" --dtype bf16 \
+        --batch-size "${case%%:*}" --hidden-size "${case##*:}" --warmup-seconds 0 --num-iters 9 2>/dev/null \
+        | grep "^$routine," | sed "s/^/$layout,/" >> "$csv"
+    done
+  done
+}
 for step in "$@"; do
   case $step in
     info)
@@ -53,9 +70,10 @@ for step in "$@"; do
         run info ptxas -arch=sm_90 -v "$ptx" -o /dev/null
       done 2>&1 | grep -E "entry function|registers|spill" > "$out/ptxas.log" ;;
     tests)
-      # TESTS_SKIP: name filters passed as --skip (e.g. "_grid over_2_pow_31" for a short run).
+      # TESTS_SKIP: name filters passed as --skip (e.g. "_grid over_2_pow_31" for a short run);
+      # TESTS_FILTER: one name filter, the only tests run (e.g. over_2_pow_31).
       skips=(); for f in ${TESTS_SKIP:-}; do skips+=(--skip "$f"); done
-      for t in .bundle/tests/*; do run tests "$t" --test-threads=1 "${skips[@]}"; done ;;
+      for t in .bundle/tests/*; do run tests "$t" ${TESTS_FILTER:-} --test-threads=1 "${skips[@]}"; done ;;
     memcheck|racecheck)
       # One test at a time, each with its own time limit (the all-op grid at once outran one).
       for t in .bundle/tests/*; do
@@ -76,23 +94,25 @@ for step in "$@"; do
       done ;;
     sweep)
       echo "layout,op,dtype,T,H,impl,us,tbps" > "$out/sweep.csv"
-      sweep() { # sweep ROUTINE LAYOUTS CASES: every layout at every T:H
-        local routine=$1 layouts=$2 cases=$3
-        for layout in $layouts; do
-          for case in $cases; do
-            FERRINFER_NORM_LAYOUT=$layout .bundle/ferrinfer-bench --routine "$routine" --dtype bf16 \
-              --batch-size "${case%%:*}" --hidden-size "${case##*:}" --warmup-seconds 0 --num-iters 9 2>/dev/null \
-              | grep "^$routine," | sed "s/^/$layout,/" >> "$out/sweep.csv"
-          done
-        done
-      }
+      norm() { sweep FERRINFER_NORM_LAYOUT "$out/sweep.csv" "$@"; }
       big="65536:4096 16384:4096 65536:8192 16384:8192 221184:128 4096:4096 1024:8192"
       small="1:4096 1:8192 16:4096 128:4096 128:8192"
-      sweep rmsnorm "*:*:* 2:*:1 2:*:2 4:*:1 4:*:2 4:*:4 8:*:1 8:*:2 1:*:2 1:*:4" "$big"
-      sweep rmsnorm "*:*:* 1:*:1 2:*:1 4:*:1 8:*:1 1:1024:1 1:256:1" "$small"
-      sweep fused_add_rmsnorm "*:*:* 1:*:2 2:*:1 2:*:2 4:*:1 4:*:2 8:*:1" "65536:4096 16384:4096 65536:8192 1024:8192"
-      sweep fused_add_rmsnorm "*:*:* 1:*:1 2:*:1 4:*:1" "1:4096 1:8192 128:4096"
+      norm rmsnorm "*:*:* 2:*:1 2:*:2 4:*:1 4:*:2 4:*:4 8:*:1 8:*:2 1:*:2 1:*:4" "$big"
+      norm rmsnorm "*:*:* 1:*:1 2:*:1 4:*:1 8:*:1 1:1024:1 1:256:1" "$small"
+      norm fused_add_rmsnorm "*:*:* 1:*:2 2:*:1 2:*:2 4:*:1 4:*:2 8:*:1" "65536:4096 16384:4096 65536:8192 1024:8192"
+      norm fused_add_rmsnorm "*:*:* 1:*:1 2:*:1 4:*:1" "1:4096 1:8192 128:4096"
       sort -t, -k2,2 -k4,4n -k5,5n -k7,7n "$out/sweep.csv" ;;
+    actsweep)
+      # block:grid_y; `*` the planner's. Grid y = T is a row a thread; T/4 and T/8 rows a step (4 a step).
+      echo "layout,op,dtype,T,H,impl,us,tbps" > "$out/actsweep.csv"
+      for routine in silu_and_mul gelu_tanh_and_mul; do
+        for case in 128:4096 1024:4096 4096:4096 16384:4096 128:14336 1024:14336 16384:14336; do
+          t=${case%%:*}
+          sweep FERRINFER_ACTIVATION_LAYOUT "$out/actsweep.csv" $routine \
+            "*:* 128:* 256:* 512:* 64:* *:$t 128:$((t / 4)) 256:$((t / 4)) 128:$((t / 8)) 256:$((t / 8))" "$case"
+        done
+      done
+      sort -t, -k2,2 -k4,4n -k5,5n -k7,7n "$out/actsweep.csv" ;;
     eager)
       for routine in rmsnorm fused_add_rmsnorm silu_and_mul; do
         for h in 4096 8192; do
@@ -111,23 +131,35 @@ for step in "$@"; do
     python)
       run python env PYTHONPATH="$(python_path)" python3 -m pytest -q -rs -p no:cacheprovider crates/ferrinfer-py/tests ;;
     pybench)
-      for family in ${PYBENCH_FAMILIES:-norm activation}; do
-        run pybench env PYTHONPATH="$(python_path)" python3 crates/ferrinfer-py/bench/ops.py --family $family \
-          --dtype bfloat16 --out "$out/py-$family.csv"
-        run pybench env PYTHONPATH="$(python_path)" python3 crates/ferrinfer-py/bench/ops.py --family $family \
-          --dtype bfloat16 --eager --out "$out/py-$family-eager.csv"
+      # PYBENCH_FAMILIES, PYBENCH_DTYPES: narrow or widen the grid (default: both families, bfloat16).
+      for dtype in ${PYBENCH_DTYPES:-bfloat16}; do
+        for family in ${PYBENCH_FAMILIES:-norm activation}; do
+          run pybench env PYTHONPATH="$(python_path)" python3 crates/ferrinfer-py/bench/ops.py --family $family \
+            --dtype $dtype --out "$out/py-$family-$dtype.csv"
+          run pybench env PYTHONPATH="$(python_path)" python3 crates/ferrinfer-py/bench/ops.py --family $family \
+            --dtype $dtype --eager --out "$out/py-$family-$dtype-eager.csv"
+        done
       done ;;
     candle)
       run candle bash .bundle/candle/run.sh tests bench ;;
     torch)
       torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
       run torch env LD_LIBRARY_PATH="$torch_lib" .bundle/torch/torch_gpu --test-threads=1 ;;
+    wheel)
+      rm -rf /tmp/ferrinfer-wheel
+      run wheel python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ferrinfer-wheel .bundle/wheels/*.whl
+      run wheel ls -l .bundle/wheels
+      clean=(env -i PATH="$PATH" HOME="$HOME" ${LD_LIBRARY_PATH:+LD_LIBRARY_PATH="$LD_LIBRARY_PATH"} PYTHONPATH=/tmp/ferrinfer-wheel)
+      run wheel "${clean[@]}" python3 -m pytest -q -rs -p no:cacheprovider crates/ferrinfer-py/tests
+      for cache in CUDA_CACHE_DISABLE=1 CUDA_CACHE_DISABLE=1 CUDA_CACHE_PATH=/tmp/ferrinfer-nv-cache-wheel; do
+        run wheel "${clean[@]}" "$cache" FERRINFER_JIT_VERBOSE=1 python3 crates/ferrinfer-py/bench/first_call.py
+      done ;;
     firstcall)
       first=(.bundle/ferrinfer-bench --routine rmsnorm --batch-size 1 --hidden-size 4096 --num-iters 1 --warmup-seconds 0)
       rm -rf /tmp/ferrinfer-nv-cache
       for i in 1 2; do run firstcall env CUDA_CACHE_DISABLE=1 "${first[@]}"; done
       for i in 1 2; do run firstcall env CUDA_CACHE_PATH=/tmp/ferrinfer-nv-cache "${first[@]}"; done ;;
-    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, sweep, eager, ncu, python, pybench, candle, torch, firstcall)"; exit 2 ;;
+    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, sweep, actsweep, eager, ncu, python, pybench, candle, torch, wheel, firstcall)"; exit 2 ;;
   esac
 done
 exit $status

@@ -80,6 +80,31 @@ pub fn plan(root: &Path, family: Option<&str>, release: bool, libtorch: bool) ->
     Ok(runs)
 }
 
+/// The workspace's crates meant for crates.io (every one whose `publish` is not `false`).
+pub fn published_crates(root: &Path) -> Result<Vec<String>> {
+    let metadata = crate::lint_layers::metadata(root)?;
+    let mut names: Vec<String> = metadata
+        .workspace_packages()
+        .into_iter()
+        .filter(|p| p.publish.as_ref().is_none_or(|registries| !registries.is_empty()))
+        .map(|p| p.name.to_string())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// `cargo package` of every published crate, verified: each builds from its own `.crate` alone
+/// (no file outside its directory, every dependency versioned), with its metadata complete.
+pub fn package(root: &Path) -> Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command.args(["package", "--allow-dirty", "--quiet"]);
+    for name in published_crates(root)? {
+        command.args(["-p", &name]);
+    }
+    crate::run_echoed(command.current_dir(root))
+}
+
 /// ferrinfer-ffi's framework adapters, whose test targets compile empty without their feature.
 /// candle builds from crates.io alone; torch needs libtorch (`LIBTORCH`, which
 /// `source scripts/torch/libtorch.sh` provides; .ci/run does).
@@ -255,6 +280,13 @@ mod tests {
         assert_eq!(changed(&["crates/ferrinfer-kernels/src/math.rs"]), ["norm", "rope"], "shared code: every family");
         assert_eq!(changed(&["Cargo.toml"]), ["norm", "rope"]);
         assert!(changed(&["README.md", "docs/jit.md"]).is_empty(), "docs only: nothing to test");
+    }
+
+    #[test]
+    fn the_library_crates_are_published_and_the_tools_are_not() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let expected = ["ferrinfer", "ferrinfer-ffi", "ferrinfer-jit", "ferrinfer-kernels", "ferrinfer-launch"];
+        assert_eq!(published_crates(root).unwrap(), expected);
     }
 
     #[test]

@@ -99,7 +99,7 @@ pub fn lint(root: &Path) -> Result<Vec<Violation>> {
 }
 
 /// `cargo metadata` with every feature on, so optional dependencies are in the resolved graph.
-fn metadata(root: &Path) -> Result<Metadata> {
+pub(crate) fn metadata(root: &Path) -> Result<Metadata> {
     let mut cmd = MetadataCommand::new();
     cmd.manifest_path(root.join("Cargo.toml")).features(CargoOpt::AllFeatures);
     // Offline first: the lock file and the local registry cache normally suffice (also for the

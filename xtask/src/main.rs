@@ -31,10 +31,24 @@ enum Command {
         #[arg(long, default_value = "target/ferrinfer-aot")]
         out: PathBuf,
     },
+    /// Build the GPU wheel of the Python module: every kernel module for the given architectures
+    /// built ahead of time (with cubins: needs ptxas, as `.ci/run` installs it) and embedded, so
+    /// it runs on a machine with a driver and no Rust. Prints the wheel's path and size.
+    Wheel {
+        /// Target architectures of the embedded modules.
+        #[arg(long, default_value = "8.0,8.9,9.0")]
+        arch: String,
+        /// Where the AOT modules are built (kept: a second run reuses them).
+        #[arg(long, default_value = "target/ferrinfer-aot-wheel")]
+        aot_dir: PathBuf,
+        #[arg(long, default_value = "target/wheels-gpu")]
+        out: PathBuf,
+    },
     /// Everything a PR must pass: rustfmt check, clippy -D warnings, cargo-deny, lint-layers,
     /// no pending insta snapshots.
     Precommit,
-    /// Run one op family's tests across all crates, or every test with no FAMILY.
+    /// Run one op family's tests across all crates, or every test with no FAMILY (then also
+    /// `cargo package` of every published crate, and the Python tests).
     Ci {
         /// An op family (a module of both ferrinfer-kernels and ferrinfer-launch), or a crate
         /// by its short name (`jit`).
@@ -68,6 +82,10 @@ fn run(command: Command) -> Result<()> {
     match command {
         Command::LintLayers { manifest_path } => lint(&manifest_path.map_or_else(workspace_root, root_of)),
         Command::Aot { arch, family, out } => aot(arch, family, out),
+        Command::Wheel { arch, aot_dir, out } => {
+            let root = workspace_root();
+            xtask::python::gpu_wheel(&root, &arch, &root.join(aot_dir), &root.join(out))
+        }
         Command::Precommit => xtask::precommit::run(&workspace_root()),
         Command::Ci { list: true, changed, .. } => {
             let root = workspace_root();
@@ -95,6 +113,9 @@ fn run(command: Command) -> Result<()> {
                 );
             }
             ci::run(&root, &ci::plan(&root, family.as_deref(), release, libtorch())?)?;
+            if family.is_none() {
+                ci::package(&root)?;
+            }
             // The Python module's tests need a wheel, not `cargo test`.
             match family.as_deref() {
                 None | Some("py") => xtask::python::run(&root),

@@ -43,6 +43,32 @@ pub fn run(root: &Path) -> Result<()> {
     step(root, &python, &["-m", "pytest", "-q", "-rs", "crates/ferrinfer-py/tests"])
 }
 
+/// The GPU wheel: every kernel module of every family built ahead of time for `archs` (PTX and,
+/// assembled by ptxas, cubins: `ptxas` names it, else FERRINFER_PTXAS) and embedded in the
+/// module, so `pip install` on a machine with a driver and no Rust runs every op. Built in the
+/// virtual environment under `target/`; prints the wheel's path and size.
+pub fn gpu_wheel(root: &Path, archs: &str, aot_dir: &Path, out: &Path) -> Result<()> {
+    let python = virtual_env(root)?;
+    if !Command::new(&python).args(["-c", "import maturin"]).output().is_ok_and(|o| o.status.success()) {
+        step(root, &python, &["-m", "pip", "install", "--quiet", "--disable-pip-version-check", PACKAGES[0]])?;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut aot = Command::new(cargo);
+    aot.args(["run", "--release", "--quiet", "-p", "ferrinfer-jit", "--", "aot", "--arch", archs, "--out"])
+        .arg(aot_dir);
+    // Cubins are the point of the wheel (a first call without the driver's PTX compilation).
+    crate::run_echoed(aot.env("FERRINFER_REQUIRE_PTXAS", "1").current_dir(root))?;
+    let _ = std::fs::remove_dir_all(out);
+    let mut build = Command::new(&python);
+    build.args(["-m", "maturin", "build", "--release", "-m", "crates/ferrinfer-py/Cargo.toml", "-o"]).arg(out);
+    crate::run_echoed(build.env("FERRINFER_EMBED_AOT_DIR", aot_dir).current_dir(root))?;
+    for wheel in std::fs::read_dir(out)?.filter_map(|e| e.ok()) {
+        let bytes = wheel.metadata()?.len();
+        println!("{} ({:.1} MB; kernels for {archs})", wheel.path().display(), bytes as f64 / 1e6);
+    }
+    Ok(())
+}
+
 /// The interpreter of `target/py-venv`, created from `$PYTHON` (default `python3`) on first use.
 fn virtual_env(root: &Path) -> Result<String> {
     let venv = root.join("target/py-venv");

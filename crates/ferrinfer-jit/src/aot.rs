@@ -39,11 +39,26 @@ pub fn build(
     specs.map(|spec| cache.module(&spec)).collect()
 }
 
-/// `(source_key, PTX)` of every valid entry in an AOT directory, sorted by key (for embedding).
-pub fn entries(dir: &Path) -> Vec<(String, String)> {
-    let mut entries: Vec<(String, String)> = index_entries(dir)
+/// One valid entry of an AOT directory, as a build script embeds it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Embeddable {
+    pub source_key: String,
+    pub arch: CudaArch,
+    pub ptx: String,
+    /// The cubin for the entry's architecture, where ptxas made one.
+    pub cubin: Option<Vec<u8>>,
+}
+
+/// Every valid entry in an AOT directory, sorted by key (for embedding: see
+/// [`crate::embed::EmbeddedModule`]).
+pub fn embeddable(dir: &Path) -> Vec<Embeddable> {
+    let mut entries: Vec<Embeddable> = index_entries(dir)
         .into_iter()
-        .filter_map(|(source_key, entry)| read_entry(&entry, &source_key).map(|ptx| (source_key, ptx)))
+        .filter_map(|(source_key, entry)| {
+            let stored = read_entry(&entry, &source_key)?;
+            let cubin = stored.cubins.first().and_then(|c| c.image()).map(|image| image.to_vec());
+            Some(Embeddable { source_key, arch: stored.arch, ptx: Arc::unwrap_or_clone(stored.ptx), cubin })
+        })
         .collect();
     entries.sort();
     entries

@@ -1,4 +1,4 @@
-//! Where modules come from, in order: this process's memo → PTX embedded in the binary → an AOT
+//! Where modules come from, in order: this process's memo → modules embedded in the binary → an AOT
 //! directory (`FERRINFER_AOT_DIR`) → the disk cache → a JIT build (unless `FERRINFER_DISABLE_JIT`).
 //!
 //! Disk layout under the cache directory: `ptx/<key>/` (one entry, see [`crate::entry`]);
@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use crate::builder::{BuildOutput, Builder, Progress};
 use crate::codegen::{self, GeneratedCrate};
+use crate::embed::EmbeddedModule;
 use crate::entry::{self, CubinRecord, Expected, Manifest, NewEntry, Rejection};
 use crate::ptxas::{self, Assembly};
 use crate::sources::KernelSources;
@@ -24,13 +25,6 @@ use crate::toolchain::Toolchain;
 use crate::{BuildError, CudaArch, JitConfig, JitError, JitSpec, fsutil, key, lock};
 
 pub use crate::entry::Cubin;
-
-/// PTX compiled into a binary ahead of time, found by source key.
-#[derive(Clone, Copy, Debug)]
-pub struct EmbeddedPtx {
-    pub source_key: &'static str,
-    pub ptx: &'static str,
-}
 
 /// Where a module was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +82,7 @@ struct Request<'r> {
 /// The module cache (one per process is typical; tests make their own).
 pub struct Cache {
     config: JitConfig,
-    embedded: &'static [EmbeddedPtx],
+    embedded: &'static [EmbeddedModule],
     sources: KernelSources,
     aot_index: OnceLock<HashMap<String, PathBuf>>,
     /// By spec name, then arch and debug: a spec's identity (see [`Cache::module`]).
@@ -98,7 +92,7 @@ pub struct Cache {
 }
 
 impl Cache {
-    pub fn new(config: JitConfig, embedded: &'static [EmbeddedPtx]) -> Self {
+    pub fn new(config: JitConfig, embedded: &'static [EmbeddedModule]) -> Self {
         Cache {
             config,
             embedded,
@@ -123,6 +117,20 @@ impl Cache {
 
     pub fn config(&self) -> &JitConfig {
         &self.config
+    }
+
+    /// The arch to use on a device of compute capability `device`: [`JitConfig::target_arch`],
+    /// except that a binary with embedded modules and no `FERRINFER_CUDA_ARCH_LIST` takes the
+    /// embedded archs as its list — a wheel built for 8.0, 8.9 and 9.0 then runs out of the box
+    /// on an 8.6 device (the 8.0 PTX, compiled by the driver) or a 10.0 one (the 9.0 PTX).
+    pub fn target_arch(&self, device: CudaArch) -> Result<CudaArch, JitError> {
+        if self.config.arch_list.is_some() || self.embedded.is_empty() {
+            return self.config.target_arch(device);
+        }
+        let mut archs: Vec<CudaArch> = self.embedded.iter().map(|e| e.arch).collect();
+        archs.sort();
+        archs.dedup();
+        JitConfig { arch_list: Some(archs), ..self.config.clone() }.target_arch(device)
     }
 
     /// `(source_key, key)` of `spec`; `key` needs the device toolchain.
@@ -195,8 +203,8 @@ impl Cache {
                 origin,
             }
         };
-        if let Some(e) = self.embedded.iter().find(|e| e.source_key == source_key) {
-            return Ok(found(Origin::Embedded, entry::Stored { ptx: Arc::new(e.ptx.to_owned()), cubins: Vec::new() }));
+        if let Some(stored) = self.embedded.iter().find(|e| e.source_key == source_key).and_then(|e| e.inflate()) {
+            return Ok(found(Origin::Embedded, stored));
         }
         if let Some(stored) = self.aot_entry(spec, &source_key) {
             return Ok(found(Origin::Aot, stored));
@@ -313,7 +321,7 @@ impl Cache {
         let _ = fsutil::remove_path(&build_dir);
         self.log(&format!("built {} ({}) in {seconds:.2} s", spec.name, &key[..12]));
         let cubins = assembly.map(|a| Cubin::in_memory(spec.arch, a.cubin)).into_iter().collect();
-        Ok(entry::Stored { ptx: Arc::new(output.ptx.source), cubins })
+        Ok(entry::Stored { arch: spec.arch, ptx: Arc::new(output.ptx.source), cubins })
     }
 
     fn manifest(&self, request: &Request, output: &BuildOutput, assembly: Option<&Assembly>, seconds: f64) -> Manifest {
@@ -411,11 +419,11 @@ pub fn index_entries(dir: &Path) -> HashMap<String, PathBuf> {
     entry::index(dir)
 }
 
-/// The entry's PTX if it holds `source_key` and passes its checks (files match the manifest,
-/// the PTX targets the manifest's arch).
-pub fn read_entry(entry: &Path, source_key: &str) -> Option<String> {
+/// The entry's PTX and cubins if it holds `source_key` and passes its checks (files match the
+/// manifest, the PTX targets the manifest's arch).
+pub(crate) fn read_entry(entry: &Path, source_key: &str) -> Option<entry::Stored> {
     let expected = Expected { source_key, arch: None, built_by: None, cubin_required: false };
-    entry::load(entry, &expected).ok().map(|stored| Arc::unwrap_or_clone(stored.ptx))
+    entry::load(entry, &expected).ok()
 }
 
 /// Temporary entries of `key` left by killed builds (safe to remove: we hold the key's lock).

@@ -108,6 +108,8 @@ pub(crate) struct Expected<'a> {
 /// An entry's contents, checked.
 #[derive(Clone, Debug)]
 pub(crate) struct Stored {
+    /// The arch the PTX targets (the spec's).
+    pub arch: CudaArch,
     pub ptx: Arc<String>,
     pub cubins: Vec<Cubin>,
 }
@@ -139,7 +141,7 @@ pub(crate) fn load(dir: &Path, expected: &Expected) -> Result<Stored, Rejection>
     if expected.cubin_required && !cubins.iter().any(|c| c.arch == manifest.arch) {
         return Err(damaged(format!("it has no cubin for {} (built without ptxas)", manifest.arch.target_cpu())));
     }
-    Ok(Stored { ptx: Arc::new(ptx), cubins })
+    Ok(Stored { arch: manifest.arch, ptx: Arc::new(ptx), cubins })
 }
 
 /// A cubin the manifest lists, if its file has the listed size (its CRC-32 is checked when it

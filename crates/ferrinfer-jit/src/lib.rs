@@ -20,6 +20,7 @@ pub mod builder;
 pub mod cache;
 pub mod codegen;
 pub mod config;
+pub mod embed;
 mod entry;
 mod fsutil;
 pub mod key;
@@ -36,8 +37,9 @@ use std::path::PathBuf;
 
 pub use arch::CudaArch;
 pub use builder::{BuildError, Ptx};
-pub use cache::{Cache, Cubin, EmbeddedPtx, Module, Origin};
+pub use cache::{Cache, Cubin, Module, Origin};
 pub use config::JitConfig;
+pub use embed::EmbeddedModule;
 pub use spec::{EntrySpec, JitSpec};
 
 /// An op family as layer 3 sees it: its kernel source files and the modules it declares.

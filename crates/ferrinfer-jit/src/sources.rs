@@ -1,11 +1,11 @@
-//! The kernel sources, embedded at build time (see `build.rs`): cache keys hash them and JIT
-//! builds compile them, without the repository.
+//! The kernel sources, as `ferrinfer-kernels` embeds them (its `SOURCES`): cache keys hash them
+//! and JIT builds compile them, without the repository.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 /// `(path relative to ferrinfer-kernels/src, contents)` of every kernel source file.
-static EMBEDDED: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));
+static EMBEDDED: &[(&str, &str)] = ferrinfer_kernels::SOURCES;
 
 /// Files every spec depends on: the crate root and the shared device and element code.
 pub const CORE_SOURCES: &[&str] = &["lib.rs", "element.rs", "math.rs", "vector.rs", "device.rs"];

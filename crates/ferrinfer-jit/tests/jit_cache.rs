@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ferrinfer_jit::norm::{NormKernel, NormModule};
-use ferrinfer_jit::{Cache, CudaArch, EmbeddedPtx, JitConfig, JitError, JitSpec, Origin, aot};
+use ferrinfer_jit::{Cache, CudaArch, EmbeddedModule, JitConfig, JitError, JitSpec, Origin, aot, embed};
 use ferrinfer_kernels::element::DType;
 
 /// Builds of all tests share one sysroot directory, so `core` is compiled once per arch.
@@ -61,7 +61,7 @@ fn jit_truncated_ptx_is_detected_and_rebuilt() {
 }
 
 #[test]
-fn jit_aot_directory_and_embedded_ptx_are_found_first() {
+fn jit_aot_directory_and_embedded_modules_are_found_first() {
     let (aot_dir, cache_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let built = aot::build(aot_dir.path(), &[CudaArch::HOPPER], Some("norm"), &config(cache_dir.path())).unwrap();
     let declared = ferrinfer_jit::norm::declared_specs(CudaArch::HOPPER, false).len();
@@ -72,18 +72,24 @@ fn jit_aot_directory_and_embedded_ptx_are_found_first() {
     from_aot.disable_jit = true;
     let module = Cache::new(from_aot.clone(), &[]).module(&spec(DType::F32)).unwrap();
     assert_eq!(module.origin, Origin::Aot);
-    // Embedded PTX wins over everything: embed the bf16 rmsnorm module only.
+    // An embedded module wins over everything: embed the bf16 rmsnorm module only, as a build
+    // script does (compressed, with its cubin when ptxas made one).
     let wanted = Cache::new(from_aot.clone(), &[]).keys(&spec(DType::Bf16)).unwrap().0;
-    let (source_key, ptx) = aot::entries(aot_dir.path()).into_iter().find(|(key, _)| *key == wanted).unwrap();
-    let embedded: &'static [EmbeddedPtx] = Box::leak(Box::new([EmbeddedPtx {
-        source_key: Box::leak(source_key.into_boxed_str()),
-        ptx: Box::leak(ptx.into_boxed_str()),
+    let entry = aot::embeddable(aot_dir.path()).into_iter().find(|e| e.source_key == wanted).unwrap();
+    let leak = |bytes: Vec<u8>| -> &'static [u8] { Box::leak(bytes.into_boxed_slice()) };
+    let embedded: &'static [EmbeddedModule] = Box::leak(Box::new([EmbeddedModule {
+        source_key: Box::leak(entry.source_key.into_boxed_str()),
+        arch: entry.arch,
+        ptx: leak(embed::compress(entry.ptx.as_bytes())),
+        cubin: entry.cubin.as_deref().map(|c| leak(embed::compress(c))),
     }]));
-    let origins: Vec<Origin> = DType::ALL
-        .into_iter()
-        .map(|d| Cache::new(from_aot.clone(), embedded).module(&spec(d)).unwrap().origin)
-        .collect();
+    let modules: Vec<_> =
+        DType::ALL.into_iter().map(|d| Cache::new(from_aot.clone(), embedded).module(&spec(d)).unwrap()).collect();
+    let origins: Vec<Origin> = modules.iter().map(|m| m.origin).collect();
     assert_eq!(origins, [Origin::Aot, Origin::Embedded, Origin::Aot], "f16, bf16, f32");
+    assert_eq!(*modules[1].ptx, entry.ptx, "the embedded PTX, inflated");
+    let cubin = modules[1].cubin(CudaArch::HOPPER).map(|c| c.to_vec());
+    assert_eq!(cubin, entry.cubin, "the embedded cubin (where ptxas made one), inflated");
 }
 
 #[test]
@@ -205,5 +211,25 @@ fn jit_kill_9_mid_build_leaves_no_lock_and_no_half_entry() {
     assert!(!cache.entry_dir(&key).exists(), "a half-built entry was left in place");
     let module = cache.module(&spec).unwrap();
     assert_eq!(module.origin, Origin::Built);
-    assert!(ferrinfer_jit::cache::read_entry(&cache.entry_dir(&key), &module.source_key).is_some());
+    assert!(aot::embeddable(dir.path()).iter().any(|e| e.source_key == module.source_key), "a valid entry");
+}
+
+#[test]
+fn jit_a_binary_with_embedded_modules_targets_their_archs_unless_told_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let arch = |major, minor| CudaArch { major, minor };
+    let module = |arch| EmbeddedModule { source_key: "k", arch, ptx: b"", cubin: None };
+    let embedded: &'static [EmbeddedModule] =
+        Box::leak(Box::new([module(arch(8, 0)), module(CudaArch::HOPPER), module(arch(8, 0))]));
+    let cache = Cache::new(config(dir.path()), embedded);
+    // 8.6 runs the 8.0 PTX; 9.0 its own; 10.0 the 9.0 PTX; 7.5 none of them.
+    assert_eq!(cache.target_arch(arch(8, 6)).unwrap(), arch(8, 0));
+    assert_eq!(cache.target_arch(arch(9, 0)).unwrap(), CudaArch::HOPPER);
+    assert_eq!(cache.target_arch(arch(10, 0)).unwrap(), CudaArch::HOPPER);
+    let err = cache.target_arch(arch(7, 5)).unwrap_err().to_string();
+    assert!(err.contains("FERRINFER_CUDA_ARCH_LIST") && err.contains("7.5"), "{err}");
+    // Without embedded modules, or with a list, the device's own / the list decides.
+    assert_eq!(Cache::new(config(dir.path()), &[]).target_arch(arch(8, 6)).unwrap(), arch(8, 6));
+    let listed = JitConfig { arch_list: Some(vec![arch(8, 6)]), ..config(dir.path()) };
+    assert_eq!(Cache::new(listed, embedded).target_arch(arch(8, 6)).unwrap(), arch(8, 6));
 }

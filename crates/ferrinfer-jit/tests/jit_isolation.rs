@@ -218,11 +218,11 @@ fn jit_aot_command_from_a_hostile_directory_builds_the_same_ptx() {
         let cache = Cache::new(config(&out_dir), &[]);
         cache.keys(&spec(false)).unwrap()
     };
-    let entries = ferrinfer_jit::aot::entries(&out_dir);
+    let entries = ferrinfer_jit::aot::embeddable(&out_dir);
     assert_eq!(entries.len(), ferrinfer_jit::norm::declared_specs(CudaArch::HOPPER, false).len());
-    let (_, ptx) = entries.iter().find(|(key, _)| *key == source_key).expect("the bf16 rmsnorm module");
-    assert!(*ptx == baseline().1, "the AOT build from a hostile directory differs");
-    assert!(entries.iter().all(|(_, ptx)| ptx.contains("\n.target sm_90\n")));
+    let entry = entries.iter().find(|e| e.source_key == source_key).expect("the bf16 rmsnorm module");
+    assert!(entry.ptx == baseline().1, "the AOT build from a hostile directory differs");
+    assert!(entries.iter().all(|e| e.arch == CudaArch::HOPPER && e.ptx.contains("\n.target sm_90\n")));
 }
 
 #[test]

@@ -93,5 +93,5 @@ fn jit_aot_without_ptxas_says_cubins_were_skipped_unless_ptxas_is_required() {
     let (ok, text) = aot_without_ptxas(out.path(), &[]);
     assert!(ok, "{text}");
     assert!(text.contains("cubins: skipped, no ptxas"), "{text}");
-    assert_eq!(aot::entries(out.path()).len(), ferrinfer_jit::norm::declared_specs(CudaArch::HOPPER, false).len());
+    assert_eq!(aot::embeddable(out.path()).len(), ferrinfer_jit::norm::declared_specs(CudaArch::HOPPER, false).len());
 }

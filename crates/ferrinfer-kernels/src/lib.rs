@@ -26,6 +26,11 @@ pub mod vector;
 #[cfg(target_arch = "nvptx64")]
 pub mod device;
 
+/// This crate's source files, `(path under src/, contents)` (see `build.rs`), for the host:
+/// `ferrinfer-jit` hashes them into its cache keys and compiles them for the device.
+#[cfg(not(target_arch = "nvptx64"))]
+pub static SOURCES: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));
+
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

@@ -10,15 +10,17 @@
 //! - addresses need only element alignment: the vector width narrows until `d`, every row stride
 //!   and address allow it.
 
+use std::sync::OnceLock;
+
 use ferrinfer_jit::activation::{ActivationKernel, ActivationModule};
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::activation::{ActivationParams, Gelu, GeluTanh, Silu, act_and_mul_row};
 use ferrinfer_kernels::element::DType;
 
-use crate::cuda::{self, KernelModule, Launch, Limits, ModuleCache};
+use crate::cuda::{self, KernelModule, Launch, Limits, MAX_BLOCK, ModuleCache};
 use crate::layout;
 use crate::op::{Call, FamilyOp, Problem};
-use crate::{Error, Stream, TensorView, cpu, logging};
+use crate::{Error, Stream, TensorView, cpu, logging, tuning};
 
 /// The activation family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
 #[macro_export]
@@ -48,6 +50,8 @@ impl FamilyOp for ActivationKernel {
     fn run(&self, call: &Call) -> Result<(), Error> {
         let [input, out] = call.tensors()?;
         let Some(plan) = plan(input, out, &call.stream)? else { return Ok(()) };
+        // A bad tuning override fails every call, CPU ones too, rather than being ignored.
+        let forced = layout_override()?;
         logging::input_statistics(call);
         match call.stream {
             Stream::Cpu => {
@@ -60,7 +64,7 @@ impl FamilyOp for ActivationKernel {
                 let entry = module
                     .entry(plan.vec)
                     .ok_or_else(|| Error::NoEntryPoint { module: format!("{module:?}"), entry: plan.vec as usize })?;
-                cuda::launch(stream, &MODULES, module, |limits| plan.kernel(entry, limits))
+                cuda::launch(stream, &MODULES, module, |limits| plan.kernel(entry, limits, forced))
             }
         }
     }
@@ -164,21 +168,70 @@ const BLOCK_THREADS: u32 = 128;
 const ROWS_PER_STEP: u64 = 4;
 /// The grid's y dimension at most (CUDA's limit).
 const MAX_GRID_Y: u64 = 65_535;
-/// Blocks per multiprocessor below which a thread takes one row, not a step of them.
-const FILL_BLOCKS_PER_SM: u64 = 4;
+/// Blocks per multiprocessor below which a thread takes one row, not a step of them. 1, from the
+/// H200 sweep of docs/perf/activation.md (v1c): T = 128, d = 14336 (448 stepped blocks) runs in
+/// 2.74 µs stepped, 3.49 a row a thread; T = 16 (16 blocks) 1.33 a row a thread, 1.91 stepped.
+const FILL_BLOCKS_PER_SM: u64 = 1;
+
+/// `FERRINFER_ACTIVATION_LAYOUT=block:grid_y` (each field a number or `*` for the planner's
+/// choice): forces the launch's threads per block (a multiple of 32, at most what the entry can
+/// have) and the grid's y dimension (rows walked in parallel, 1 to 65535; the kernel strides over
+/// the rest) — a knob for tuning sweeps with the benchmark, read once. Nothing is clamped: a value
+/// outside those bounds makes every activation call a configuration error naming the variable
+/// (a block past the entry's limit: every CUDA call, the limit being the loaded kernel's).
+pub const LAYOUT_VAR: &str = "FERRINFER_ACTIVATION_LAYOUT";
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct LayoutOverride {
+    block: Option<u32>,
+    grid_y: Option<u32>,
+}
+
+fn layout_override() -> Result<LayoutOverride, Error> {
+    static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
+    tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
+        format!("block:grid_y, each a number or *, block a multiple of 32 ≤ {MAX_BLOCK}, grid_y 1 to {MAX_GRID_Y}")
+    })
+}
+
+fn parse_layout(value: &str) -> Option<LayoutOverride> {
+    let [block, grid_y] = tuning::fields(value)?;
+    let block_ok = block.is_none_or(|b| b > 0 && b.is_multiple_of(32) && b <= MAX_BLOCK as u64);
+    let grid_y_ok = grid_y.is_none_or(|y| (1..=MAX_GRID_Y).contains(&y));
+    (block_ok && grid_y_ok)
+        .then_some(LayoutOverride { block: block.map(|b| b as u32), grid_y: grid_y.map(|y| y as u32) })
+}
 
 impl Plan {
-    /// Vectors across the grid's x dimension, rows across y (the kernel strides over the rest).
-    fn kernel(&self, entry: usize, limits: &Limits) -> Launch<ActivationParams> {
+    /// The launch of entry `entry` within `limits`, or `forced`'s where it is given.
+    fn kernel(&self, entry: usize, limits: &Limits, forced: LayoutOverride) -> Result<Launch<ActivationParams>, Error> {
+        let (grid, block) = self.geometry(limits.multiprocessors, limits.max_threads(entry), forced)?;
+        Ok(Launch { entry, params: self.params, grid, block })
+    }
+
+    /// Grid and block on a device of `sms` multiprocessors, for an entry of at most `max_threads`
+    /// threads a block: vectors across the grid's x dimension, rows across y (the kernel strides
+    /// over the rest). Either may be `forced`; a forced block the entry cannot have is an error.
+    fn geometry(&self, sms: u32, max_threads: u32, forced: LayoutOverride) -> Result<((u32, u32), u32), Error> {
         let vectors = (self.params.width / self.vec).max(1);
-        let block = BLOCK_THREADS.min(vectors.next_multiple_of(32)).min(limits.max_threads(entry).max(32));
+        let most = max_threads.max(32);
+        let block = match forced.block {
+            Some(block) if block > most => {
+                return Err(Error::Config(format!(
+                    "{LAYOUT_VAR}: a block of {block} threads; expected at most {most}, the most this kernel can have"
+                )));
+            }
+            Some(block) => block,
+            None => BLOCK_THREADS.min(vectors.next_multiple_of(32)).min(most),
+        };
+        // gridDim.x · blockDim.x ≥ vectors: every output vector has a thread.
         let grid_x = vectors.div_ceil(block);
-        // Rows a step each when that still fills the GPU; few rows (latency-bound) get a thread
-        // each instead (T = 16 ran 4 rows a thread on 16 blocks: 1.9 µs against torch's 1.3).
+        // Rows a step each when that still gives every multiprocessor a block; fewer rows
+        // (latency-bound) get a thread each instead.
         let stepped = self.params.rows.div_ceil(ROWS_PER_STEP);
-        let fills = grid_x as u64 * stepped >= FILL_BLOCKS_PER_SM * limits.multiprocessors as u64;
-        let grid_y = if fills { stepped } else { self.params.rows }.clamp(1, MAX_GRID_Y) as u32;
-        Launch { entry, params: self.params, grid: (grid_x, grid_y), block }
+        let fills = grid_x as u64 * stepped >= FILL_BLOCKS_PER_SM * sms as u64;
+        let planned = if fills { stepped } else { self.params.rows }.clamp(1, MAX_GRID_Y) as u32;
+        Ok(((grid_x, forced.grid_y.unwrap_or(planned)), block))
     }
 }
 
@@ -199,4 +252,84 @@ fn gelu_and_mul_reference(p: &Problem) -> Vec<Vec<f64>> {
 fn gelu_tanh_and_mul_reference(p: &Problem) -> Vec<Vec<f64>> {
     let k = (2.0 / std::f64::consts::PI).sqrt();
     gated(p, |x| 0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(rows: u64, width: u32, vec: u32) -> Plan {
+        let params = ActivationParams {
+            input: 0,
+            output: 0,
+            rows,
+            input_row_stride: 2 * width as u64,
+            output_row_stride: width as u64,
+            width,
+        };
+        Plan { params, dtype: DType::Bf16, vec }
+    }
+
+    /// ((grid x, grid y), block) on an H200 (132 multiprocessors), an entry of 1024 threads.
+    fn geometry(rows: u64, width: u32, forced: LayoutOverride) -> Result<((u32, u32), u32), Error> {
+        plan(rows, width, 8).geometry(132, 1024, forced)
+    }
+
+    fn forced(block: Option<u32>, grid_y: Option<u32>) -> LayoutOverride {
+        LayoutOverride { block, grid_y }
+    }
+
+    #[test]
+    fn activation_layout_override_parses_and_rejects_what_no_launch_has() {
+        assert_eq!(parse_layout("256:1024"), Some(forced(Some(256), Some(1024))));
+        assert_eq!(parse_layout("*:*"), Some(LayoutOverride::default()));
+        assert_eq!(parse_layout("64"), Some(forced(Some(64), None)), "grid_y left off: the planner's");
+        assert_eq!(parse_layout("*:65535"), Some(forced(None, Some(65535))));
+        assert_eq!(parse_layout("1024:1"), Some(forced(Some(1024), Some(1))));
+        let bad = ["0:*", "100:*", "16:*", "1056:*", "*:0", "*:65536", "128:4:1", "x", "128:-1", "4294967424:*"];
+        for bad in bad {
+            assert_eq!(parse_layout(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn activation_layout_override_is_followed_exactly() {
+        let unforced = LayoutOverride::default();
+        assert_eq!(geometry(16384, 14336, unforced).unwrap(), ((14, 4096), 128), "planner: 4 rows a step");
+        assert_eq!(geometry(16, 4096, unforced).unwrap(), ((4, 16), 128), "few rows: a row a thread");
+        assert_eq!(geometry(128, 4096, unforced).unwrap(), ((4, 128), 128), "128 stepped blocks < 132 SMs");
+        assert_eq!(geometry(128, 14336, unforced).unwrap(), ((14, 32), 128), "448 stepped blocks ≥ 132 SMs");
+        assert_eq!(geometry(16384, 14336, forced(Some(512), None)).unwrap(), ((4, 4096), 512));
+        assert_eq!(geometry(16384, 14336, forced(None, Some(16384))).unwrap(), ((14, 16384), 128));
+        assert_eq!(geometry(128, 4096, forced(Some(64), Some(32))).unwrap(), ((8, 32), 64));
+        // Nothing clamped: a block wider than the row, more y blocks than rows.
+        assert_eq!(geometry(3, 64, forced(Some(1024), Some(100))).unwrap(), ((1, 100), 1024));
+        let error = plan(128, 4096, 8).geometry(132, 512, forced(Some(1024), None)).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            matches!(error, Error::Config(_)) && text.contains(LAYOUT_VAR) && text.contains("at most 512"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn activation_every_launch_covers_its_vectors_within_limits() {
+        for width in [1u32, 7, 64, 111, 1004, 4096, 11008, 14336, 1 << 20] {
+            for rows in [1u64, 16, 989, 16384, 5_000_000_000] {
+                for vec in [1, 2, 4, 8].into_iter().filter(|v| width.is_multiple_of(*v)) {
+                    for block in [None, Some(32), Some(64), Some(128), Some(256), Some(512), Some(1024)] {
+                        for grid_y in [None, Some(1), Some(rows.min(MAX_GRID_Y) as u32), Some(65535)] {
+                            let what = format!("{rows} × {width} v{vec} {block:?}:{grid_y:?}");
+                            let ((x, y), b) =
+                                plan(rows, width, vec).geometry(132, 1024, forced(block, grid_y)).unwrap();
+                            assert!(b.is_multiple_of(32) && (32..=1024).contains(&b), "{what}: {b}");
+                            assert!(x as u64 * b as u64 >= (width / vec) as u64, "{what}: every vector");
+                            assert!(x <= i32::MAX as u32 && (1..=MAX_GRID_Y as u32).contains(&y), "{what}: {x} × {y}");
+                            assert_eq!((block.unwrap_or(b), grid_y.unwrap_or(y)), (b, y), "{what}: as forced");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

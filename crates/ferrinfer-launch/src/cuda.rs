@@ -17,12 +17,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::sys::{self, CUdevice_attribute, CUlaunchAttributeID};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DriverError};
 use cudarc::nvrtc::Ptx;
-use ferrinfer_jit::{Cache, CudaArch, EmbeddedPtx, JitConfig, JitSpec};
+use ferrinfer_jit::{Cache, CudaArch, EmbeddedModule, JitConfig, JitSpec};
 
 use crate::Error;
 
 /// Modules compiled into this binary (see `build.rs`; empty unless FERRINFER_EMBED_AOT_DIR).
-static EMBEDDED_PTX: &[EmbeddedPtx] = include!(concat!(env!("OUT_DIR"), "/embedded_ptx.rs"));
+static EMBEDDED_MODULES: &[EmbeddedModule] = include!(concat!(env!("OUT_DIR"), "/embedded_modules.rs"));
 
 /// `FERRINFER_ENABLE_PDL`: programmatic dependent launch on (`1`, default where the device
 /// supports it) or off (`0`).
@@ -127,7 +127,7 @@ impl Drop for CurrentContext {
 fn jit() -> Result<&'static Cache, Error> {
     static JIT: OnceLock<Result<Cache, String>> = OnceLock::new();
     let cache =
-        JIT.get_or_init(|| JitConfig::from_env().map(|c| Cache::new(c, EMBEDDED_PTX)).map_err(|e| e.to_string()));
+        JIT.get_or_init(|| JitConfig::from_env().map(|c| Cache::new(c, EMBEDDED_MODULES)).map_err(|e| e.to_string()));
     cache.as_ref().map_err(|message| Error::Config(message.clone()))
 }
 
@@ -225,7 +225,7 @@ fn device_info(context: &Arc<CudaContext>) -> Result<DeviceInfo, Error> {
     }
     let (major, minor) = context.compute_capability()?;
     let device = CudaArch { major: major as u32, minor: minor as u32 };
-    let arch = jit()?.config().target_arch(device).map_err(|e| Error::Config(e.to_string()))?;
+    let arch = jit()?.target_arch(device).map_err(|e| Error::Config(e.to_string()))?;
     let multiprocessors = context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
     let info = DeviceInfo { device, arch, multiprocessors, supports_pdl: major >= 9 && arch.major >= 9 };
     lock(devices).insert(key, info);
@@ -242,6 +242,9 @@ pub(crate) struct Launch<P> {
     pub grid: (u32, u32),
     pub block: u32,
 }
+
+/// Threads per block at most, on every CUDA device (an entry's registers may allow fewer).
+pub(crate) const MAX_BLOCK: u32 = 1024;
 
 /// What a launch configuration may use of a device and module.
 pub(crate) struct Limits<'m> {
@@ -268,19 +271,20 @@ impl Limits<'_> {
 
 /// Launches an entry point of module `key` (from `cache`) on `stream`; the caller validated every
 /// pointer and size, and `P` is the entry's parameter type. `configure` picks entry, parameters
-/// and geometry within the device's and module's limits.
+/// and geometry within the device's and module's limits, or refuses (a forced layout the loaded
+/// kernel cannot run): then nothing is launched.
 pub(crate) fn launch<M: KernelModule, P: Copy>(
     stream: &CudaStream,
     cache: &ModuleCache<M>,
     key: M,
-    configure: impl FnOnce(&Limits) -> Launch<P>,
+    configure: impl FnOnce(&Limits) -> Result<Launch<P>, Error>,
 ) -> Result<(), Error> {
     let _restore = CurrentContext::save()?;
     let context = stream.context();
     context.bind_to_thread()?;
     let device = device_info(context)?;
     let loaded = cache.get(context, key, &device)?;
-    let kernel = configure(&Limits { multiprocessors: device.multiprocessors, module: &loaded });
+    let kernel = configure(&Limits { multiprocessors: device.multiprocessors, module: &loaded })?;
     let missing = || Error::NoEntryPoint { module: loaded.name.clone(), entry: kernel.entry };
     let function = loaded.functions.get(kernel.entry).ok_or_else(missing)?;
     let pdl = device.supports_pdl && pdl_wanted()?;

@@ -14,8 +14,8 @@
 //! Every public op logs itself according to `FERRINFER_LOGLEVEL` / `FERRINFER_LOGDEST`
 //! ([`logging`]).
 //!
-//! Shared files (`op`, `cuda`, `cpu`, `layout`, `tensor`, `error`, `logging`, `reference`) know no
-//! op family; each family's vocabulary stays in its own file (`norm.rs`).
+//! Shared files (`op`, `cuda`, `cpu`, `layout`, `tensor`, `tuning`, `error`, `logging`, `reference`)
+//! know no op family; each family's vocabulary stays in its own file (`norm.rs`).
 //!
 //! This crate never names a framework (candle, torch, Python live in `ferrinfer-ffi`, above it),
 //! and nothing needs CUDA installed to build it: without a driver
@@ -31,6 +31,7 @@ pub mod norm;
 pub mod op;
 pub mod reference;
 mod tensor;
+mod tuning;
 
 pub use activation::{gelu_and_mul, gelu_tanh_and_mul, silu_and_mul};
 pub use cuda::{ENABLE_PDL_VAR, borrowed_stream, cuda_device_count, with_pdl};

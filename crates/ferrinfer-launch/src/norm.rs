@@ -20,10 +20,10 @@ use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
 use ferrinfer_kernels::norm::{FusedAddRms, GemmaFusedAddRms, GemmaRms, Layer, NormKind, NormParams, Rms, norm_row};
 
-use crate::cuda::{self, KernelModule, Launch, Limits, ModuleCache};
+use crate::cuda::{self, KernelModule, Launch, Limits, MAX_BLOCK, ModuleCache};
 use crate::layout::{self, RowLayout};
 use crate::op::{Call, FamilyOp, Problem};
-use crate::{Device, Error, Stream, TensorView, cpu, logging};
+use crate::{Device, Error, Stream, TensorView, cpu, logging, tuning};
 
 /// The norm family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)):
 /// FlashInfer's name, the input tensors with their role and shape (`/ alias`: FlashInfer's Python
@@ -90,7 +90,7 @@ impl FamilyOp for NormKernel {
             Stream::Cuda(stream) => {
                 static MODULES: ModuleCache<NormModule> = ModuleCache::new();
                 let module = NormModule { kernel: *self, dtype: plan.dtype, weight: plan.weight_dtype, vec: plan.vec };
-                cuda::launch(stream, &MODULES, module, |limits| plan.kernel(limits, forced))
+                cuda::launch(stream, &MODULES, module, |limits| Ok(plan.kernel(limits, forced)))
             }
         }
     }
@@ -348,7 +348,6 @@ const LINE_BYTES: u32 = 128;
 const LARGE_BATCH_ROWS_PER_GROUP: u64 = 2;
 /// Most rows per group when the rows fit a few waves: the grid is then one wave of groups.
 const MAX_ROWS_PER_GROUP: u64 = 4;
-const MAX_BLOCK: u32 = 1024;
 
 /// `FERRINFER_NORM_LAYOUT=chunks:threads_per_row:rows_per_group` (each field a number or `*` for
 /// the planner's choice): forces the register kernel's layout wherever it fits — a knob for tuning
@@ -365,27 +364,18 @@ struct LayoutOverride {
 
 fn layout_override() -> Result<LayoutOverride, Error> {
     static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
-    let parsed = PARSED.get_or_init(|| match std::env::var(LAYOUT_VAR) {
-        Err(_) => Ok(LayoutOverride::default()),
-        Ok(value) => parse_layout(&value).ok_or_else(|| {
-            format!("{LAYOUT_VAR}={value:?}: expected chunks:threads_per_row:rows_per_group, each a number or *, chunks one of {CHUNK_COUNTS:?}, threads a power of two ≤ 1024")
-        }),
-    });
-    parsed.clone().map_err(Error::Config)
+    tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
+        format!(
+            "chunks:threads_per_row:rows_per_group, each a number or *, chunks one of {CHUNK_COUNTS:?}, threads a power of two ≤ 1024"
+        )
+    })
 }
 
 fn parse_layout(value: &str) -> Option<LayoutOverride> {
-    let fields: Vec<&str> = value.split(':').map(str::trim).collect();
-    let field = |i: usize| -> Option<Option<u64>> {
-        match fields.get(i).copied() {
-            None | Some("*") | Some("") => Some(None),
-            Some(text) => text.parse().ok().map(Some),
-        }
-    };
-    let (chunks, threads, rows) = (field(0)?, field(1)?, field(2)?);
-    let chunks_ok = chunks.is_none_or(|c| CHUNK_COUNTS.contains(&(c as u32)));
+    let [chunks, threads, rows] = tuning::fields(value)?;
+    let chunks_ok = chunks.is_none_or(|c| u32::try_from(c).is_ok_and(|c| CHUNK_COUNTS.contains(&c)));
     let threads_ok = threads.is_none_or(|t| t.is_power_of_two() && t <= MAX_BLOCK as u64);
-    (fields.len() <= 3 && chunks_ok && threads_ok && rows != Some(0)).then_some(LayoutOverride {
+    (chunks_ok && threads_ok && rows != Some(0)).then_some(LayoutOverride {
         chunks: chunks.map(|c| c as u32),
         threads_per_row: threads.map(|t| t as u32),
         rows_per_group: rows,
@@ -632,7 +622,7 @@ mod tests {
         assert_eq!(parse_layout("4:128:2"), Some(forced(Some(4), Some(128), Some(2))));
         assert_eq!(parse_layout("*:*:8"), Some(forced(None, None, Some(8))));
         assert_eq!(parse_layout("8"), Some(forced(Some(8), None, None)));
-        for bad in ["3", "4:100", "4:128:0", "4:128:2:1", "x"] {
+        for bad in ["3", "4:100", "4:128:0", "4:128:2:1", "x", "4294967297"] {
             assert_eq!(parse_layout(bad), None, "{bad}");
         }
     }
