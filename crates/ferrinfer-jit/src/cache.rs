@@ -217,7 +217,11 @@ impl Cache {
                 }
             };
         }
-        let toolchain = Toolchain::device(&self.config.sysroot_dir)?;
+        let toolchain = Toolchain::device(&self.config.sysroot_dir).map_err(|source| JitError::CannotBuild {
+            spec: spec.name.clone(),
+            arch: spec.arch,
+            source,
+        })?;
         let key = key::key(&source_key, &toolchain.version);
         let request = Request { spec, generated: &generated, source_key: &source_key, key: &key, toolchain };
         let (stored, origin) = self.disk_or_build(&request)?;

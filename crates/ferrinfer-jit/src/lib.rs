@@ -82,6 +82,10 @@ pub enum JitError {
     )]
     JitDisabled { spec: String, family: String, arch: CudaArch },
     #[error(
+        "kernel module `{spec}` for {arch} is neither embedded in this binary, in an AOT directory nor in the cache, and building it needs the device toolchain: {source}"
+    )]
+    CannotBuild { spec: String, arch: CudaArch, source: BuildError },
+    #[error(
         "the kernel cache directory {dir} is not writable ({source}); set FERRINFER_CACHE_DIR to a writable directory"
     )]
     CacheNotWritable { dir: PathBuf, source: std::io::Error },

@@ -43,15 +43,14 @@ pub fn assemble(ptxas: &Path, ptx: &Ptx, spec_name: &str, scratch: &Path) -> Res
     let (input, cubin) = (scratch.join("check.ptx"), scratch.join("check.cubin"));
     std::fs::write(&input, &ptx.source).map_err(io(&input))?;
     // An empty environment, as for rustc: nothing the caller sets can change the cubin.
-    let output = Command::new(ptxas)
-        .env_clear()
-        .arg(format!("-arch={}", ptx.arch.target_cpu()))
-        .arg("-v")
-        .arg(&input)
-        .arg("-o")
-        .arg(&cubin)
-        .output()
-        .map_err(io(ptxas))?;
+    let mut command = Command::new(ptxas);
+    command.env_clear().arg(format!("-arch={}", ptx.arch.target_cpu())).arg("-v");
+    if splits_compile(ptxas) {
+        // Entry points optimised on every core: the same cubin, byte for byte (checked with
+        // ptxas 12.9 on the norm modules), in ~0.36 s instead of ~0.46 on 2 cores.
+        command.args(["--split-compile", "0"]);
+    }
+    let output = command.arg(&input).arg("-o").arg(&cubin).output().map_err(io(ptxas))?;
     let log = String::from_utf8_lossy(&output.stderr).into_owned() + &String::from_utf8_lossy(&output.stdout);
     let ptxas_version = version(ptxas);
     if !output.status.success() {
@@ -67,14 +66,29 @@ pub fn assemble(ptxas: &Path, ptx: &Ptx, spec_name: &str, scratch: &Path) -> Res
 /// `ptxas --version`'s release (`V12.9.86`), asked once per ptxas per process.
 pub fn version(ptxas: &Path) -> String {
     static VERSIONS: OnceLock<Mutex<HashMap<PathBuf, String>>> = OnceLock::new();
-    let mut versions = VERSIONS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    versions
-        .entry(ptxas.to_owned())
-        .or_insert_with(|| {
-            let out = Command::new(ptxas).env_clear().arg("--version").output();
-            release(&out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default())
-        })
-        .clone()
+    once_per_ptxas(&VERSIONS, ptxas, || release(&stdout_of(ptxas, "--version")))
+}
+
+/// Whether this ptxas has `--split-compile` (CUDA 12 releases do; older ones would fail on it).
+fn splits_compile(ptxas: &Path) -> bool {
+    static SPLITS: OnceLock<Mutex<HashMap<PathBuf, bool>>> = OnceLock::new();
+    once_per_ptxas(&SPLITS, ptxas, || stdout_of(ptxas, "--help").contains("--split-compile"))
+}
+
+/// `ask()`, once per ptxas path per process.
+fn once_per_ptxas<T: Clone>(
+    answers: &OnceLock<Mutex<HashMap<PathBuf, T>>>,
+    ptxas: &Path,
+    ask: impl FnOnce() -> T,
+) -> T {
+    let mut answers = answers.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    answers.entry(ptxas.to_owned()).or_insert_with(ask).clone()
+}
+
+/// What `ptxas FLAG` prints (empty if it cannot run).
+fn stdout_of(ptxas: &Path, flag: &str) -> String {
+    let out = Command::new(ptxas).env_clear().arg(flag).output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
 }
 
 /// `V12.9.86` from "Cuda compilation tools, release 12.9, V12.9.86".

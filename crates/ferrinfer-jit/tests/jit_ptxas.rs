@@ -45,6 +45,27 @@ fn jit_aot_assembles_every_declared_module_for_the_default_archs_without_spills(
         assert!(entry.join(format!("kernels.{}.cubin", arch.target_cpu())).is_file());
         assert!(module.ptx.contains("ferrinfer_group_partials"), "{}: the module-scope shared memory", spec.name);
     }
+    // ptxas runs with `--split-compile 0` (every core): the first module of each arch must get
+    // the very cubin a plain single-threaded ptxas makes.
+    for arch in CudaArch::AOT_DEFAULT {
+        let module = modules.iter().find(|m| m.spec.arch == arch).unwrap();
+        let (ptx, cubin) = (out.path().join("plain.ptx"), out.path().join("plain.cubin"));
+        std::fs::write(&ptx, module.ptx.as_bytes()).unwrap();
+        let status = Command::new(config.ptxas.as_ref().unwrap())
+            .arg(format!("-arch={}", arch.target_cpu()))
+            .arg(&ptx)
+            .arg("-o")
+            .arg(&cubin)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let plain = std::fs::read(&cubin).unwrap();
+        assert!(
+            module.cubin(arch).unwrap()[..] == plain[..],
+            "{} ({arch}): split compile changed the cubin",
+            module.spec.name
+        );
+    }
     // Found again from the AOT directory, cubin included, with no build allowed.
     let from_aot = JitConfig { aot_dir: Some(out.path().to_owned()), disable_jit: true, ..config };
     let lookup = Cache::new(from_aot, &[]);

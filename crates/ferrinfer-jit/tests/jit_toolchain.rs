@@ -44,3 +44,24 @@ fn jit_the_kernels_crate_is_compiled_with_its_declared_edition() {
     assert!(read("crates/ferrinfer-kernels/Cargo.toml").contains("edition.workspace = true"));
     assert_eq!(edition, ferrinfer_jit::builder::KERNELS_EDITION);
 }
+
+#[test]
+fn jit_a_missing_toolchain_names_the_module_that_needed_it_and_the_fix() {
+    // No rustup anywhere: a module that is not embedded, in an AOT directory or cached cannot be
+    // built, and the error says which module and how to install the toolchain.
+    let (out, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ferrinfer-jit"))
+        .args(["aot", "--family", "activation", "--arch", "9.0", "--out"])
+        .arg(out.path())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", home.path())
+        .env("RUSTUP_HOME", home.path().join("no-rustup"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "{text}");
+    for needle in ["kernel module `activation_", "for 9.0", "needs the device toolchain", "rustup toolchain install"] {
+        assert!(text.contains(needle), "{text:?} lacks {needle:?}");
+    }
+}
