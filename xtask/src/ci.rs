@@ -9,7 +9,6 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
@@ -96,13 +95,12 @@ pub fn published_crates(root: &Path) -> Result<Vec<String>> {
 /// `cargo package` of every published crate, verified: each builds from its own `.crate` alone
 /// (no file outside its directory, every dependency versioned), with its metadata complete.
 pub fn package(root: &Path) -> Result<()> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut command = Command::new(cargo);
+    let mut command = crate::cargo(root);
     command.args(["package", "--allow-dirty", "--quiet"]);
     for name in published_crates(root)? {
         command.args(["-p", &name]);
     }
-    crate::run_echoed(command.current_dir(root))
+    crate::run_echoed(&mut command)
 }
 
 /// ferrinfer-ffi's framework adapters, whose test targets compile empty without their feature.
@@ -193,11 +191,10 @@ fn args(line: &str) -> Vec<String> {
 
 /// Runs each planned `cargo` command in `root`, printing it first; stops at the first failure.
 pub fn run(root: &Path, runs: &[Vec<String>]) -> Result<()> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let env: Vec<String> = TEST_ENV.iter().map(|(k, v)| format!("{k}={v}")).collect();
     eprintln!("(environment: {})", env.join(" "));
     for run in runs {
-        crate::run_echoed(Command::new(&cargo).args(run).envs(TEST_ENV.iter().copied()).current_dir(root))?;
+        crate::run_echoed(crate::cargo(root).args(run).envs(TEST_ENV.iter().copied()))?;
     }
     Ok(())
 }

@@ -81,7 +81,9 @@ fn main() -> ExitCode {
 fn run(command: Command) -> Result<()> {
     match command {
         Command::LintLayers { manifest_path } => lint(&manifest_path.map_or_else(workspace_root, root_of)),
-        Command::Aot { arch, family, out } => aot(arch, family, out),
+        Command::Aot { arch, family, out } => {
+            xtask::run_echoed(&mut xtask::aot(&workspace_root(), arch.as_deref(), family.as_deref(), &out))
+        }
         Command::Wheel { arch, aot_dir, out } => {
             let root = workspace_root();
             xtask::python::gpu_wheel(&root, &arch, &root.join(aot_dir), &root.join(out))
@@ -138,16 +140,6 @@ fn changed_families(root: &Path, base: &str) -> Result<Vec<String>> {
     }
     let files = String::from_utf8_lossy(&output.stdout).into_owned();
     ci::changed_families(root, &files.lines().collect::<Vec<_>>())
-}
-
-/// Runs `ferrinfer-jit aot` (xtask itself depends on no workspace crate).
-fn aot(arch: Option<String>, family: Option<String>, out: PathBuf) -> Result<()> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut command = std::process::Command::new(cargo);
-    command.args(["run", "--release", "--quiet", "-p", "ferrinfer-jit", "--", "aot", "--out"]).arg(&out);
-    command.args(arch.iter().flat_map(|a| ["--arch", a.as_str()]));
-    command.args(family.iter().flat_map(|f| ["--family", f.as_str()]));
-    xtask::run_echoed(command.current_dir(workspace_root()))
 }
 
 fn lint(root: &Path) -> Result<()> {

@@ -3,7 +3,6 @@
 //! licenses, sources) and insta in check mode (no pending `.snap.new`).
 
 use std::path::Path;
-use std::process::Command;
 
 use anyhow::{Result, bail, ensure};
 
@@ -17,12 +16,11 @@ pub const STEPS: &[&[&str]] = &[
 ];
 
 pub fn run(root: &Path) -> Result<()> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     for step in STEPS {
-        if step[0] == "deny" && !has_cargo_deny(&cargo) {
+        if step[0] == "deny" && !has_cargo_deny(root) {
             bail!("cargo-deny is not installed; install it with `cargo install cargo-deny --locked`");
         }
-        crate::run_echoed(Command::new(&cargo).args(*step).current_dir(root))?;
+        crate::run_echoed(crate::cargo(root).args(*step))?;
     }
     eprintln!("$ cargo xtask lint-layers");
     let violations = crate::lint_layers::lint(root)?;
@@ -37,8 +35,8 @@ pub fn run(root: &Path) -> Result<()> {
     Ok(())
 }
 
-fn has_cargo_deny(cargo: &std::ffi::OsStr) -> bool {
-    Command::new(cargo).args(["deny", "--version"]).output().is_ok_and(|o| o.status.success())
+fn has_cargo_deny(root: &Path) -> bool {
+    crate::cargo(root).args(["deny", "--version"]).output().is_ok_and(|o| o.status.success())
 }
 
 /// `*.snap.new` files under `crates/` and `xtask/` (insta writes them for changed snapshots).

@@ -13,15 +13,7 @@ const PACKAGES: &[&str] = &["maturin>=1.9,<2", "numpy", "pytest"];
 
 pub fn run(root: &Path) -> Result<()> {
     let python = virtual_env(root)?;
-    let has_tools =
-        Command::new(&python).args(["-c", "import maturin, numpy, pytest"]).output().is_ok_and(|o| o.status.success());
-    if !has_tools {
-        step(
-            root,
-            &python,
-            &[&["-m", "pip", "install", "--quiet", "--disable-pip-version-check"][..], PACKAGES].concat(),
-        )?;
-    }
+    install_missing(root, &python, "maturin, numpy, pytest", PACKAGES)?;
     let wheels = root.join("target/wheels-ci");
     let _ = std::fs::remove_dir_all(&wheels);
     let wheels_arg = wheels.to_string_lossy().into_owned();
@@ -49,15 +41,9 @@ pub fn run(root: &Path) -> Result<()> {
 /// virtual environment under `target/`; prints the wheel's path and size.
 pub fn gpu_wheel(root: &Path, archs: &str, aot_dir: &Path, out: &Path) -> Result<()> {
     let python = virtual_env(root)?;
-    if !Command::new(&python).args(["-c", "import maturin"]).output().is_ok_and(|o| o.status.success()) {
-        step(root, &python, &["-m", "pip", "install", "--quiet", "--disable-pip-version-check", PACKAGES[0]])?;
-    }
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut aot = Command::new(cargo);
-    aot.args(["run", "--release", "--quiet", "-p", "ferrinfer-jit", "--", "aot", "--arch", archs, "--out"])
-        .arg(aot_dir);
+    install_missing(root, &python, "maturin", &PACKAGES[..1])?;
     // Cubins are the point of the wheel (a first call without the driver's PTX compilation).
-    crate::run_echoed(aot.env("FERRINFER_REQUIRE_PTXAS", "1").current_dir(root))?;
+    crate::run_echoed(crate::aot(root, Some(archs), None, aot_dir).env("FERRINFER_REQUIRE_PTXAS", "1"))?;
     let _ = std::fs::remove_dir_all(out);
     let mut build = Command::new(&python);
     build.args(["-m", "maturin", "build", "--release", "-m", "crates/ferrinfer-py/Cargo.toml", "-o"]).arg(out);
@@ -67,6 +53,15 @@ pub fn gpu_wheel(root: &Path, archs: &str, aot_dir: &Path, out: &Path) -> Result
         println!("{} ({:.1} MB; kernels for {archs})", wheel.path().display(), bytes as f64 / 1e6);
     }
     Ok(())
+}
+
+/// `pip install packages` into `python`'s environment unless `import {imports}` already works.
+fn install_missing(root: &Path, python: &str, imports: &str, packages: &[&str]) -> Result<()> {
+    let import = format!("import {imports}");
+    if Command::new(python).args(["-c", &import]).output().is_ok_and(|o| o.status.success()) {
+        return Ok(());
+    }
+    step(root, python, &[&["-m", "pip", "install", "--quiet", "--disable-pip-version-check"][..], packages].concat())
 }
 
 /// The interpreter of `target/py-venv`, created from `$PYTHON` (default `python3`) on first use.
