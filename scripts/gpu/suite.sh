@@ -10,7 +10,10 @@
 #   bench     ferrinfer-bench --grid for every routine of the norm (rmsnorm, fused_add_rmsnorm) and
 #             activation (silu/gelu/gelu_tanh_and_mul) families, bf16 and f16 (correctness: `tests`)
 #   sweep     the norm planner's layouts forced one by one (FERRINFER_NORM_LAYOUT) at the points
-#             that decide them, rmsnorm and fused_add_rmsnorm bf16: $out/sweep.csv
+#             that decide them, rmsnorm and fused_add_rmsnorm bf16: $out/sweep.csv; the register
+#             kernels' layouts (SWEEP=register) or, by default, the staged kernel's chunks and
+#             stages against the register kernels (`*:*:*:0`)
+#   ceiling   the copy ceiling: torch's device-to-device copy of the large shapes (TB/s)
 #   actsweep  the activation launch's block and grid y forced one by one
 #             (FERRINFER_ACTIVATION_LAYOUT=block:grid_y), silu_and_mul and gelu_tanh_and_mul bf16,
 #             T ∈ {128 … 16384} × d ∈ {4096, 14336}: $out/actsweep.csv (≈ 140 bench runs, ~3 min)
@@ -55,7 +58,7 @@ sweep() { # sweep VAR CSV ROUTINE LAYOUTS CASES: ROUTINE (bf16) with VAR=LAYOUT,
   local -; set -f # layouts hold `*`: no file-name globbing
   for layout in $layouts; do
     for case in $cases; do
-      env "$var=$layout" .bundle/ferrinfer-bench --routine "$routine" --dtype bf16 \
+      timeout 30 env "$var=$layout" .bundle/ferrinfer-bench --routine "$routine" --dtype bf16 \
         --batch-size "${case%%:*}" --hidden-size "${case##*:}" --warmup-seconds 0 --num-iters 9 2>/dev/null \
         | grep "^$routine," | sed "s/^/$layout,/" >> "$csv"
     done
@@ -95,12 +98,18 @@ for step in "$@"; do
     sweep)
       echo "layout,op,dtype,T,H,impl,us,tbps" > "$out/sweep.csv"
       norm() { sweep FERRINFER_NORM_LAYOUT "$out/sweep.csv" "$@"; }
-      big="65536:4096 16384:4096 65536:8192 16384:8192 221184:128 4096:4096 1024:8192"
-      small="1:4096 1:8192 16:4096 128:4096 128:8192"
-      norm rmsnorm "*:*:* 2:*:1 2:*:2 4:*:1 4:*:2 4:*:4 8:*:1 8:*:2 1:*:2 1:*:4" "$big"
-      norm rmsnorm "*:*:* 1:*:1 2:*:1 4:*:1 8:*:1 1:1024:1 1:256:1" "$small"
-      norm fused_add_rmsnorm "*:*:* 1:*:2 2:*:1 2:*:2 4:*:1 4:*:2 8:*:1" "65536:4096 16384:4096 65536:8192 1024:8192"
-      norm fused_add_rmsnorm "*:*:* 1:*:1 2:*:1 4:*:1" "1:4096 1:8192 128:4096"
+      if [ "${SWEEP:-staged}" = register ]; then
+        big="65536:4096 16384:4096 65536:8192 16384:8192 221184:128 4096:4096 1024:8192"
+        small="1:4096 1:8192 16:4096 128:4096 128:8192"
+        norm rmsnorm "*:*:* 2:*:1 2:*:2 4:*:1 4:*:2 4:*:4 8:*:1 8:*:2 1:*:2 1:*:4" "$big"
+        norm rmsnorm "*:*:* 1:*:1 2:*:1 4:*:1 8:*:1 1:1024:1 1:256:1" "$small"
+        norm fused_add_rmsnorm "*:*:* 1:*:2 2:*:1 2:*:2 4:*:1 4:*:2 8:*:1" "65536:4096 16384:4096 65536:8192 1024:8192"
+        norm fused_add_rmsnorm "*:*:* 1:*:1 2:*:1 4:*:1" "1:4096 1:8192 128:4096"
+      else
+        staged="*:*:*:0 *:*:* 4:*:*:2 4:*:*:4 2:*:*:2 2:*:*:4"
+        norm rmsnorm "$staged" "65536:4096 16384:4096 4096:4096 2048:4096 65536:8192 16384:8192 2048:8192"
+        norm fused_add_rmsnorm "$staged" "65536:4096 16384:4096 4096:4096 65536:8192"
+      fi
       sort -t, -k2,2 -k4,4n -k5,5n -k7,7n "$out/sweep.csv" ;;
     actsweep)
       # block:grid_y; `*` the planner's. Grid y = T is a row a thread; T/4 and T/8 rows a step (4 a step).
@@ -113,6 +122,8 @@ for step in "$@"; do
         done
       done
       sort -t, -k2,2 -k4,4n -k5,5n -k7,7n "$out/actsweep.csv" ;;
+    ceiling)
+      run ceiling python3 scripts/gpu/ceiling.py ;;
     eager)
       for routine in rmsnorm fused_add_rmsnorm silu_and_mul; do
         for h in 4096 8192; do
@@ -121,13 +132,19 @@ for step in "$@"; do
         done
       done ;;
     ncu)
-      for case in rmsnorm:65536:4096 rmsnorm:221184:128 rmsnorm:1:4096 fused_add_rmsnorm:65536:4096 silu_and_mul:16384:14336; do
-        IFS=: read -r routine t h <<< "$case"
-        run ncu /usr/local/cuda/bin/ncu --clock-control none --launch-count 1 -k regex:ferrinfer \
-          --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+      # case = routine:T:H[:FERRINFER_NORM_LAYOUT]; the last two: the register and the staged norm
+      # kernel at a DRAM-bound size, with the memory sections (DRAM reads vs writes).
+      set -f # layouts hold `*`
+      for case in rmsnorm:65536:4096 rmsnorm:221184:128 rmsnorm:1:4096 fused_add_rmsnorm:65536:4096 \
+          silu_and_mul:16384:14336 rmsnorm:65536:4096:*:*:*:0 rmsnorm:65536:4096:*:*:*:2; do
+        IFS=: read -r routine t h layout <<< "$case"
+        run ncu env FERRINFER_NORM_LAYOUT="${layout:-}" /usr/local/cuda/bin/ncu --clock-control none --launch-count 1 \
+          -k regex:ferrinfer --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+          ${layout:+--section MemoryWorkloadAnalysis} \
           .bundle/ferrinfer-bench --routine "$routine" --dtype bf16 --batch-size "$t" --hidden-size "$h" \
           --num-iters 1 --warmup-seconds 0
-      done ;;
+      done
+      set +f ;;
     python)
       run python env PYTHONPATH="$(python_path)" python3 -m pytest -q -rs -p no:cacheprovider crates/ferrinfer-py/tests ;;
     pybench)
@@ -159,7 +176,7 @@ for step in "$@"; do
       rm -rf /tmp/ferrinfer-nv-cache
       for i in 1 2; do run firstcall env CUDA_CACHE_DISABLE=1 "${first[@]}"; done
       for i in 1 2; do run firstcall env CUDA_CACHE_PATH=/tmp/ferrinfer-nv-cache "${first[@]}"; done ;;
-    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, sweep, actsweep, eager, ncu, python, pybench, candle, torch, wheel, firstcall)"; exit 2 ;;
+    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, sweep, ceiling, actsweep, eager, ncu, python, pybench, candle, torch, wheel, firstcall)"; exit 2 ;;
   esac
 done
 exit $status

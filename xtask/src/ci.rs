@@ -95,12 +95,50 @@ pub fn published_crates(root: &Path) -> Result<Vec<String>> {
 /// `cargo package` of every published crate, verified: each builds from its own `.crate` alone
 /// (no file outside its directory, every dependency versioned), with its metadata complete.
 pub fn package(root: &Path) -> Result<()> {
+    let names = published_crates(root)?;
+    forget_unpacked_packages(&names)?;
     let mut command = crate::cargo(root);
     command.args(["package", "--allow-dirty", "--quiet"]);
-    for name in published_crates(root)? {
-        command.args(["-p", &name]);
+    for name in &names {
+        command.args(["-p", name]);
     }
     crate::run_echoed(&mut command)
+}
+
+/// Cargo verifies the packages against each other through a temporary local registry, which it
+/// unpacks into `$CARGO_HOME/registry/src/-<hash>/<name>-<version>/` once per name and version
+/// and never again: after a change, a second run built `ferrinfer-launch` against the first
+/// run's `ferrinfer-jit` 0.1.0 and failed. Removes those unpacked copies of `names` (local
+/// registries' directories start with `-`; crates.io's never do).
+fn forget_unpacked_packages(names: &[String]) -> Result<()> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")));
+    let Some(sources) = home.map(|home| home.join("registry/src")).filter(|dir| dir.is_dir()) else {
+        return Ok(());
+    };
+    for registry in fs::read_dir(&sources).with_context(|| format!("listing {}", sources.display()))? {
+        let registry = registry?;
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for unpacked in fs::read_dir(registry.path())? {
+            let unpacked = unpacked?;
+            let dir = unpacked.file_name().to_string_lossy().into_owned();
+            if names.iter().any(|name| is_unpacked_package(&dir, name)) {
+                fs::remove_dir_all(unpacked.path())
+                    .with_context(|| format!("removing the stale {}", unpacked.path().display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether directory `dir` is crate `name` unpacked: `<name>-<version>`.
+fn is_unpacked_package(dir: &str, name: &str) -> bool {
+    dir.strip_prefix(name)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
 }
 
 /// ferrinfer-ffi's framework adapters, whose test targets compile empty without their feature.
@@ -284,6 +322,15 @@ mod tests {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
         let expected = ["ferrinfer", "ferrinfer-ffi", "ferrinfer-jit", "ferrinfer-kernels", "ferrinfer-launch"];
         assert_eq!(published_crates(root).unwrap(), expected);
+    }
+
+    #[test]
+    fn unpacked_packages_are_recognised_by_name_and_version() {
+        assert!(is_unpacked_package("ferrinfer-jit-0.1.0", "ferrinfer-jit"));
+        assert!(is_unpacked_package("ferrinfer-0.1.0", "ferrinfer"));
+        assert!(!is_unpacked_package("ferrinfer-jit-0.1.0", "ferrinfer"), "another crate of the family");
+        assert!(!is_unpacked_package("ferrinfer-jitter-0.1.0", "ferrinfer-jit"));
+        assert!(!is_unpacked_package("ferrinfer-jit", "ferrinfer-jit"));
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub const KERNEL_FLAGS: &[&str] = &["-Cllvm-args=-unroll-threshold=100000"];
 /// the build log; the device toolchain is pinned). Part of every key.
 pub const MIN_PTX_ISA: PtxVersion = PtxVersion { major: 7, minor: 4 };
 
+/// The oldest PTX ISA of sm_90 kernels: the staged norm kernels use bulk copies
+/// (`cp.async.bulk`, PTX ISA 8.0); LLVM's oldest for sm_90 is 7.8.
+pub const HOPPER_PTX_ISA: PtxVersion = PtxVersion { major: 8, minor: 0 };
+
 /// What the build directory is called inside the PTX (line info of debug builds), so the PTX
 /// does not depend on where the cache is.
 const REMAPPED_BUILD_DIR: &str = "/ferrinfer-jit";
@@ -281,10 +285,11 @@ fn with_register_caps(ptx: &str, spec: &JitSpec) -> String {
     out
 }
 
-/// The PTX ISA the kernels are emitted as for `arch`: its oldest, raised to [`MIN_PTX_ISA`];
-/// `None` for an unknown architecture.
+/// The PTX ISA the kernels are emitted as for `arch`: its oldest, raised to [`MIN_PTX_ISA`] (and
+/// on sm_90 and later to [`HOPPER_PTX_ISA`]); `None` for an unknown architecture.
 fn ptx_isa(arch: CudaArch) -> Option<PtxVersion> {
-    arch.min_ptx_version().map(|oldest| oldest.max(MIN_PTX_ISA))
+    let floor = if arch >= CudaArch::HOPPER { HOPPER_PTX_ISA } else { MIN_PTX_ISA };
+    arch.min_ptx_version().map(|oldest| oldest.max(floor))
 }
 
 /// `-Ctarget-feature=+ptxNN` where [`ptx_isa`] is newer than what LLVM would emit (the
@@ -430,19 +435,19 @@ mod tests {
     #[test]
     fn the_header_must_name_the_specs_processor_and_a_ptx_isa_that_targets_it() {
         let header = |version: &str, target: &str| ptx(&format!("//\n\n.version {version}\n.target {target}\n"));
-        assert_eq!(header("7.8", "sm_90").check_target(false), Ok(PtxVersion { major: 7, minor: 8 }));
-        assert!(header("7.8", "sm_90, debug").check_target(true).is_ok());
+        assert_eq!(header("8.0", "sm_90").check_target(false), Ok(PtxVersion { major: 8, minor: 0 }));
+        assert!(header("8.0", "sm_90, debug").check_target(true).is_ok());
         for (version, target, debug, why) in [
-            ("7.8", "znver3", false, "targets `znver3`"),
+            ("8.0", "znver3", false, "targets `znver3`"),
             ("7.0", "sm_70", false, "targets `sm_70`"),
-            ("7.8", "sm_90, debug", false, "targets `sm_90, debug`"),
-            ("7.8", "sm_90", true, "targets `sm_90`, not `sm_90, debug`"),
-            ("7.0", "sm_90", false, "PTX ISA 7.0 cannot target sm_90"),
+            ("8.0", "sm_90, debug", false, "targets `sm_90, debug`"),
+            ("8.0", "sm_90", true, "targets `sm_90`, not `sm_90, debug`"),
+            ("7.8", "sm_90", false, "PTX ISA 7.8 cannot target sm_90 (needs 8.0 or newer)"),
         ] {
             let err = header(version, target).check_target(debug).unwrap_err();
             assert!(err.contains(why), "{version} {target}: {err}");
         }
-        assert!(ptx(".version 7.8\n").check_target(false).is_err(), "no .target line");
+        assert!(ptx(".version 8.0\n").check_target(false).is_err(), "no .target line");
     }
 
     #[test]

@@ -11,7 +11,7 @@
 use sha2::{Digest, Sha256};
 
 use crate::JitSpec;
-use crate::builder::{CODEGEN_FLAGS, KERNEL_FLAGS, KERNELS_EDITION, MIN_PTX_ISA};
+use crate::builder::{CODEGEN_FLAGS, HOPPER_PTX_ISA, KERNEL_FLAGS, KERNELS_EDITION, MIN_PTX_ISA};
 use crate::codegen::GeneratedCrate;
 use crate::sources::{CORE_SOURCES, KernelSources};
 
@@ -34,6 +34,7 @@ pub fn source_key(spec: &JitSpec, generated: &GeneratedCrate, sources: &KernelSo
     }
     field("flags", &[CODEGEN_FLAGS, KERNEL_FLAGS].concat().join(" "));
     field("min ptx isa", &MIN_PTX_ISA.to_string());
+    field("hopper ptx isa", &HOPPER_PTX_ISA.to_string());
     field("sysroot", &crate::sysroot::recipe());
     hex(&hash.finalize())
 }

@@ -1,9 +1,11 @@
 //! The norm family at layer 3: [`NormModule::spec`] (FlashInfer's `gen_norm_module`) describes one
 //! module per kernel (rmsnorm, Gemma's, the fused adds, layernorm), dtype, weight dtype and vector
 //! width, holding register-resident kernels per chunk count ([`CHUNK_COUNTS`]), each plain and
-//! pipelined (the next row loaded during the current one's reduction), and a streaming kernel
-//! (rows of any length). Small modules keep a cold JIT build short; the launcher picks the entry
-//! by [`NormModule::register_entry`] / [`NormModule::STREAM_ENTRY`].
+//! pipelined (the next row loaded during the current one's reduction), a streaming kernel (rows of
+//! any length) and, on sm_90 with 16-byte vectors, staged kernels per [`STAGED_CHUNK_COUNTS`]
+//! (rows copied ahead into shared memory). Small modules keep a cold JIT build short; the
+//! launcher picks the entry by [`NormModule::register_entry`] / [`NormModule::STREAM_ENTRY`] /
+//! [`NormModule::staged_entry`].
 
 use ferrinfer_kernels::element::DType;
 
@@ -15,6 +17,10 @@ pub const FAMILY: Family = Family { name: "norm", sources: &["norm.rs"], specs: 
 
 /// Register chunk counts compiled: each thread holds up to 8 vectors of its row (128 bytes).
 pub const CHUNK_COUNTS: [u32; 4] = [1, 2, 4, 8];
+
+/// Chunk counts of the staged kernels (sm_90): the rows they take are long (many rows, each
+/// row's threads a warp or more), where a few vectors per thread suffice.
+pub const STAGED_CHUNK_COUNTS: [u32; 2] = [2, 4];
 
 /// The norm kernels (`NormKind` types of `ferrinfer-kernels`), one per op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -94,6 +100,18 @@ impl NormModule {
         CHUNK_COUNTS.iter().position(|&c| c == chunks).map(|i| 2 * i + pipelined as usize)
     }
 
+    /// The entry index of the staged kernel holding `chunks` vectors per thread; the module has
+    /// it only where [`NormModule::has_staged`].
+    pub fn staged_entry(chunks: u32) -> Option<usize> {
+        STAGED_CHUNK_COUNTS.iter().position(|&c| c == chunks).map(|i| Self::STREAM_ENTRY + 1 + i)
+    }
+
+    /// Whether the module for `arch` has staged kernels: bulk copies need sm_90 and move rows
+    /// whose addresses and lengths are multiples of 16 bytes (the vector).
+    pub fn has_staged(&self, arch: CudaArch) -> bool {
+        arch >= CudaArch::HOPPER && self.vec as usize * self.dtype.size() == 16
+    }
+
     /// The module's spec for `arch`.
     pub fn spec(&self, arch: CudaArch, debug: bool) -> JitSpec {
         let weight_suffix = if self.weight == self.dtype { String::new() } else { format!("_w{}", self.weight.name()) };
@@ -114,7 +132,14 @@ impl NormModule {
             generics: [types.to_vec(), vec![self.vec.to_string()]].concat(),
             max_registers: None,
         };
-        FAMILY.spec(format!("norm_{base}"), arch, debug, register.chain([stream]).collect())
+        let staged = STAGED_CHUNK_COUNTS.into_iter().filter(|_| self.has_staged(arch)).map(|chunks| EntrySpec {
+            name: format!("ferrinfer_{base}_s{chunks}"),
+            kernel: "norm::norm_staged".into(),
+            params: "norm::NormParams".into(),
+            generics: [types.to_vec(), vec![self.vec.to_string(), chunks.to_string()]].concat(),
+            max_registers: None,
+        });
+        FAMILY.spec(format!("norm_{base}"), arch, debug, register.chain([stream]).chain(staged).collect())
     }
 }
 
@@ -141,7 +166,7 @@ mod tests {
     fn a_module_holds_a_kernel_per_chunk_count_then_the_streaming_one() {
         let module = NormModule { kernel: NormKernel::Rms, dtype: DType::Bf16, weight: DType::Bf16, vec: 8 };
         let spec = module.spec(CudaArch::HOPPER, false);
-        assert_eq!(spec.entry_points.len(), 2 * CHUNK_COUNTS.len() + 1);
+        assert_eq!(spec.entry_points.len(), 2 * CHUNK_COUNTS.len() + 1 + STAGED_CHUNK_COUNTS.len());
         let c4 = &spec.entry_points[NormModule::register_entry(4, false).unwrap()];
         assert_eq!(c4.name, "ferrinfer_rmsnorm_bf16_v8_c4");
         assert_eq!(c4.generics, ["element::Bf16", "element::Bf16", "norm::Rms", "8", "4", "false"]);
@@ -149,6 +174,13 @@ mod tests {
         assert_eq!((c4p.name.as_str(), c4p.generics[5].as_str()), ("ferrinfer_rmsnorm_bf16_v8_c4p", "true"));
         assert_eq!(spec.entry_points[NormModule::STREAM_ENTRY].name, "ferrinfer_rmsnorm_bf16_v8_stream");
         assert_eq!(NormModule::register_entry(16, false), None);
+        let s4 = &spec.entry_points[NormModule::staged_entry(4).unwrap()];
+        assert_eq!((s4.name.as_str(), s4.kernel.as_str()), ("ferrinfer_rmsnorm_bf16_v8_s4", "norm::norm_staged"));
+        assert_eq!(s4.generics, ["element::Bf16", "element::Bf16", "norm::Rms", "8", "4"]);
+        let ampere = module.spec(CudaArch { major: 8, minor: 0 }, false);
+        assert_eq!(ampere.entry_points.len(), NormModule::STREAM_ENTRY + 1, "bulk copies need sm_90");
+        let narrow = NormModule { vec: 4, ..module }.spec(CudaArch::HOPPER, false);
+        assert_eq!(narrow.entry_points.len(), NormModule::STREAM_ENTRY + 1, "8-byte vectors: not staged");
         let f32_widths: Vec<u32> = vector_widths(DType::F32).collect();
         assert_eq!(f32_widths, [4, 2, 1]);
     }

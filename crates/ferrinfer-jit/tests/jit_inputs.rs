@@ -217,7 +217,7 @@ fn jit_poisoned_disk_entries_are_rebuilt() {
         ("sm_70 PTX", Box::new(|| poison(&entry, |p| p.replace(".target sm_90", ".target sm_70"), |_| ()))),
         (
             "a PTX ISA too old for sm_90",
-            Box::new(|| poison(&entry, |p| p.replace(".version 7.8", ".version 6.0"), |_| ())),
+            Box::new(|| poison(&entry, |p| p.replace(".version 8.0", ".version 6.0"), |_| ())),
         ),
         (
             "another toolchain's entry",
@@ -232,7 +232,7 @@ fn jit_poisoned_disk_entries_are_rebuilt() {
         damage();
         assert_eq!(origin_in_fresh_cache(dir.path()).unwrap(), Origin::Built, "{what} was loaded");
         let ptx = std::fs::read_to_string(entry.join("kernels.ptx")).unwrap();
-        assert!(ptx.contains("\n.target sm_90\n") && ptx.contains("\n.version 7.8\n"), "{what}");
+        assert!(ptx.contains("\n.target sm_90\n") && ptx.contains("\n.version 8.0\n"), "{what}");
     }
 }
 

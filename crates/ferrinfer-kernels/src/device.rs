@@ -1,5 +1,6 @@
 //! The few device primitives `core::arch::nvptx` lacks or spells awkwardly: thread geometry, warp
-//! shuffles, named barriers, row-group reductions and programmatic dependent launch (PDL).
+//! shuffles, named barriers, row-group reductions, programmatic dependent launch (PDL) and
+//! (sm_90) bulk copies into shared memory completing on an mbarrier ([`StagingRing`]).
 //! Warp-level `asm!` is never `pure`/`nomem`: rustc does not mark inline asm convergent, and with
 //! `pure` LLVM may move a shuffle under a divergent branch.
 
@@ -9,13 +10,17 @@ use core::arch::{asm, nvptx};
 pub const MAX_WARPS: usize = 32;
 
 /// Declares the module-scope `.shared` arrays the device code uses: two slots of one f32 per warp
-/// for row-group reductions (every block gets its own copy). Module-level asm is emitted only into
+/// for row-group reductions (every block gets its own copy), and the block's dynamic shared
+/// memory (its size is the launch's), where [`StagingRing`]s live. Module-level asm is emitted only into
 /// the crate that expands it, so each generated entry-point crate invokes this once
 /// (`ferrinfer_kernels::module_globals!();`) — the kernels crate's own PTX never reaches a GPU.
 #[macro_export]
 macro_rules! module_globals {
     () => {
-        core::arch::global_asm!(".shared .align 16 .b8 ferrinfer_group_partials[256];");
+        core::arch::global_asm!(
+            ".shared .align 16 .b8 ferrinfer_group_partials[256];",
+            ".extern .shared .align 16 .b8 ferrinfer_dynamic[];"
+        );
     };
 }
 
@@ -83,11 +88,13 @@ fn lanes_sum(mut value: f32, width: u32) -> f32 {
     value
 }
 
-/// `bar.sync id, threads`: waits for `threads` threads (a multiple of 32) at barrier `id` (1–15;
-/// 0 is `__syncthreads`'). Several row groups of one block synchronise independently this way.
+/// `barrier.sync id, threads`: waits for `threads` threads (a multiple of 32) at barrier `id`
+/// (1–15; 0 is `__syncthreads`'). Several row groups of one block synchronise independently this
+/// way. Not the `.aligned` form (`bar.sync`), which LLVM's freedom to duplicate asm would make
+/// unsound (see [`block_barrier`]).
 #[inline(always)]
 fn named_barrier(id: u32, threads: u32) {
-    unsafe { asm!("bar.sync {id}, {threads};", id = in(reg32) id, threads = in(reg32) threads) };
+    unsafe { asm!("barrier.sync {id}, {threads};", id = in(reg32) id, threads = in(reg32) threads) };
 }
 
 /// The shared-memory address of partial `index` (of `ferrinfer_group_partials`).
@@ -198,4 +205,122 @@ pub fn allow_dependent_grids() {
     unsafe {
         asm!("griddepcontrol.launch_dependents;", options(nostack))
     };
+}
+
+/// Barrier 0 for every thread of the block, as `barrier.sync` (not `bar.sync`, which is
+/// `barrier.sync.aligned`: every thread must reach the *same* instruction). LLVM may duplicate the
+/// asm into both arms of a branch around it — it did, between the staged kernel's two
+/// `if leader` blocks — and an aligned barrier reached from two places hangs the block.
+#[inline(always)]
+pub fn block_barrier() {
+    unsafe { asm!("barrier.sync 0;", options(nostack)) };
+}
+
+/// A ring of `stages` slots in the block's dynamic shared memory, each filled by bulk copies
+/// (`cp.async.bulk`, the TMA's one-dimensional form, sm_90) that complete on the slot's mbarrier:
+/// one thread issues a slot's copies, every thread waits for them, and the bytes in flight are
+/// `stages` slots per block whatever the registers. Layout: the mbarriers (8 bytes each) in the
+/// first [`StagingRing::HEADER_BYTES`], then the slots.
+#[cfg(target_feature = "sm_90")]
+#[derive(Clone, Copy)]
+pub struct StagingRing {
+    base: u32,
+    stages: u32,
+    slot_bytes: u32,
+}
+
+#[cfg(target_feature = "sm_90")]
+impl StagingRing {
+    /// Room for the mbarriers of up to 16 stages, keeping the slots 16-byte aligned.
+    pub const HEADER_BYTES: u32 = 128;
+
+    /// The ring over this block's dynamic shared memory, which must hold
+    /// `HEADER_BYTES + stages · slot_bytes` (`stages` ≤ 16, `slot_bytes` a multiple of 16).
+    #[inline(always)]
+    pub fn new(stages: u32, slot_bytes: u32) -> Self {
+        let base: u32;
+        unsafe { asm!("mov.u32 {b}, ferrinfer_dynamic;", b = out(reg32) base, options(pure, nomem, nostack)) };
+        StagingRing { base, stages, slot_bytes }
+    }
+
+    #[inline(always)]
+    fn barrier(&self, stage: u32) -> u32 {
+        self.base + 8 * stage
+    }
+
+    /// The shared-memory address of `stage`'s slot.
+    #[inline(always)]
+    pub fn slot(&self, stage: u32) -> u32 {
+        self.base + Self::HEADER_BYTES + stage * self.slot_bytes
+    }
+
+    /// One thread, before any copy: readies every stage's mbarrier (one arrival a phase), then
+    /// makes them visible to the copy engine. The block must meet at a barrier before others wait.
+    #[inline(always)]
+    pub fn init(&self) {
+        for stage in 0..self.stages {
+            unsafe {
+                asm!("mbarrier.init.shared::cta.b64 [{b}], 1;", b = in(reg32) self.barrier(stage), options(nostack))
+            };
+        }
+        unsafe { asm!("fence.mbarrier_init.release.cluster;", options(nostack)) };
+    }
+
+    /// One thread: announces `bytes` of copies into `stage` (its phase completes when they land).
+    /// The slot's earlier readers must be done (they met this thread at a barrier or a shuffle).
+    #[inline(always)]
+    pub fn expect(&self, stage: u32, bytes: u32) {
+        unsafe {
+            // Orders the generic-proxy reads of the slot's previous contents before the copy's
+            // async-proxy writes.
+            asm!("fence.proxy.async.shared::cta;", options(nostack));
+            asm!(
+                "mbarrier.arrive.expect_tx.shared::cta.b64 _, [{b}], {n};",
+                b = in(reg32) self.barrier(stage),
+                n = in(reg32) bytes,
+                options(nostack),
+            );
+        }
+    }
+
+    /// Copies `bytes` (a multiple of 16) from global `src` (16-byte aligned) to `offset` bytes
+    /// into `stage`'s slot, completing on its mbarrier (announced by [`StagingRing::expect`]).
+    ///
+    /// # Safety
+    /// `src..src + bytes` readable global memory; the slot holds `offset + bytes`.
+    #[inline(always)]
+    pub unsafe fn copy(&self, stage: u32, offset: u32, src: *const u8, bytes: u32) {
+        unsafe {
+            asm!(
+                "{{ .reg .u64 g; cvta.to.global.u64 g, {src}; \
+                 cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{dst}], [g], {n}, [{b}]; }}",
+                src = in(reg64) src,
+                dst = in(reg32) self.slot(stage) + offset,
+                n = in(reg32) bytes,
+                b = in(reg32) self.barrier(stage),
+                options(nostack),
+            )
+        };
+    }
+
+    /// Waits until `stage`'s copies of its `use_count`-th filling (from 0) have landed.
+    #[inline(always)]
+    pub fn wait(&self, stage: u32, use_count: u32) {
+        let parity = use_count & 1;
+        loop {
+            let done: u32;
+            unsafe {
+                asm!(
+                    "{{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [{b}], {parity}; selp.u32 {d}, 1, 0, p; }}",
+                    b = in(reg32) self.barrier(stage),
+                    parity = in(reg32) parity,
+                    d = out(reg32) done,
+                    options(nostack),
+                )
+            };
+            if done != 0 {
+                break;
+            }
+        }
+    }
 }

@@ -7,7 +7,8 @@
 //! host's CPU backend ([`norm_row`], exact and portable); and two device kernels, generic over the
 //! norm, the element and weight types and the vector width: [`norm_rows`] keeps rows in registers
 //! (one pass over global memory; `CHUNKS` vectors per thread, `threads_per_row` threads per row,
-//! the next row loaded while the current one is reduced) and [`norm_stream`] re-reads rows too long
+//! the next row loaded while the current one is reduced), [`norm_staged`] (sm_90) has whole rows
+//! copied ahead into shared memory by the copy engine, and [`norm_stream`] re-reads rows too long
 //! for registers. The device code uses the GPU's arithmetic (FMA, reduction trees, `rsqrt.approx`,
 //! packed conversions), so its results differ from the CPU backend's by rounding only.
 //! Entry points are generated per spec by `ferrinfer-jit`.
@@ -36,8 +37,10 @@ pub struct NormParams {
     pub hidden: u32,
     pub eps: f32,
     /// `norm_rows`: threads per row, a power of two ≤ 1024 (the block holds
-    /// `blockDim / threads_per_row` rows at a time). `norm_stream`: `blockDim`.
+    /// `blockDim / threads_per_row` rows at a time). `norm_stream`, `norm_staged`: `blockDim`.
     pub threads_per_row: u32,
+    /// `norm_staged`: rows staged ahead in shared memory (1–16); unused elsewhere.
+    pub stages: u32,
 }
 
 /// Which norm a kernel computes: a type parameter, so each compiles to its own code.
@@ -153,6 +156,8 @@ pub unsafe fn norm_row<K: NormKind, T: Element, W: Element>(params: &NormParams,
     }
 }
 
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+pub use device_kernels::norm_staged;
 #[cfg(target_arch = "nvptx64")]
 pub use device_kernels::{norm_rows, norm_stream};
 
@@ -160,7 +165,11 @@ pub use device_kernels::{norm_rows, norm_stream};
 mod device_kernels {
     use super::*;
     use crate::device::{RowGroup, allow_dependent_grids, block_index, grid_size, thread_index, wait_for_prior_grids};
+    #[cfg(target_feature = "sm_90")]
+    use crate::device::{StagingRing, block_barrier};
     use crate::math::{mul_add, rsqrt};
+    #[cfg(target_feature = "sm_90")]
+    use crate::vector::Shared;
     use crate::vector::{Coherent, Load, Once, Packed, Reused, Streamed};
 
     /// Independent partial sums per thread: one FMA chain each, so the adds overlap.
@@ -191,11 +200,17 @@ mod device_kernels {
     ) {
         // Rows that fill every chunk of every lane (the common case) need no per-chunk bounds
         // test: a separate copy without them.
-        if p.hidden as usize / VEC == CHUNKS * p.threads_per_row as usize {
+        if fills_every_chunk::<VEC, CHUNKS>(p) {
             unsafe { norm_rows_of::<T, W, K, VEC, CHUNKS, true, PIPELINED>(p) }
         } else {
             unsafe { norm_rows_of::<T, W, K, VEC, CHUNKS, false, PIPELINED>(p) }
         }
+    }
+
+    /// Whether a row fills every chunk of every thread of its group exactly.
+    #[inline(always)]
+    fn fills_every_chunk<const VEC: usize, const CHUNKS: usize>(p: &NormParams) -> bool {
+        p.hidden as usize / VEC == CHUNKS * p.threads_per_row as usize
     }
 
     /// One thread's share of a row: its chunks (and for a fused add, the residual's).
@@ -220,6 +235,12 @@ mod device_kernels {
     }
 
     impl<const VEC: usize, const FULL: bool> Columns<VEC, FULL> {
+        /// The columns of `group`'s thread, for rows of `p`.
+        #[inline(always)]
+        fn of(p: &NormParams, group: &RowGroup) -> Self {
+            Columns { threads_per_row: p.threads_per_row, lane: group.lane, vectors: p.hidden / VEC as u32 }
+        }
+
         /// Element offsets of the chunks, computed afresh (see [`opaque`]).
         #[inline(always)]
         fn offsets<const CHUNKS: usize>(&self) -> [usize; CHUNKS] {
@@ -262,11 +283,7 @@ mod device_kernels {
         p: &NormParams,
     ) {
         let mut group = RowGroup::of_thread(p.threads_per_row);
-        let columns = Columns::<VEC, FULL> {
-            threads_per_row: p.threads_per_row,
-            lane: group.lane,
-            vectors: p.hidden / VEC as u32,
-        };
+        let columns = Columns::<VEC, FULL>::of(p, &group);
         let rows_per_block = group.per_block() as u64;
         let stride = grid_size() as u64 * rows_per_block;
         // Groups smaller than a warp iterate with their warp (their reductions are the warp's
@@ -276,11 +293,7 @@ mod device_kernels {
         let in_warp = (group.group - group.first_of_warp()) as u64;
         wait_for_prior_grids();
         if lead < p.rows {
-            let weights = if resident_weights::<W, K, VEC, CHUNKS>() {
-                unsafe { load_weights::<W, K, VEC, CHUNKS, FULL>(p, &columns) }
-            } else {
-                [(Packed::ZERO, Packed::ZERO); CHUNKS]
-            };
+            let weights = unsafe { kept_weights::<W, K, VEC, CHUNKS, FULL>(p, &columns) };
             let inverse_hidden = 1.0 / p.hidden as f32;
             // An output that is the input (in place) is written by this kernel: then no
             // non-coherent loads of it, as PTX requires.
@@ -324,6 +337,20 @@ mod device_kernels {
     #[inline(always)]
     fn resident_weights<W, K: NormKind, const VEC: usize, const CHUNKS: usize>() -> bool {
         CHUNKS * VEC * core::mem::size_of::<W>() * (1 + K::CENTERED as usize) <= RESIDENT_WEIGHT_BYTES
+    }
+
+    /// The weights (and β) a thread keeps across its rows: its chunks where they are few enough
+    /// ([`resident_weights`]), else zeros (each row reads them again).
+    #[inline(always)]
+    unsafe fn kept_weights<W: Element, K: NormKind, const VEC: usize, const CHUNKS: usize, const FULL: bool>(
+        p: &NormParams,
+        columns: &Columns<VEC, FULL>,
+    ) -> [(Packed<W, VEC>, Packed<W, VEC>); CHUNKS] {
+        if resident_weights::<W, K, VEC, CHUNKS>() {
+            unsafe { load_weights::<W, K, VEC, CHUNKS, FULL>(p, columns) }
+        } else {
+            [(Packed::ZERO, Packed::ZERO); CHUNKS]
+        }
     }
 
     /// This thread's chunks of the weights (and β): read-only, shared by every row, kept in L1.
@@ -463,6 +490,115 @@ mod device_kernels {
                 unsafe { Packed::<T, VEC>::from_f32(y).store(output.add(offsets[c])) };
             }
         }
+    }
+
+    /// The staged kernel (sm_90): a block is one row group (`threads_per_row == blockDim.x`, a
+    /// multiple of 32) and takes rows `blockIdx.x + k · gridDim.x`. Its first thread has the copy
+    /// engine bring `stages` rows ahead (input and, fused, residual) into a [`StagingRing`] of
+    /// dynamic shared memory; every thread takes its chunks from the slot (as `norm_rows` lays
+    /// them out), and once the row's reduction shows every thread has read them, the slot is
+    /// refilled with the row `stages` ahead. Bytes in flight are `stages` rows a block, not
+    /// bounded by registers. Launcher's guarantees: as `norm_rows`, and `VEC · size_of::<T>()` =
+    /// 16, the dynamic shared memory `HEADER_BYTES + stages · rows' bytes` (× 2 fused).
+    #[cfg(target_feature = "sm_90")]
+    #[inline(always)]
+    pub unsafe fn norm_staged<T: Element, W: Element, K: NormKind, const VEC: usize, const CHUNKS: usize>(
+        p: &NormParams,
+    ) {
+        if fills_every_chunk::<VEC, CHUNKS>(p) {
+            unsafe { norm_staged_of::<T, W, K, VEC, CHUNKS, true>(p) }
+        } else {
+            unsafe { norm_staged_of::<T, W, K, VEC, CHUNKS, false>(p) }
+        }
+    }
+
+    #[cfg(target_feature = "sm_90")]
+    #[inline(always)]
+    unsafe fn norm_staged_of<
+        T: Element,
+        W: Element,
+        K: NormKind,
+        const VEC: usize,
+        const CHUNKS: usize,
+        const FULL: bool,
+    >(
+        p: &NormParams,
+    ) {
+        let mut group = RowGroup::of_thread(p.threads_per_row);
+        let columns = Columns::<VEC, FULL>::of(p, &group);
+        let row_bytes = p.hidden * core::mem::size_of::<T>() as u32;
+        let ring = StagingRing::new(p.stages, row_bytes * (1 + K::FUSED_ADD as u32));
+        let (first, step) = (block_index() as u64, grid_size() as u64);
+        let leader = thread_index() == 0;
+        let fill = |stage: u32, row: u64| unsafe {
+            ring.expect(stage, row_bytes * (1 + K::FUSED_ADD as u32));
+            ring.copy(stage, 0, row_ptr::<T>(p.input, row, p.input_row_stride) as *const u8, row_bytes);
+            if K::FUSED_ADD {
+                ring.copy(
+                    stage,
+                    row_bytes,
+                    row_ptr::<T>(p.residual, row, p.residual_row_stride) as *const u8,
+                    row_bytes,
+                );
+            }
+        };
+        if leader {
+            ring.init();
+        }
+        block_barrier();
+        wait_for_prior_grids();
+        if leader {
+            for stage in 0..p.stages {
+                let row = first + stage as u64 * step;
+                if row < p.rows {
+                    fill(stage, row);
+                }
+            }
+        }
+        let weights = unsafe { kept_weights::<W, K, VEC, CHUNKS, FULL>(p, &columns) };
+        let inverse_hidden = 1.0 / p.hidden as f32;
+        let (mut row, mut stage, mut use_count) = (first, 0, 0);
+        while row < p.rows {
+            ring.wait(stage, use_count);
+            let share = unsafe { staged_share::<T, K, VEC, CHUNKS, FULL>(ring.slot(stage), row_bytes, &columns) };
+            unsafe {
+                norm_share::<T, W, K, VEC, CHUNKS, FULL>(p, row, share, &weights, &columns, &mut group, inverse_hidden)
+            };
+            // Every thread has read the slot: the reduction in `norm_share` waited for them all.
+            let ahead = row + p.stages as u64 * step;
+            if leader && ahead < p.rows {
+                fill(stage, ahead);
+            }
+            row += step;
+            stage += 1;
+            if stage == p.stages {
+                (stage, use_count) = (0, use_count + 1);
+            }
+        }
+        allow_dependent_grids();
+    }
+
+    /// This thread's chunks of a staged row (`slot`: a shared-memory address; fused, the
+    /// residual follows the input at `row_bytes`).
+    #[cfg(target_feature = "sm_90")]
+    #[inline(always)]
+    unsafe fn staged_share<T: Element, K: NormKind, const VEC: usize, const CHUNKS: usize, const FULL: bool>(
+        slot: u32,
+        row_bytes: u32,
+        columns: &Columns<VEC, FULL>,
+    ) -> Share<T, VEC, CHUNKS> {
+        let mut share = Share::ZERO;
+        let offsets = columns.offsets::<CHUNKS>();
+        let at = |offset: u32, c: usize| (offset as usize + offsets[c] * core::mem::size_of::<T>()) as *const T;
+        for c in 0..CHUNKS {
+            if columns.valid(c) {
+                share.x[c] = unsafe { Packed::load::<Shared>(at(slot, c)) };
+                if K::FUSED_ADD {
+                    share.residual[c] = unsafe { Packed::load::<Shared>(at(slot + row_bytes, c)) };
+                }
+            }
+        }
+        share
     }
 
     /// One output value in f32, with FMAs: `(x − shift) · scale · w' + b`.

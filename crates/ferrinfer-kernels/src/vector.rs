@@ -29,9 +29,16 @@ pub struct Streamed;
 /// Data this kernel also writes and reads again (a streamed row's second pass): a plain coherent
 /// load.
 pub struct Coherent;
+/// Data staged in the block's shared memory: the "pointer" is a shared-memory address (as
+/// `StagingRing::slot` gives it), read with `ld.shared`. Device code only: on the host, where
+/// there is no shared memory, it is an ordinary read.
+pub struct Shared;
 
 macro_rules! load_kind {
     ($kind:ty, $prefix:literal) => {
+        load_kind!($kind, "cvta.to.global.u64", $prefix);
+    };
+    ($kind:ty, $to_space:literal, $prefix:literal) => {
         impl Load for $kind {
             #[inline(always)]
             unsafe fn words<const BYTES: usize>(src: *const u8) -> [u32; 4] {
@@ -40,24 +47,24 @@ macro_rules! load_kind {
                     let (mut w0, mut w1, mut w2, mut w3) = (0u32, 0u32, 0u32, 0u32);
                     match BYTES {
                         16 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".v4.u32 {{{w0}, {w1}, {w2}, {w3}}}, [g]; }}"),
+                            concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".v4.u32 {{{w0}, {w1}, {w2}, {w3}}}, [g]; }}"),
                             a = in(reg64) src, w0 = out(reg32) w0, w1 = out(reg32) w1, w2 = out(reg32) w2, w3 = out(reg32) w3,
                             options(pure, readonly, nostack),
                         ),
                         8 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".v2.u32 {{{w0}, {w1}}}, [g]; }}"),
+                            concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".v2.u32 {{{w0}, {w1}}}, [g]; }}"),
                             a = in(reg64) src, w0 = out(reg32) w0, w1 = out(reg32) w1,
                             options(pure, readonly, nostack),
                         ),
                         4 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".u32 {w0}, [g]; }}"),
+                            concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".u32 {w0}, [g]; }}"),
                             a = in(reg64) src, w0 = out(reg32) w0,
                             options(pure, readonly, nostack),
                         ),
                         _ => {
                             let half: u16;
                             core::arch::asm!(
-                                concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".u16 {h}, [g]; }}"),
+                                concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".u16 {h}, [g]; }}"),
                                 a = in(reg64) src, h = out(reg16) half,
                                 options(pure, readonly, nostack),
                             );
@@ -77,6 +84,8 @@ load_kind!(Once, "ld.global.nc.L1::no_allocate");
 load_kind!(Reused, "ld.global.nc");
 load_kind!(Streamed, "ld.global.L1::no_allocate");
 load_kind!(Coherent, "ld.global");
+// A `readonly` read of a slot stays after the stage's wait (asm LLVM must assume writes memory).
+load_kind!(Shared, "mov.b64", "ld.shared");
 
 #[cfg(not(target_arch = "nvptx64"))]
 #[inline(always)]

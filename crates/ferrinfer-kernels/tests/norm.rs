@@ -43,6 +43,7 @@ fn run<K: NormKind, T: Element, W: Element>(x: &[T], r: &[T], w: &[W], b: &[W]) 
         hidden: hidden as u32,
         eps: 1e-6,
         threads_per_row: 1,
+        stages: 0,
     };
     unsafe { norm_row::<K, T, W>(&params, 0) };
     (if K::FUSED_ADD { x } else { out }, r)
@@ -114,6 +115,7 @@ fn norm_in_place_row_equals_out_of_place() {
         hidden: 500,
         eps: 1e-6,
         threads_per_row: 1,
+        stages: 0,
     };
     unsafe { norm_row::<Rms, f32, f32>(&params, 0) };
     assert_eq!(y, z);

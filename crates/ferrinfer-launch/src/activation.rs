@@ -206,7 +206,7 @@ impl Plan {
     /// The launch of entry `entry` within `limits`, or `forced`'s where it is given.
     fn kernel(&self, entry: usize, limits: &Limits, forced: LayoutOverride) -> Result<Launch<ActivationParams>, Error> {
         let (grid, block) = self.geometry(limits.multiprocessors, limits.max_threads(entry), forced)?;
-        Ok(Launch { entry, params: self.params, grid, block })
+        Ok(Launch { entry, params: self.params, grid, block, shared_bytes: 0 })
     }
 
     /// Grid and block on a device of `sms` multiprocessors, for an entry of at most `max_threads`

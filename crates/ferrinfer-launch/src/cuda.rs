@@ -12,6 +12,7 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys::{self, CUdevice_attribute, CUlaunchAttributeID};
@@ -143,7 +144,10 @@ pub(crate) trait KernelModule: Copy + Eq + Hash + Send + 'static {
 struct Function {
     function: CudaFunction,
     max_threads: u32,
-    resident: Mutex<HashMap<u32, u32>>,
+    /// Blocks per multiprocessor by (threads, dynamic shared bytes).
+    resident: Mutex<HashMap<(u32, u32), u32>>,
+    /// The dynamic shared memory the function has been allowed beyond the default 48 KB.
+    shared_allowed: AtomicU32,
 }
 
 /// A loaded module: its entry points, in spec order.
@@ -194,7 +198,7 @@ fn load(context: &Arc<CudaContext>, spec: &JitSpec, device: CudaArch) -> Result<
         .map(|entry| {
             let function = cuda_module.load_function(&entry.name)?;
             let max_threads = function.max_threads_per_block()? as u32;
-            Ok(Function { function, max_threads, resident: Mutex::default() })
+            Ok(Function { function, max_threads, resident: Mutex::default(), shared_allowed: AtomicU32::new(0) })
         })
         .collect::<Result<_, Error>>()?;
     Ok(LoadedModule { name: spec.name.clone(), functions })
@@ -212,6 +216,8 @@ struct DeviceInfo {
     /// What modules are built for (the device's own, or the arch list's best match).
     arch: CudaArch,
     multiprocessors: u32,
+    /// Most dynamic shared memory a block may be given (with the function's opt-in).
+    max_shared_bytes: u32,
     /// Programmatic dependent launch (compute capability 9.0+).
     supports_pdl: bool,
 }
@@ -227,7 +233,10 @@ fn device_info(context: &Arc<CudaContext>) -> Result<DeviceInfo, Error> {
     let device = CudaArch { major: major as u32, minor: minor as u32 };
     let arch = jit()?.target_arch(device).map_err(|e| Error::Config(e.to_string()))?;
     let multiprocessors = context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
-    let info = DeviceInfo { device, arch, multiprocessors, supports_pdl: major >= 9 && arch.major >= 9 };
+    let max_shared_bytes =
+        context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
+    let info =
+        DeviceInfo { device, arch, multiprocessors, max_shared_bytes, supports_pdl: major >= 9 && arch.major >= 9 };
     lock(devices).insert(key, info);
     Ok(info)
 }
@@ -241,6 +250,8 @@ pub(crate) struct Launch<P> {
     /// Blocks along x and y.
     pub grid: (u32, u32),
     pub block: u32,
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_bytes: u32,
 }
 
 /// Threads per block at most, on every CUDA device (an entry's registers may allow fewer).
@@ -249,6 +260,8 @@ pub(crate) const MAX_BLOCK: u32 = 1024;
 /// What a launch configuration may use of a device and module.
 pub(crate) struct Limits<'m> {
     pub multiprocessors: u32,
+    /// Most dynamic shared memory a block may be given.
+    pub max_shared_bytes: u32,
     module: &'m LoadedModule,
 }
 
@@ -258,13 +271,16 @@ impl Limits<'_> {
         self.module.functions.get(entry).map_or(0, |f| f.max_threads)
     }
 
-    /// Blocks of `block` threads of entry `entry` that fit on one multiprocessor at once
-    /// (registers, shared memory, threads); at least 1.
-    pub fn resident_blocks(&self, entry: usize, block: u32) -> u32 {
+    /// Blocks of `block` threads of entry `entry`, each with `shared_bytes` of dynamic shared
+    /// memory, that fit on one multiprocessor at once (registers, shared memory, threads); at
+    /// least 1.
+    pub fn resident_blocks(&self, entry: usize, block: u32, shared_bytes: u32) -> u32 {
         let Some(function) = self.module.functions.get(entry) else { return 1 };
         let mut resident = lock(&function.resident);
-        *resident.entry(block).or_insert_with(|| {
-            function.function.occupancy_max_active_blocks_per_multiprocessor(block, 0, None).unwrap_or(1).max(1)
+        *resident.entry((block, shared_bytes)).or_insert_with(|| {
+            let occupancy =
+                function.function.occupancy_max_active_blocks_per_multiprocessor(block, shared_bytes as usize, None);
+            occupancy.unwrap_or(1).max(1)
         })
     }
 }
@@ -284,12 +300,26 @@ pub(crate) fn launch<M: KernelModule, P: Copy>(
     context.bind_to_thread()?;
     let device = device_info(context)?;
     let loaded = cache.get(context, key, &device)?;
-    let kernel = configure(&Limits { multiprocessors: device.multiprocessors, module: &loaded })?;
+    let limits =
+        Limits { multiprocessors: device.multiprocessors, max_shared_bytes: device.max_shared_bytes, module: &loaded };
+    let kernel = configure(&limits)?;
     let missing = || Error::NoEntryPoint { module: loaded.name.clone(), entry: kernel.entry };
     let function = loaded.functions.get(kernel.entry).ok_or_else(missing)?;
+    allow_shared_bytes(function, kernel.shared_bytes)?;
     let pdl = device.supports_pdl && pdl_wanted()?;
     // SAFETY: the caller validated `params` for this entry point, whose parameter type is `P`.
-    unsafe { launch_raw(stream, &function.function, kernel.grid, kernel.block, &kernel.params, pdl) }?;
+    unsafe { launch_raw(stream, &function.function, &kernel, pdl) }?;
+    Ok(())
+}
+
+/// Dynamic shared memory past 48 KB needs the function's opt-in, given once per size increase.
+fn allow_shared_bytes(function: &Function, bytes: u32) -> Result<(), Error> {
+    const DEFAULT_LIMIT: u32 = 48 * 1024;
+    if bytes > DEFAULT_LIMIT && bytes > function.shared_allowed.load(Ordering::Relaxed) {
+        let attribute = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        function.function.set_attribute(attribute, bytes as i32)?;
+        function.shared_allowed.fetch_max(bytes, Ordering::Relaxed);
+    }
     Ok(())
 }
 
@@ -302,9 +332,7 @@ pub(crate) fn launch<M: KernelModule, P: Copy>(
 unsafe fn launch_raw<P>(
     stream: &CudaStream,
     function: &CudaFunction,
-    grid: (u32, u32),
-    block: u32,
-    params: &P,
+    kernel: &Launch<P>,
     pdl: bool,
 ) -> Result<(), DriverError> {
     let mut attribute = sys::CUlaunchAttribute {
@@ -315,18 +343,18 @@ unsafe fn launch_raw<P>(
     };
     attribute.value.programmaticStreamSerializationAllowed = 1;
     let config = sys::CUlaunchConfig {
-        gridDimX: grid.0,
-        gridDimY: grid.1,
+        gridDimX: kernel.grid.0,
+        gridDimY: kernel.grid.1,
         gridDimZ: 1,
-        blockDimX: block,
+        blockDimX: kernel.block,
         blockDimY: 1,
         blockDimZ: 1,
-        sharedMemBytes: 0,
+        sharedMemBytes: kernel.shared_bytes,
         hStream: stream.cu_stream(),
         attrs: &mut attribute,
         numAttrs: pdl as u32,
     };
-    let mut argument = params as *const P as *mut std::ffi::c_void;
+    let mut argument = &kernel.params as *const P as *mut std::ffi::c_void;
     // SAFETY: forwarded; the argument array holds one pointer to the by-value struct, which
     // outlives the call (the driver copies parameters at launch).
     unsafe { sys::cuLaunchKernelEx(&config, function.cu_function(), &mut argument, std::ptr::null_mut()).result() }

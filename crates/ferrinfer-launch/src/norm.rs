@@ -15,7 +15,7 @@
 
 use std::sync::OnceLock;
 
-use ferrinfer_jit::norm::{CHUNK_COUNTS, NormKernel, NormModule};
+use ferrinfer_jit::norm::{CHUNK_COUNTS, NormKernel, NormModule, STAGED_CHUNK_COUNTS};
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
 use ferrinfer_kernels::norm::{FusedAddRms, GemmaFusedAddRms, GemmaRms, Layer, NormKind, NormParams, Rms, norm_row};
@@ -250,6 +250,7 @@ impl<'c, 'v> NormCall<'c, 'v> {
             hidden: x.hidden as u32,
             eps: self.eps as f32,
             threads_per_row: 1,
+            stages: 0,
         }
     }
 }
@@ -311,12 +312,15 @@ struct Layout {
     pipelined: bool,
 }
 
-/// What the planner needs to know of the register kernels on a device: the most threads a block
-/// of each can have, and how many blocks of a size fit on a multiprocessor (both registers
-/// permitting).
+/// What the planner needs to know of the kernels on a device: the most threads a block of each
+/// can have (registers permitting; 0 where the module lacks it), how many blocks of a size fit on
+/// a multiprocessor, and the most dynamic shared memory a block may have.
 trait RegisterKernels {
     fn max_threads(&self, chunks: u32, pipelined: bool) -> u32;
     fn resident_blocks(&self, chunks: u32, pipelined: bool, block: u32) -> u32;
+    fn staged_max_threads(&self, chunks: u32) -> u32;
+    fn staged_resident_blocks(&self, chunks: u32, block: u32, shared_bytes: u32) -> u32;
+    fn max_shared_bytes(&self) -> u32;
 }
 
 impl RegisterKernels for Limits<'_> {
@@ -325,9 +329,48 @@ impl RegisterKernels for Limits<'_> {
     }
 
     fn resident_blocks(&self, chunks: u32, pipelined: bool, block: u32) -> u32 {
-        NormModule::register_entry(chunks, pipelined).map_or(1, |e| Limits::resident_blocks(self, e, block))
+        NormModule::register_entry(chunks, pipelined).map_or(1, |e| Limits::resident_blocks(self, e, block, 0))
+    }
+
+    fn staged_max_threads(&self, chunks: u32) -> u32 {
+        NormModule::staged_entry(chunks).map_or(0, |e| Limits::max_threads(self, e))
+    }
+
+    fn staged_resident_blocks(&self, chunks: u32, block: u32, shared_bytes: u32) -> u32 {
+        NormModule::staged_entry(chunks).map_or(1, |e| Limits::resident_blocks(self, e, block, shared_bytes))
+    }
+
+    fn max_shared_bytes(&self) -> u32 {
+        self.max_shared_bytes
     }
 }
+
+/// The staged kernel's launch: vectors per thread, threads per row (the block), rows staged
+/// ahead, dynamic shared memory and the (persistent) grid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Staged {
+    chunks: u32,
+    threads: u32,
+    stages: u32,
+    shared_bytes: u32,
+    grid: u32,
+}
+
+/// Rows a staged block has in flight by default (H200 sweep, docs/perf/norm.md v5: 2 beat 4 at
+/// every mid-size point).
+const STAGES: u32 = 2;
+/// Most stages (the ring's header holds 16 mbarriers).
+const MAX_STAGES: u32 = 16;
+/// Vectors per thread of the staged kernel by default.
+const STAGED_CHUNKS: u32 = 4;
+/// The staged kernel takes the rows when they are more than one full grid of its blocks (with
+/// fewer, each block has one row and nothing to overlap it with) and the call reads at most
+/// this much: on the H200 it beat the register kernels by 4–16 % where the rows read fit in
+/// 64 MiB (rmsnorm 512 × 8192 to 8192 × 4096, fused 512 × 8192 to 2048 × 4096) but lost 1–6 %
+/// streaming more from DRAM, and 10 % with a row per block (fused 256 × 8192; docs/perf/norm.md, v5).
+const STAGED_MAX_READ_BYTES: u64 = 64 << 20;
+/// The staged ring's header: one mbarrier per stage (`StagingRing::HEADER_BYTES`).
+const STAGED_HEADER_BYTES: u32 = 128;
 
 /// Bytes of its row each rmsnorm/layernorm thread holds when rows are many (bandwidth-bound);
 /// measured best on the H200 (docs/perf/norm.md, v4 sweep): 4 vectors of 16 bytes, pipelined.
@@ -349,9 +392,10 @@ const LARGE_BATCH_ROWS_PER_GROUP: u64 = 2;
 /// Most rows per group when the rows fit a few waves: the grid is then one wave of groups.
 const MAX_ROWS_PER_GROUP: u64 = 4;
 
-/// `FERRINFER_NORM_LAYOUT=chunks:threads_per_row:rows_per_group` (each field a number or `*` for
-/// the planner's choice): forces the register kernel's layout wherever it fits — a knob for tuning
-/// sweeps with the benchmark, read once. A value that names no kernel makes every norm call a
+/// `FERRINFER_NORM_LAYOUT=chunks:threads_per_row:rows_per_group:stages` (each field a number or
+/// `*` for the planner's choice): forces the layout wherever it fits — a knob for tuning sweeps
+/// with the benchmark, read once. `stages` 0 keeps to the register kernels; 1–16 takes the staged
+/// kernel (sm_90, 16-byte vectors) with that many rows in flight per block, whatever the batch. A value that names no kernel makes every norm call a
 /// configuration error naming the variable.
 pub const LAYOUT_VAR: &str = "FERRINFER_NORM_LAYOUT";
 
@@ -360,35 +404,83 @@ struct LayoutOverride {
     chunks: Option<u32>,
     threads_per_row: Option<u32>,
     rows_per_group: Option<u64>,
+    stages: Option<u32>,
 }
 
 fn layout_override() -> Result<LayoutOverride, Error> {
     static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
     tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
         format!(
-            "chunks:threads_per_row:rows_per_group, each a number or *, chunks one of {CHUNK_COUNTS:?}, threads a power of two ≤ 1024"
+            "chunks:threads_per_row:rows_per_group:stages, each a number or *, chunks one of {CHUNK_COUNTS:?}, threads a power of two ≤ 1024, stages ≤ {MAX_STAGES}"
         )
     })
 }
 
 fn parse_layout(value: &str) -> Option<LayoutOverride> {
-    let [chunks, threads, rows] = tuning::fields(value)?;
+    let [chunks, threads, rows, stages] = tuning::fields(value)?;
     let chunks_ok = chunks.is_none_or(|c| u32::try_from(c).is_ok_and(|c| CHUNK_COUNTS.contains(&c)));
     let threads_ok = threads.is_none_or(|t| t.is_power_of_two() && t <= MAX_BLOCK as u64);
-    (chunks_ok && threads_ok && rows != Some(0)).then_some(LayoutOverride {
+    let stages_ok = stages.is_none_or(|s| s <= MAX_STAGES as u64);
+    (chunks_ok && threads_ok && stages_ok && rows != Some(0)).then_some(LayoutOverride {
         chunks: chunks.map(|c| c as u32),
         threads_per_row: threads.map(|t| t as u32),
         rows_per_group: rows,
+        stages: stages.map(|s| s as u32),
     })
 }
 
 impl Plan {
-    /// The launch within `limits`: a register kernel where a row fits in at most 1024 threads of
-    /// at most 8 vectors each (registers permitting), else the streaming kernel.
+    /// The launch within `limits`: the staged kernel where rows are many and it holds them, else
+    /// a register kernel where a row fits in at most 1024 threads of at most 8 vectors each
+    /// (registers permitting), else the streaming kernel.
     fn kernel(&self, limits: &Limits, forced: LayoutOverride) -> Launch<NormParams> {
+        if let Some(staged) = self.staged(limits.multiprocessors, forced, limits) {
+            return self.staged_launch(staged);
+        }
         match self.layout(limits.multiprocessors, forced, limits) {
             Some(layout) => self.register_launch(layout),
             None => self.streaming(limits),
+        }
+    }
+
+    /// The staged kernel's launch on a device of `sms` multiprocessors, if the module has it
+    /// (sm_90, 16-byte vectors), a row takes a warp to 1024 threads of its vectors, the ring
+    /// fits in shared memory, and the rows are many (or the override asks for it): a persistent
+    /// grid, each block working through every `grid`-th row with `stages` rows in flight.
+    fn staged(&self, sms: u32, forced: LayoutOverride, kernels: &impl RegisterKernels) -> Option<Staged> {
+        if forced.stages == Some(0) {
+            return None;
+        }
+        let vectors = self.params.hidden / self.vec;
+        let chunks = forced.chunks.filter(|c| STAGED_CHUNK_COUNTS.contains(c)).unwrap_or(STAGED_CHUNKS);
+        let fit = vectors.div_ceil(chunks).next_power_of_two();
+        let threads = forced.threads_per_row.filter(|&t| t >= fit).unwrap_or(fit);
+        if threads < 32 || threads > kernels.staged_max_threads(chunks).min(MAX_BLOCK) {
+            return None;
+        }
+        let stages = forced.stages.unwrap_or(STAGES);
+        let slot_bytes = self.params.hidden * self.dtype.size() as u32 * (1 + self.is_fused() as u32);
+        let shared_bytes = slot_bytes.checked_mul(stages)?.checked_add(STAGED_HEADER_BYTES)?;
+        if shared_bytes > kernels.max_shared_bytes() {
+            return None;
+        }
+        let capacity = sms as u64 * kernels.staged_resident_blocks(chunks, threads, shared_bytes) as u64;
+        let read_bytes = self.params.rows.saturating_mul(slot_bytes as u64);
+        let pays = self.params.rows > capacity && read_bytes <= STAGED_MAX_READ_BYTES;
+        if forced.stages.is_none() && !pays {
+            return None;
+        }
+        let grid = self.params.rows.min(capacity) as u32;
+        Some(Staged { chunks, threads, stages, shared_bytes, grid })
+    }
+
+    fn staged_launch(&self, staged: Staged) -> Launch<NormParams> {
+        Launch {
+            entry: NormModule::staged_entry(staged.chunks).unwrap_or(NormModule::STREAM_ENTRY),
+            params: NormParams { threads_per_row: staged.threads, stages: staged.stages, ..self.params },
+            grid: (staged.grid, 1),
+            block: staged.threads,
+            shared_bytes: staged.shared_bytes,
         }
     }
 
@@ -468,6 +560,7 @@ impl Plan {
             params: NormParams { threads_per_row: layout.threads_per_row, ..self.params },
             grid: (grid.max(1), 1),
             block,
+            shared_bytes: 0,
         }
     }
 
@@ -478,9 +571,10 @@ impl Plan {
         let vectors = (self.params.hidden / self.vec).max(1);
         let most = MAX_BLOCK.min(limits.max_threads(entry)).max(32);
         let block = vectors.next_power_of_two().clamp(32, 1 << most.ilog2());
-        let resident = limits.multiprocessors as u64 * limits.resident_blocks(entry, block) as u64;
+        let resident = limits.multiprocessors as u64 * limits.resident_blocks(entry, block, 0) as u64;
         let grid = self.params.rows.min(resident) as u32;
-        Launch { entry, params: NormParams { threads_per_row: block, ..self.params }, grid: (grid, 1), block }
+        let params = NormParams { threads_per_row: block, ..self.params };
+        Launch { entry, params, grid: (grid, 1), block, shared_bytes: 0 }
     }
 }
 
@@ -554,6 +648,7 @@ mod tests {
             hidden,
             eps: 1e-6,
             threads_per_row: 1,
+            stages: 0,
         };
         Plan { params, dtype, weight_dtype: dtype, vec }
     }
@@ -575,6 +670,15 @@ mod tests {
         }
     }
 
+    /// The staged kernels' registers (same report): 56 with 2 chunks, 96 with 4.
+    fn staged_registers(chunks: u32) -> u32 {
+        if chunks == 2 { 56 } else { 96 }
+    }
+
+    /// Shared memory per multiprocessor, and per block with the opt-in (bytes).
+    const SHARED_PER_SM: u32 = 228 * 1024;
+    const SHARED_PER_BLOCK: u32 = 227 * 1024;
+
     impl RegisterKernels for H200 {
         fn max_threads(&self, chunks: u32, pipelined: bool) -> u32 {
             (65536 / (registers(chunks, pipelined) * 32) * 32).min(1024)
@@ -583,6 +687,84 @@ mod tests {
         fn resident_blocks(&self, chunks: u32, pipelined: bool, block: u32) -> u32 {
             (65536 / (registers(chunks, pipelined) * block)).min(2048 / block).clamp(1, 32)
         }
+
+        fn staged_max_threads(&self, chunks: u32) -> u32 {
+            (65536 / (staged_registers(chunks) * 32) * 32).min(1024)
+        }
+
+        fn staged_resident_blocks(&self, chunks: u32, block: u32, shared_bytes: u32) -> u32 {
+            // The runtime reserves 1 KB of shared memory per block.
+            let by_shared = SHARED_PER_SM / (shared_bytes + 1024);
+            (65536 / (staged_registers(chunks) * block)).min(2048 / block).min(by_shared).clamp(1, 32)
+        }
+
+        fn max_shared_bytes(&self) -> u32 {
+            SHARED_PER_BLOCK
+        }
+    }
+
+    /// An sm_80 module (no staged kernels), otherwise the H200's limits.
+    struct NoStaged;
+
+    impl RegisterKernels for NoStaged {
+        fn max_threads(&self, chunks: u32, pipelined: bool) -> u32 {
+            H200.max_threads(chunks, pipelined)
+        }
+
+        fn resident_blocks(&self, chunks: u32, pipelined: bool, block: u32) -> u32 {
+            H200.resident_blocks(chunks, pipelined, block)
+        }
+
+        fn staged_max_threads(&self, _: u32) -> u32 {
+            0
+        }
+
+        fn staged_resident_blocks(&self, _: u32, _: u32, _: u32) -> u32 {
+            1
+        }
+
+        fn max_shared_bytes(&self) -> u32 {
+            SHARED_PER_BLOCK
+        }
+    }
+
+    fn staged(rows: u64, hidden: u32, vec: u32, dtype: DType, fused: bool, forced: LayoutOverride) -> Option<Staged> {
+        plan(rows, hidden, vec, dtype, fused).staged(132, forced, &H200)
+    }
+
+    #[test]
+    fn norm_staged_kernel_takes_many_rows_where_the_module_has_it() {
+        use DType::*;
+        let none = LayoutOverride::default();
+        let s = staged(4096, 4096, 8, Bf16, false, none).expect("32 MiB of rows: staged");
+        // 128 threads × 4 vectors of 8; 2 rows of 8 KB; 5 blocks an SM (registers).
+        assert_eq!(s, Staged { chunks: 4, threads: 128, stages: 2, shared_bytes: 128 + 2 * 8192, grid: 5 * 132 });
+        let f = staged(4096, 4096, 8, Bf16, true, none).expect("fused: staged too");
+        assert_eq!((f.threads, f.shared_bytes), (128, 128 + 2 * 2 * 8192), "input and residual rows");
+        assert_eq!(staged(8192, 4096, 8, Bf16, true, none), None, "fused 8192 × 4096 reads 128 MiB: registers");
+        assert_eq!(staged(65536, 4096, 8, Bf16, false, none), None, "rows streamed from DRAM: registers");
+        let forced_wide = LayoutOverride { stages: Some(2), ..none };
+        let wide = staged(16384, 8192, 4, F32, false, forced_wide).expect("f32, 32 KB rows");
+        assert_eq!((wide.threads, wide.shared_bytes, wide.grid), (512, 128 + 2 * 32768, 132));
+        assert_eq!(staged(16384, 16384, 4, F32, false, forced_wide), None, "1024 threads of 96 registers do not fit");
+        assert!(staged(1024, 4096, 8, Bf16, false, none).is_some(), "more rows than blocks: staged");
+        assert_eq!(staged(256, 8192, 8, Bf16, true, none), None, "a row a block (264 blocks): registers");
+        assert_eq!(staged(221_184, 128, 8, Bf16, false, none), None, "16 vectors a row: under a warp");
+        let forced_two = LayoutOverride { stages: Some(2), ..none };
+        assert_eq!(staged(64, 32768, 8, Bf16, true, forced_two), None, "2 × 128 KB slots do not fit");
+        let ampere = plan(4096, 4096, 8, Bf16, false).staged(108, none, &NoStaged);
+        assert_eq!(ampere, None, "no staged kernel in the module");
+        let off = LayoutOverride { stages: Some(0), ..none };
+        assert_eq!(staged(4096, 4096, 8, Bf16, false, off), None, "stages 0: register kernels only");
+        let forced = LayoutOverride { stages: Some(2), chunks: Some(2), ..none };
+        let one = staged(1, 4096, 8, Bf16, false, forced).expect("forced: even one row");
+        assert_eq!((one.chunks, one.threads, one.stages, one.grid), (2, 256, 2, 1));
+        let launch = plan(4096, 4096, 8, Bf16, false).staged_launch(s);
+        assert_eq!((launch.block, launch.params.threads_per_row, launch.params.stages), (128, 128, 2));
+        assert_eq!(
+            (launch.grid, launch.shared_bytes, launch.entry),
+            ((660, 1), s.shared_bytes, NormModule::staged_entry(4).unwrap())
+        );
     }
 
     /// (chunks, threads per row, rows per block, rows per group, pipelined) on an H200.
@@ -609,7 +791,12 @@ mod tests {
 
     #[test]
     fn norm_layout_override_is_followed_where_it_fits() {
-        let forced = |chunks, threads, rows| LayoutOverride { chunks, threads_per_row: threads, rows_per_group: rows };
+        let forced = |chunks, threads, rows| LayoutOverride {
+            chunks,
+            threads_per_row: threads,
+            rows_per_group: rows,
+            stages: None,
+        };
         let layout = |rows, hidden, o| plan(rows, hidden, 8, DType::Bf16, false).layout(132, o, &H200).unwrap();
         let l = layout(65536, 4096, forced(Some(8), None, Some(4)));
         assert_eq!((l.chunks, l.threads_per_row, l.rows_per_group, l.pipelined), (8, 64, 4, true));
@@ -622,7 +809,8 @@ mod tests {
         assert_eq!(parse_layout("4:128:2"), Some(forced(Some(4), Some(128), Some(2))));
         assert_eq!(parse_layout("*:*:8"), Some(forced(None, None, Some(8))));
         assert_eq!(parse_layout("8"), Some(forced(Some(8), None, None)));
-        for bad in ["3", "4:100", "4:128:0", "4:128:2:1", "x", "4294967297"] {
+        assert_eq!(parse_layout("*:*:*:3"), Some(LayoutOverride { stages: Some(3), ..forced(None, None, None) }));
+        for bad in ["3", "4:100", "4:128:0", "4:128:2:17", "4:128:2:1:1", "x", "4294967297"] {
             assert_eq!(parse_layout(bad), None, "{bad}");
         }
     }

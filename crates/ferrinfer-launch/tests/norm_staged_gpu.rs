@@ -1,0 +1,45 @@
+//! The staged norm kernel (sm_90: rows copied ahead into shared memory) forced onto every call of
+//! this process with `FERRINFER_NORM_LAYOUT=*:*:*:2`, so that few rows, rows that wrap the ring
+//! many times, strided rows, partial chunks and the fused ops' two-tensor slots all run through
+//! it; where it cannot hold a row (narrow vectors, rows too short or too long) the planner falls
+//! back, and the case checks that path instead. The variable is read once per process: hence a
+//! test binary of its own. Without a CUDA driver or device every test prints that it was skipped
+//! and passes (CI has no GPU).
+
+mod support;
+
+use std::sync::Once;
+
+use support::{Case, Gpu, family, run_cases};
+
+/// Two stages: a block of a full grid wraps its ring after two rows, so the cases below reuse
+/// every slot (and flip every mbarrier's phase) many times.
+fn force_staged_layout() {
+    static FORCE: Once = Once::new();
+    // SAFETY: every test of this binary calls this first and waits on the `Once`; nothing reads
+    // the environment meanwhile.
+    FORCE.call_once(|| unsafe { std::env::set_var("FERRINFER_NORM_LAYOUT", "*:*:*:2") });
+}
+
+#[test]
+fn norm_staged_gpu_grid() {
+    force_staged_layout();
+    let Some(gpu) = Gpu::get("norm_staged_gpu_grid") else { return };
+    let mut cases = Vec::new();
+    for hidden in [1000, 1032, 4104, 8192, 16384] {
+        cases.extend([Case::contiguous(1, hidden), Case::contiguous(7, hidden), Case::strided(3000, hidden)]);
+    }
+    cases.push(Case::contiguous(20_000, 4096));
+    run_cases(&gpu, &family("norm"), 9_000_000, &cases);
+}
+
+/// Small enough for compute-sanitizer (what `suite.sh memcheck|racecheck` run here), still
+/// wrapping the ring: 2113 rows over at most a few hundred blocks.
+#[test]
+fn norm_staged_gpu_sanitizer() {
+    force_staged_layout();
+    let Some(gpu) = Gpu::get("norm_staged_gpu_sanitizer") else { return };
+    let cases =
+        [Case::contiguous(3, 1024), Case::strided(40, 4104), Case::contiguous(2113, 1024), Case::strided(2113, 4096)];
+    run_cases(&gpu, &family("norm"), 9_500_000, &cases);
+}
