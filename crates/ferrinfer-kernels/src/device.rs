@@ -6,6 +6,9 @@
 
 use core::arch::{asm, nvptx};
 
+#[cfg(target_feature = "sm_90")]
+use crate::STAGING_HEADER_BYTES;
+
 /// Most warps a block can have (1024 threads).
 pub const MAX_WARPS: usize = 32;
 
@@ -220,7 +223,7 @@ pub fn block_barrier() {
 /// (`cp.async.bulk`, the TMA's one-dimensional form, sm_90) that complete on the slot's mbarrier:
 /// one thread issues a slot's copies, every thread waits for them, and the bytes in flight are
 /// `stages` slots per block whatever the registers. Layout: the mbarriers (8 bytes each) in the
-/// first [`StagingRing::HEADER_BYTES`], then the slots.
+/// first [`STAGING_HEADER_BYTES`], then the slots.
 #[cfg(target_feature = "sm_90")]
 #[derive(Clone, Copy)]
 pub struct StagingRing {
@@ -231,11 +234,9 @@ pub struct StagingRing {
 
 #[cfg(target_feature = "sm_90")]
 impl StagingRing {
-    /// Room for the mbarriers of up to 16 stages, keeping the slots 16-byte aligned.
-    pub const HEADER_BYTES: u32 = 128;
-
     /// The ring over this block's dynamic shared memory, which must hold
-    /// `HEADER_BYTES + stages · slot_bytes` (`stages` ≤ 16, `slot_bytes` a multiple of 16).
+    /// `STAGING_HEADER_BYTES + stages · slot_bytes` (`stages` ≤ [`crate::MAX_STAGING_STAGES`],
+    /// `slot_bytes` a multiple of 16).
     #[inline(always)]
     pub fn new(stages: u32, slot_bytes: u32) -> Self {
         let base: u32;
@@ -251,7 +252,7 @@ impl StagingRing {
     /// The shared-memory address of `stage`'s slot.
     #[inline(always)]
     pub fn slot(&self, stage: u32) -> u32 {
-        self.base + Self::HEADER_BYTES + stage * self.slot_bytes
+        self.base + STAGING_HEADER_BYTES + stage * self.slot_bytes
     }
 
     /// One thread, before any copy: readies every stage's mbarrier (one arrival a phase), then

@@ -26,6 +26,14 @@ pub mod vector;
 #[cfg(target_arch = "nvptx64")]
 pub mod device;
 
+/// Bytes at the start of a staging ring's dynamic shared memory (`device::StagingRing`) that
+/// hold its stages' mbarriers, 8 bytes each, keeping the slots after them 16-byte aligned. Here,
+/// not in the device-only module, because the launcher sizes the ring with it.
+pub const STAGING_HEADER_BYTES: u32 = 128;
+
+/// Most stages a staging ring has: one mbarrier each in [`STAGING_HEADER_BYTES`].
+pub const MAX_STAGING_STAGES: u32 = STAGING_HEADER_BYTES / 8;
+
 /// This crate's source files, `(path under src/, contents)` (see `build.rs`), for the host:
 /// `ferrinfer-jit` hashes them into its cache keys and compiles them for the device.
 #[cfg(not(target_arch = "nvptx64"))]

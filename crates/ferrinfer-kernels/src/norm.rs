@@ -499,7 +499,7 @@ mod device_kernels {
     /// them out), and once the row's reduction shows every thread has read them, the slot is
     /// refilled with the row `stages` ahead. Bytes in flight are `stages` rows a block, not
     /// bounded by registers. Launcher's guarantees: as `norm_rows`, and `VEC · size_of::<T>()` =
-    /// 16, the dynamic shared memory `HEADER_BYTES + stages · rows' bytes` (× 2 fused).
+    /// 16, the dynamic shared memory `STAGING_HEADER_BYTES + stages · rows' bytes` (× 2 fused).
     #[cfg(target_feature = "sm_90")]
     #[inline(always)]
     pub unsafe fn norm_staged<T: Element, W: Element, K: NormKind, const VEC: usize, const CHUNKS: usize>(

@@ -19,6 +19,7 @@ use ferrinfer_jit::norm::{CHUNK_COUNTS, NormKernel, NormModule, STAGED_CHUNK_COU
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
 use ferrinfer_kernels::norm::{FusedAddRms, GemmaFusedAddRms, GemmaRms, Layer, NormKind, NormParams, Rms, norm_row};
+use ferrinfer_kernels::{MAX_STAGING_STAGES, STAGING_HEADER_BYTES};
 
 use crate::cuda::{self, KernelModule, Launch, Limits, MAX_BLOCK, ModuleCache};
 use crate::layout::{self, RowLayout};
@@ -359,8 +360,6 @@ struct Staged {
 /// Rows a staged block has in flight by default (H200 sweep, docs/perf/norm.md v5: 2 beat 4 at
 /// every mid-size point).
 const STAGES: u32 = 2;
-/// Most stages (the ring's header holds 16 mbarriers).
-const MAX_STAGES: u32 = 16;
 /// Vectors per thread of the staged kernel by default.
 const STAGED_CHUNKS: u32 = 4;
 /// The staged kernel takes the rows when they are more than one full grid of its blocks (with
@@ -369,8 +368,6 @@ const STAGED_CHUNKS: u32 = 4;
 /// 64 MiB (rmsnorm 512 × 8192 to 8192 × 4096, fused 512 × 8192 to 2048 × 4096) but lost 1–6 %
 /// streaming more from DRAM, and 10 % with a row per block (fused 256 × 8192; docs/perf/norm.md, v5).
 const STAGED_MAX_READ_BYTES: u64 = 64 << 20;
-/// The staged ring's header: one mbarrier per stage (`StagingRing::HEADER_BYTES`).
-const STAGED_HEADER_BYTES: u32 = 128;
 
 /// Bytes of its row each rmsnorm/layernorm thread holds when rows are many (bandwidth-bound);
 /// measured best on the H200 (docs/perf/norm.md, v4 sweep): 4 vectors of 16 bytes, pipelined.
@@ -411,7 +408,7 @@ fn layout_override() -> Result<LayoutOverride, Error> {
     static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
     tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
         format!(
-            "chunks:threads_per_row:rows_per_group:stages, each a number or *, chunks one of {CHUNK_COUNTS:?}, threads a power of two ≤ 1024, stages ≤ {MAX_STAGES}"
+            "chunks:threads_per_row:rows_per_group:stages, each a number or *, chunks one of {CHUNK_COUNTS:?}, threads a power of two ≤ 1024, stages ≤ {MAX_STAGING_STAGES}"
         )
     })
 }
@@ -420,7 +417,7 @@ fn parse_layout(value: &str) -> Option<LayoutOverride> {
     let [chunks, threads, rows, stages] = tuning::fields(value)?;
     let chunks_ok = chunks.is_none_or(|c| u32::try_from(c).is_ok_and(|c| CHUNK_COUNTS.contains(&c)));
     let threads_ok = threads.is_none_or(|t| t.is_power_of_two() && t <= MAX_BLOCK as u64);
-    let stages_ok = stages.is_none_or(|s| s <= MAX_STAGES as u64);
+    let stages_ok = stages.is_none_or(|s| s <= MAX_STAGING_STAGES as u64);
     (chunks_ok && threads_ok && stages_ok && rows != Some(0)).then_some(LayoutOverride {
         chunks: chunks.map(|c| c as u32),
         threads_per_row: threads.map(|t| t as u32),
@@ -460,7 +457,7 @@ impl Plan {
         }
         let stages = forced.stages.unwrap_or(STAGES);
         let slot_bytes = self.params.hidden * self.dtype.size() as u32 * (1 + self.is_fused() as u32);
-        let shared_bytes = slot_bytes.checked_mul(stages)?.checked_add(STAGED_HEADER_BYTES)?;
+        let shared_bytes = slot_bytes.checked_mul(stages)?.checked_add(STAGING_HEADER_BYTES)?;
         if shared_bytes > kernels.max_shared_bytes() {
             return None;
         }
