@@ -13,6 +13,7 @@
 #             that decide them, rmsnorm and fused_add_rmsnorm bf16: $out/sweep.csv; the register
 #             kernels' layouts (SWEEP=register) or, by default, the staged kernel's chunks and
 #             stages against the register kernels (`*:*:*:0`)
+#   variants  code-generation variants (scripts/gpu/variant.sh) beside the bundle's kernels
 #   ceiling   the copy ceiling: torch's device-to-device copy of the large shapes (TB/s)
 #   actsweep  the activation launch's block and grid y forced one by one
 #             (FERRINFER_ACTIVATION_LAYOUT=block:grid_y), silu_and_mul and gelu_tanh_and_mul bf16,
@@ -20,6 +21,8 @@
 #   eager     ferrinfer-bench --mode eager: the host path's wall time per call (T = 1)
 #   ncu       Nsight Compute on one launch of each of a few shapes (DRAM %, registers, occupancy,
 #             issue statistics)
+#   ncupeers  Nsight Compute on FlashInfer's and the Python module's kernels, same tensors, side by
+#             side (crates/ferrinfer-py/bench/ncu_peers.py; needs FlashInfer: .peers/b)
 #   python    the Python wheel's tests (crates/ferrinfer-py/tests) on torch CUDA tensors: every op,
 #             the current-stream rule, torch.cuda.graph capture, the adapters.md CUDA snippet
 #   pybench   crates/ferrinfer-py/bench/ops.py: the Python module beside torch eager, torch.compile
@@ -98,7 +101,19 @@ for step in "$@"; do
     sweep)
       echo "layout,op,dtype,T,H,impl,us,tbps" > "$out/sweep.csv"
       norm() { sweep FERRINFER_NORM_LAYOUT "$out/sweep.csv" "$@"; }
-      if [ "${SWEEP:-staged}" = register ]; then
+      if [ "${SWEEP:-staged}" = mid ]; then
+        # The staged kernel where its slot passes 48 KB; then staged blocks of a few rows each
+        # (`*:*:ROWS:STAGES`, not a persistent grid) where rows stream from DRAM.
+        norm fused_add_rmsnorm "*:*:*:0 *:*:*" "512:8192 1024:8192 2048:8192 1024:4096"
+        norm rmsnorm "*:*:*:0 *:*:*" "1024:8192"
+        norm rmsnorm "*:*:*:0 *:*:*:2 *:*:1:1 *:*:2:2 *:*:4:2 *:*:16:2" "65536:4096 16384:4096 4096:8192"
+      elif [ "${SWEEP:-staged}" = perblock ]; then
+        # Staged blocks of ROWS rows (`*:*:ROWS:STAGES`) against the persistent staged grid and
+        # the register kernels, small to large batches.
+        perblock="*:*:*:0 *:*:* *:*:2:2 *:*:4:2 *:*:4:4 *:*:8:2 2:*:2:2"
+        norm rmsnorm "$perblock" "1024:4096 4096:4096 65536:4096 512:8192 2048:8192 16384:8192 65536:8192"
+        norm fused_add_rmsnorm "$perblock" "1024:4096 4096:4096 16384:4096 65536:4096 512:8192 1024:8192 65536:8192"
+      elif [ "${SWEEP:-staged}" = register ]; then
         big="65536:4096 16384:4096 65536:8192 16384:8192 221184:128 4096:4096 1024:8192"
         small="1:4096 1:8192 16:4096 128:4096 128:8192"
         norm rmsnorm "*:*:* 2:*:1 2:*:2 4:*:1 4:*:2 4:*:4 8:*:1 8:*:2 1:*:2 1:*:4" "$big"
@@ -122,6 +137,32 @@ for step in "$@"; do
         done
       done
       sort -t, -k2,2 -k4,4n -k5,5n -k7,7n "$out/actsweep.csv" ;;
+    variants)
+      # Each code-generation variant (.bundle/aot-NAME.tar.xz, scripts/gpu/variant.sh) beside the
+      # bundle's own kernels (`base`), interleaved per case, twice: $out/variants.csv.
+      # VARIANT_CASES: routine:T:H[:FERRINFER_NORM_LAYOUT] ...
+      local_names=(base)
+      for tarball in .bundle/aot-*.tar.xz; do
+        [ -e "$tarball" ] || continue
+        v=${tarball#.bundle/aot-}; v=${v%.tar.xz}; local_names+=("$v")
+        mkdir -p "/tmp/ferrinfer-aot-$v" && tar xJf "$tarball" -C "/tmp/ferrinfer-aot-$v"
+      done
+      echo "variant,layout,op,dtype,T,H,impl,us,tbps" > "$out/variants.csv"
+      set -f
+      for case in ${VARIANT_CASES:-rmsnorm:65536:4096 rmsnorm:16384:4096 rmsnorm:4096:8192 fused_add_rmsnorm:65536:4096 \
+          fused_add_rmsnorm:1024:4096 silu_and_mul:1024:4096 silu_and_mul:16384:14336}; do
+        IFS=: read -r routine t h layout <<< "$case"
+        for pass in 1 2; do
+          for v in "${local_names[@]}"; do
+            dir=/tmp/ferrinfer-aot; [ "$v" = base ] || dir=/tmp/ferrinfer-aot-$v
+            timeout 30 env FERRINFER_AOT_DIR="$dir" FERRINFER_NORM_LAYOUT="${layout:-}" .bundle/ferrinfer-bench \
+              --routine "$routine" --dtype bf16 --batch-size "$t" --hidden-size "$h" --warmup-seconds 0 --num-iters 9 \
+              2>/dev/null | grep "^$routine," | sed "s/^/$v,${layout:-*},/" >> "$out/variants.csv"
+          done
+        done
+      done
+      set +f
+      sort -t, -k3,3 -k5,5n -k6,6n -k2,2 -k1,1 "$out/variants.csv" ;;
     ceiling)
       run ceiling python3 scripts/gpu/ceiling.py ;;
     eager)
@@ -145,6 +186,16 @@ for step in "$@"; do
           --num-iters 1 --warmup-seconds 0
       done
       set +f ;;
+    ncupeers)
+      # FlashInfer and the Python module on the same tensors, one call each (NVTX range `prof`),
+      # with the memory and warp-state sections: where the two kernels differ. Needs FlashInfer
+      # (source .peers/b/install.sh). NCU_CASES: op:T:H ...
+      run ncupeers env PYTHONPATH="$(python_path)" /usr/local/cuda/bin/ncu --clock-control none --nvtx \
+        --nvtx-include prof/ --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+        --section LaunchStats --section SchedulerStats --section WarpStateStats \
+        --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,smsp__inst_executed.sum \
+        python3 crates/ferrinfer-py/bench/ncu_peers.py ${NCU_CASES:-rmsnorm:65536:4096 rmsnorm:16384:4096 \
+        rmsnorm:4096:8192 fused_add_rmsnorm:1024:4096 fused_add_rmsnorm:65536:4096 silu_and_mul:1024:4096} ;;
     python)
       run python env PYTHONPATH="$(python_path)" python3 -m pytest -q -rs -p no:cacheprovider crates/ferrinfer-py/tests ;;
     pybench)
@@ -176,7 +227,7 @@ for step in "$@"; do
       rm -rf /tmp/ferrinfer-nv-cache
       for i in 1 2; do run firstcall env CUDA_CACHE_DISABLE=1 "${first[@]}"; done
       for i in 1 2; do run firstcall env CUDA_CACHE_PATH=/tmp/ferrinfer-nv-cache "${first[@]}"; done ;;
-    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, sweep, ceiling, actsweep, eager, ncu, python, pybench, candle, torch, wheel, firstcall)"; exit 2 ;;
+    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, sweep, variants, ceiling, actsweep, eager, ncu, ncupeers, python, pybench, candle, torch, wheel, firstcall)"; exit 2 ;;
   esac
 done
 exit $status

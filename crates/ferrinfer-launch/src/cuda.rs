@@ -273,13 +273,18 @@ impl Limits<'_> {
 
     /// Blocks of `block` threads of entry `entry`, each with `shared_bytes` of dynamic shared
     /// memory, that fit on one multiprocessor at once (registers, shared memory, threads); at
-    /// least 1.
+    /// least 1. The function is first opted in to `shared_bytes`: without the opt-in the
+    /// occupancy API counts a block past 48 KB as not fitting at all.
     pub fn resident_blocks(&self, entry: usize, block: u32, shared_bytes: u32) -> u32 {
         let Some(function) = self.module.functions.get(entry) else { return 1 };
         let mut resident = lock(&function.resident);
         *resident.entry((block, shared_bytes)).or_insert_with(|| {
-            let occupancy =
-                function.function.occupancy_max_active_blocks_per_multiprocessor(block, shared_bytes as usize, None);
+            let occupancy = allow_shared_bytes(function, shared_bytes).ok().and_then(|()| {
+                function
+                    .function
+                    .occupancy_max_active_blocks_per_multiprocessor(block, shared_bytes as usize, None)
+                    .ok()
+            });
             occupancy.unwrap_or(1).max(1)
         })
     }

@@ -347,7 +347,7 @@ impl RegisterKernels for Limits<'_> {
 }
 
 /// The staged kernel's launch: vectors per thread, threads per row (the block), rows staged
-/// ahead, dynamic shared memory and the (persistent) grid.
+/// ahead, dynamic shared memory and the grid (each block takes every `grid`-th row).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Staged {
     chunks: u32,
@@ -362,12 +362,20 @@ struct Staged {
 const STAGES: u32 = 2;
 /// Vectors per thread of the staged kernel by default.
 const STAGED_CHUNKS: u32 = 4;
-/// The staged kernel takes the rows when they are more than one full grid of its blocks (with
-/// fewer, each block has one row and nothing to overlap it with) and the call reads at most
-/// this much: on the H200 it beat the register kernels by 4–16 % where the rows read fit in
-/// 64 MiB (rmsnorm 512 × 8192 to 8192 × 4096, fused 512 × 8192 to 2048 × 4096) but lost 1–6 %
-/// streaming more from DRAM, and 10 % with a row per block (fused 256 × 8192; docs/perf/norm.md, v5).
-const STAGED_MAX_READ_BYTES: u64 = 64 << 20;
+/// Rows a call reads that the H200's L2 (50 MB) still largely serves across back-to-back calls;
+/// past it, rows stream from DRAM.
+const STAGED_MAX_CACHED_READ_BYTES: u64 = 64 << 20;
+/// Rows each staged block works through (H200 sweep, docs/perf/norm.md v6). Rows streamed from
+/// DRAM: 2 — both copies leave at the block's start, and a finished block's successor starts
+/// its own at once (rmsnorm 65536 × 4096: 257.5 µs; 4 rows 261.3, a persistent grid 280.3, the
+/// register kernels 271.8). Fewer rows: one wave of blocks, 2 to 4 rows each (rmsnorm 4096 ×
+/// 4096: 4 rows 17.6 µs, 2 rows 17.8; fused 1024 × 8192: 4 rows 10.3, 2 rows 12.5, which is
+/// two waves). The staged kernel takes fewer rows only when they outnumber its blocks at once
+/// (with a row a block nothing overlaps a row's copy), and the fused ops' DRAM-streamed rows
+/// stay with the register kernels (fused 65536 × 8192: 1050 µs against 1067 staged).
+const STAGED_ROWS_PER_BLOCK: u64 = 2;
+/// Most rows a staged block works through when the rows make about one wave (see above).
+const STAGED_MAX_ROWS_PER_BLOCK: u64 = 4;
 
 /// Bytes of its row each rmsnorm/layernorm thread holds when rows are many (bandwidth-bound);
 /// measured best on the H200 (docs/perf/norm.md, v4 sweep): 4 vectors of 16 bytes, pipelined.
@@ -392,7 +400,8 @@ const MAX_ROWS_PER_GROUP: u64 = 4;
 /// `FERRINFER_NORM_LAYOUT=chunks:threads_per_row:rows_per_group:stages` (each field a number or
 /// `*` for the planner's choice): forces the layout wherever it fits — a knob for tuning sweeps
 /// with the benchmark, read once. `stages` 0 keeps to the register kernels; 1–16 takes the staged
-/// kernel (sm_90, 16-byte vectors) with that many rows in flight per block, whatever the batch. A value that names no kernel makes every norm call a
+/// kernel (sm_90, 16-byte vectors) with that many rows in flight per block, whatever the batch;
+/// there `rows_per_group` is the rows each block works through (default: the planner's 2 to 4). A value that names no kernel makes every norm call a
 /// configuration error naming the variable.
 pub const LAYOUT_VAR: &str = "FERRINFER_NORM_LAYOUT";
 
@@ -442,8 +451,8 @@ impl Plan {
 
     /// The staged kernel's launch on a device of `sms` multiprocessors, if the module has it
     /// (sm_90, 16-byte vectors), a row takes a warp to 1024 threads of its vectors, the ring
-    /// fits in shared memory, and the rows are many (or the override asks for it): a persistent
-    /// grid, each block working through every `grid`-th row with `stages` rows in flight.
+    /// fits in shared memory, and it pays (or the override asks for it): each block works through
+    /// a few rows, `stages` of them in flight (see [`STAGED_ROWS_PER_BLOCK`]).
     fn staged(&self, sms: u32, forced: LayoutOverride, kernels: &impl RegisterKernels) -> Option<Staged> {
         if forced.stages == Some(0) {
             return None;
@@ -461,13 +470,19 @@ impl Plan {
         if shared_bytes > kernels.max_shared_bytes() {
             return None;
         }
-        let capacity = sms as u64 * kernels.staged_resident_blocks(chunks, threads, shared_bytes) as u64;
-        let read_bytes = self.params.rows.saturating_mul(slot_bytes as u64);
-        let pays = self.params.rows > capacity && read_bytes <= STAGED_MAX_READ_BYTES;
+        let rows = self.params.rows;
+        let blocks_at_once = sms as u64 * kernels.staged_resident_blocks(chunks, threads, shared_bytes) as u64;
+        let from_dram = rows.saturating_mul(slot_bytes as u64) > STAGED_MAX_CACHED_READ_BYTES;
+        let pays = if from_dram { !self.is_fused() } else { rows > blocks_at_once };
         if forced.stages.is_none() && !pays {
             return None;
         }
-        let grid = self.params.rows.min(capacity) as u32;
+        let rows_per_block = forced.rows_per_group.unwrap_or(if from_dram {
+            STAGED_ROWS_PER_BLOCK
+        } else {
+            rows.div_ceil(blocks_at_once).clamp(STAGED_ROWS_PER_BLOCK, STAGED_MAX_ROWS_PER_BLOCK)
+        });
+        let grid = rows.div_ceil(rows_per_block).min(i32::MAX as u64) as u32;
         Some(Staged { chunks, threads, stages, shared_bytes, grid })
     }
 
@@ -734,17 +749,20 @@ mod tests {
         use DType::*;
         let none = LayoutOverride::default();
         let s = staged(4096, 4096, 8, Bf16, false, none).expect("32 MiB of rows: staged");
-        // 128 threads × 4 vectors of 8; 2 rows of 8 KB; 5 blocks an SM (registers).
-        assert_eq!(s, Staged { chunks: 4, threads: 128, stages: 2, shared_bytes: 128 + 2 * 8192, grid: 5 * 132 });
+        // 128 threads × 4 vectors of 8; 2 rows of 8 KB; 5 blocks an SM (registers): 660 at once,
+        // so 4 rows a block (4096 / 660 rounds up to 7).
+        assert_eq!(s, Staged { chunks: 4, threads: 128, stages: 2, shared_bytes: 128 + 2 * 8192, grid: 1024 });
+        assert_eq!(staged(1024, 4096, 8, Bf16, false, none).map(|s| s.grid), Some(512), "2 rows a block, one wave");
         let f = staged(4096, 4096, 8, Bf16, true, none).expect("fused: staged too");
         assert_eq!((f.threads, f.shared_bytes), (128, 128 + 2 * 2 * 8192), "input and residual rows");
         assert_eq!(staged(8192, 4096, 8, Bf16, true, none), None, "fused 8192 × 4096 reads 128 MiB: registers");
-        assert_eq!(staged(65536, 4096, 8, Bf16, false, none), None, "rows streamed from DRAM: registers");
+        let streamed = staged(65536, 4096, 8, Bf16, false, none).expect("rows streamed from DRAM: staged");
+        assert_eq!(streamed.grid, 32768, "2 rows a block");
+        assert_eq!(staged(65536, 4096, 8, Bf16, true, none), None, "fused rows streamed from DRAM: registers");
         let forced_wide = LayoutOverride { stages: Some(2), ..none };
         let wide = staged(16384, 8192, 4, F32, false, forced_wide).expect("f32, 32 KB rows");
-        assert_eq!((wide.threads, wide.shared_bytes, wide.grid), (512, 128 + 2 * 32768, 132));
+        assert_eq!((wide.threads, wide.shared_bytes, wide.grid), (512, 128 + 2 * 32768, 8192));
         assert_eq!(staged(16384, 16384, 4, F32, false, forced_wide), None, "1024 threads of 96 registers do not fit");
-        assert!(staged(1024, 4096, 8, Bf16, false, none).is_some(), "more rows than blocks: staged");
         assert_eq!(staged(256, 8192, 8, Bf16, true, none), None, "a row a block (264 blocks): registers");
         assert_eq!(staged(221_184, 128, 8, Bf16, false, none), None, "16 vectors a row: under a warp");
         let forced_two = LayoutOverride { stages: Some(2), ..none };
@@ -756,11 +774,14 @@ mod tests {
         let forced = LayoutOverride { stages: Some(2), chunks: Some(2), ..none };
         let one = staged(1, 4096, 8, Bf16, false, forced).expect("forced: even one row");
         assert_eq!((one.chunks, one.threads, one.stages, one.grid), (2, 256, 2, 1));
+        let per_block = |rows| LayoutOverride { stages: Some(2), rows_per_group: Some(rows), ..none };
+        assert_eq!(staged(65536, 4096, 8, Bf16, false, per_block(1)).map(|s| s.grid), Some(65536), "a block a row");
+        assert_eq!(staged(65536, 4096, 8, Bf16, false, per_block(3)).map(|s| s.grid), Some(21846), "3 rows a block");
         let launch = plan(4096, 4096, 8, Bf16, false).staged_launch(s);
         assert_eq!((launch.block, launch.params.threads_per_row, launch.params.stages), (128, 128, 2));
         assert_eq!(
             (launch.grid, launch.shared_bytes, launch.entry),
-            ((660, 1), s.shared_bytes, NormModule::staged_entry(4).unwrap())
+            ((1024, 1), s.shared_bytes, NormModule::staged_entry(4).unwrap())
         );
     }
 

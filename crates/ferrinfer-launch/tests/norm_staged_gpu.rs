@@ -1,6 +1,7 @@
 //! The staged norm kernel (sm_90: rows copied ahead into shared memory) forced onto every call of
-//! this process with `FERRINFER_NORM_LAYOUT=*:*:*:2`, so that few rows, rows that wrap the ring
-//! many times, strided rows, partial chunks and the fused ops' two-tensor slots all run through
+//! this process with `FERRINFER_NORM_LAYOUT=*:*:7:2` (two stages, 7 rows a block), so that few
+//! rows, rows that wrap the ring several times, a block's last rows past the tensor's end,
+//! strided rows, partial chunks and the fused ops' two-tensor slots all run through
 //! it; where it cannot hold a row (narrow vectors, rows too short or too long) the planner falls
 //! back, and the case checks that path instead. The variable is read once per process: hence a
 //! test binary of its own. Without a CUDA driver or device every test prints that it was skipped
@@ -12,13 +13,13 @@ use std::sync::Once;
 
 use support::{Case, Gpu, family, run_cases};
 
-/// Two stages: a block of a full grid wraps its ring after two rows, so the cases below reuse
-/// every slot (and flip every mbarrier's phase) many times.
+/// Two stages and 7 rows a block: a block wraps its ring after two rows, so the cases below reuse
+/// every slot (and flip every mbarrier's phase) three times, and most tensors end inside a block.
 fn force_staged_layout() {
     static FORCE: Once = Once::new();
     // SAFETY: every test of this binary calls this first and waits on the `Once`; nothing reads
     // the environment meanwhile.
-    FORCE.call_once(|| unsafe { std::env::set_var("FERRINFER_NORM_LAYOUT", "*:*:*:2") });
+    FORCE.call_once(|| unsafe { std::env::set_var("FERRINFER_NORM_LAYOUT", "*:*:7:2") });
 }
 
 #[test]

@@ -1,0 +1,49 @@
+"""One call of FlashInfer and one of ferrinfer's Python module per case, each inside an NVTX range
+named `prof`, for Nsight Compute to profile side by side (suite step `ncupeers`): the same
+tensors, the same stream, after warm-up calls outside the range (FlashInfer compiles its CuTe-DSL
+kernels at first use).
+
+Cases: op:T:H, op one of rmsnorm, fused_add_rmsnorm, silu_and_mul (H is d, the output width).
+"""
+import sys
+
+import torch
+
+import ferrinfer
+from ops import flashinfer_ops
+
+EPS = 1e-6
+
+
+def calls(op, T, H, fi_norm, fi_activation):
+    dtype = torch.bfloat16
+    if op == "silu_and_mul":
+        x, out = torch.randn(T, 2 * H, device="cuda", dtype=dtype), torch.empty(T, H, device="cuda", dtype=dtype)
+        return {"flashinfer": lambda: fi_activation.silu_and_mul(x, out=out),
+                "ferrinfer": lambda: ferrinfer.silu_and_mul(x, out=out)}
+    x, w = torch.randn(T, H, device="cuda", dtype=dtype), torch.randn(H, device="cuda", dtype=dtype)
+    out, r = torch.empty_like(x), torch.randn_like(x)
+    if op == "rmsnorm":
+        return {"flashinfer": lambda: fi_norm.rmsnorm(x, w, EPS, out=out),
+                "ferrinfer": lambda: ferrinfer.rmsnorm(x, w, EPS, out=out)}
+    return {"flashinfer": lambda: fi_norm.fused_add_rmsnorm(x, r, w, EPS),
+            "ferrinfer": lambda: ferrinfer.fused_add_rmsnorm(x, r, w, EPS)}
+
+
+def main():
+    fi_norm, fi_activation = flashinfer_ops()
+    for case in sys.argv[1:]:
+        op, T, H = case.split(":")
+        for impl, call in calls(op, int(T), int(H), fi_norm, fi_activation).items():
+            for _ in range(3):
+                call()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push("prof")
+            call()
+            torch.cuda.nvtx.range_pop()
+            torch.cuda.synchronize()
+            print(f"# profiled {impl} {case}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
