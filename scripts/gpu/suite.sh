@@ -16,8 +16,9 @@
 #   variants  code-generation variants (scripts/gpu/variant.sh) beside the bundle's kernels
 #   ceiling   the copy ceiling: torch's device-to-device copy of the large shapes (TB/s)
 #   actsweep  the activation launch's block and grid y forced one by one
-#             (FERRINFER_ACTIVATION_LAYOUT=block:grid_y), silu_and_mul and gelu_tanh_and_mul bf16,
-#             T ∈ {128 … 16384} × d ∈ {4096, 14336}: $out/actsweep.csv (≈ 140 bench runs, ~3 min)
+#             (FERRINFER_ACTIVATION_LAYOUT=block:grid_y:evict), silu_and_mul and gelu_tanh_and_mul bf16,
+#             T ∈ {128 … 16384} × d ∈ {4096, 14336}: $out/actsweep.csv (≈ 140 bench runs, ~3 min);
+#             ACTSWEEP=evict: stores kept against evicted first instead
 #   eager     ferrinfer-bench --mode eager: the host path's wall time per call (T = 1)
 #   ncu       Nsight Compute on one launch of each of a few shapes (DRAM %, registers, occupancy,
 #             issue statistics)
@@ -129,7 +130,12 @@ for step in "$@"; do
     actsweep)
       # block:grid_y; `*` the planner's. Grid y = T is a row a thread; T/4 and T/8 rows a step (4 a step).
       echo "layout,op,dtype,T,H,impl,us,tbps" > "$out/actsweep.csv"
-      for routine in silu_and_mul gelu_tanh_and_mul; do
+      if [ "${ACTSWEEP:-}" = evict ]; then # stores kept (`*:*:0`) or evicted first (`*:*:1`)
+        for case in 128:4096 1024:4096 4096:4096 16384:4096 1024:11008 4096:11008 1024:14336 2048:14336 4096:14336 16384:14336; do
+          sweep FERRINFER_ACTIVATION_LAYOUT "$out/actsweep.csv" silu_and_mul "*:*:0 *:*:1 *:*:*" "$case"
+        done
+      fi
+      for routine in $([ "${ACTSWEEP:-}" = evict ] || echo silu_and_mul gelu_tanh_and_mul); do
         for case in 128:4096 1024:4096 4096:4096 16384:4096 128:14336 1024:14336 16384:14336; do
           t=${case%%:*}
           sweep FERRINFER_ACTIVATION_LAYOUT "$out/actsweep.csv" $routine \

@@ -27,6 +27,9 @@ pub struct ActivationParams {
     pub output_row_stride: u64,
     /// The output width `d`.
     pub width: u32,
+    /// Nonzero: the output bypasses the caches' keeping (`vector::Evicted`), for a call whose
+    /// output is larger than L2; zero: stores as usual.
+    pub evict_output: u32,
 }
 
 /// Which activation a kernel applies to the gate: a type parameter, so each compiles to its own
@@ -94,7 +97,7 @@ pub use device_kernels::act_and_mul_rows;
 mod device_kernels {
     use super::*;
     use crate::device::{allow_dependent_grids, wait_for_prior_grids};
-    use crate::vector::{Once, Packed};
+    use crate::vector::{Evicted, Kept, Once, Packed};
 
     /// Rows each thread works on per step: their loads are issued together.
     const ROWS_PER_STEP: u64 = 4;
@@ -135,7 +138,11 @@ mod device_kernels {
                             *y = A::apply(gate[k].get_f32(i)) * up[k].get_f32(i);
                         }
                         let output = (p.output as *mut T).wrapping_add((r * p.output_row_stride) as usize + at);
-                        unsafe { Packed::<T, VEC>::from_f32(y).store(output) };
+                        let y = Packed::<T, VEC>::from_f32(y);
+                        match p.evict_output {
+                            0 => unsafe { y.store::<Kept>(output) },
+                            _ => unsafe { y.store::<Evicted>(output) },
+                        }
                     }
                 }
                 row += ROWS_PER_STEP * row_step;

@@ -170,7 +170,7 @@ mod device_kernels {
     use crate::math::{mul_add, rsqrt};
     #[cfg(target_feature = "sm_90")]
     use crate::vector::Shared;
-    use crate::vector::{Coherent, Load, Once, Packed, Reused, Streamed};
+    use crate::vector::{Coherent, Kept, Load, Once, Packed, Reused, Streamed};
 
     /// Independent partial sums per thread: one FMA chain each, so the adds overlap.
     const ACCUMULATORS: usize = 8;
@@ -460,7 +460,7 @@ mod device_kernels {
                         sum[i] = x[i] + r[i];
                     }
                     share.x[c] = Packed::from_f32(sum);
-                    unsafe { share.x[c].store(residual.add(offsets[c])) };
+                    unsafe { share.x[c].store::<Kept>(residual.add(offsets[c])) };
                 }
             }
         }
@@ -487,7 +487,7 @@ mod device_kernels {
                 for i in 0..VEC {
                     y[i] = normalized::<K>(share.x[c].get_f32(i), stats, w.get_f32(i), b.get_f32(i));
                 }
-                unsafe { Packed::<T, VEC>::from_f32(y).store(output.add(offsets[c])) };
+                unsafe { Packed::<T, VEC>::from_f32(y).store::<Kept>(output.add(offsets[c])) };
             }
         }
     }
@@ -641,7 +641,7 @@ mod device_kernels {
                         s[i] += r[i];
                     }
                     x = Packed::from_f32(s);
-                    unsafe { x.store(source.add(v * VEC)) };
+                    unsafe { x.store::<Kept>(source.add(v * VEC)) };
                 }
                 for i in 0..VEC {
                     let value = x.get_f32(i);
@@ -680,7 +680,7 @@ mod device_kernels {
                 for i in 0..VEC {
                     y[i] = normalized::<K>(x.get_f32(i), stats, w.get_f32(i), b.get_f32(i));
                 }
-                unsafe { Packed::<T, VEC>::from_f32(y).store(output.add(v * VEC)) };
+                unsafe { Packed::<T, VEC>::from_f32(y).store::<Kept>(output.add(v * VEC)) };
                 v += step;
             }
             row += grid_size() as u64;

@@ -4,7 +4,7 @@
 //!
 //! On the GPU every access is an explicit `ld.global`/`st.global` (LLVM emits generic `ld`/`st`
 //! for pointers it cannot place; the tensors are always global memory), with the cache behaviour
-//! the data deserves ([`Load`]). The caller guarantees the pointer is aligned to the access; the
+//! the data deserves ([`Load`], [`Store`]). The caller guarantees the pointer is aligned to the access; the
 //! launcher picks `VEC` so that it is (see `ferrinfer-launch`).
 
 use core::marker::PhantomData;
@@ -96,43 +96,65 @@ unsafe fn host_words<const BYTES: usize>(src: *const u8) -> [u32; 4] {
     [word(0), word(1), word(2), word(3)]
 }
 
-/// Writes the first `BYTES` (2, 4, 8 or 16) bytes of `w` to `dst` with one access.
-///
-/// # Safety
-/// `dst` writable and aligned to `BYTES`.
-#[inline(always)]
-unsafe fn store_words<const BYTES: usize>(dst: *mut u8, w: [u32; 4]) {
-    #[cfg(target_arch = "nvptx64")]
-    unsafe {
-        match BYTES {
-            16 => core::arch::asm!(
-                "{{ .reg .u64 g; cvta.to.global.u64 g, {a}; st.global.v4.u32 [g], {{{w0}, {w1}, {w2}, {w3}}}; }}",
-                a = in(reg64) dst, w0 = in(reg32) w[0], w1 = in(reg32) w[1], w2 = in(reg32) w[2], w3 = in(reg32) w[3],
-                options(nostack),
-            ),
-            8 => core::arch::asm!(
-                "{{ .reg .u64 g; cvta.to.global.u64 g, {a}; st.global.v2.u32 [g], {{{w0}, {w1}}}; }}",
-                a = in(reg64) dst, w0 = in(reg32) w[0], w1 = in(reg32) w[1],
-                options(nostack),
-            ),
-            4 => core::arch::asm!(
-                "{{ .reg .u64 g; cvta.to.global.u64 g, {a}; st.global.u32 [g], {w0}; }}",
-                a = in(reg64) dst, w0 = in(reg32) w[0],
-                options(nostack),
-            ),
-            _ => core::arch::asm!(
-                "{{ .reg .u64 g; cvta.to.global.u64 g, {a}; st.global.u16 [g], {h}; }}",
-                a = in(reg64) dst, h = in(reg16) w[0] as u16,
-                options(nostack),
-            ),
-        }
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    unsafe {
-        let bytes = [w[0].to_le_bytes(), w[1].to_le_bytes(), w[2].to_le_bytes(), w[3].to_le_bytes()];
-        core::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<u8>(), dst, BYTES.min(16));
-    }
+/// How a store may be cached. On the host every kind is a plain write.
+pub trait Store {
+    /// Writes the first `BYTES` (2, 4, 8 or 16) bytes of `w` to `dst` with one access.
+    ///
+    /// # Safety
+    /// `dst` writable and aligned to `BYTES`.
+    unsafe fn words<const BYTES: usize>(dst: *mut u8, w: [u32; 4]);
 }
+
+/// Output kept in the caches as usual (write-back): what a call whose output fits in L2 wants,
+/// where the next kernel finds it.
+pub struct Kept;
+/// Output written once and not read soon (a call whose output is larger than L2): `st.global.cs`,
+/// first to be evicted, so it leaves for DRAM in the order it was written instead of displacing
+/// the lines still to be read.
+pub struct Evicted;
+
+macro_rules! store_kind {
+    ($kind:ty, $prefix:literal) => {
+        impl Store for $kind {
+            #[inline(always)]
+            unsafe fn words<const BYTES: usize>(dst: *mut u8, w: [u32; 4]) {
+                #[cfg(target_arch = "nvptx64")]
+                unsafe {
+                    match BYTES {
+                        16 => core::arch::asm!(
+                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".v4.u32 [g], {{{w0}, {w1}, {w2}, {w3}}}; }}"),
+                            a = in(reg64) dst, w0 = in(reg32) w[0], w1 = in(reg32) w[1], w2 = in(reg32) w[2], w3 = in(reg32) w[3],
+                            options(nostack),
+                        ),
+                        8 => core::arch::asm!(
+                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".v2.u32 [g], {{{w0}, {w1}}}; }}"),
+                            a = in(reg64) dst, w0 = in(reg32) w[0], w1 = in(reg32) w[1],
+                            options(nostack),
+                        ),
+                        4 => core::arch::asm!(
+                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".u32 [g], {w0}; }}"),
+                            a = in(reg64) dst, w0 = in(reg32) w[0],
+                            options(nostack),
+                        ),
+                        _ => core::arch::asm!(
+                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".u16 [g], {h}; }}"),
+                            a = in(reg64) dst, h = in(reg16) w[0] as u16,
+                            options(nostack),
+                        ),
+                    }
+                }
+                #[cfg(not(target_arch = "nvptx64"))]
+                unsafe {
+                    let bytes = [w[0].to_le_bytes(), w[1].to_le_bytes(), w[2].to_le_bytes(), w[3].to_le_bytes()];
+                    core::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<u8>(), dst, BYTES.min(16));
+                }
+            }
+        }
+    };
+}
+
+store_kind!(Kept, "st.global");
+store_kind!(Evicted, "st.global.cs");
 
 /// `VEC` elements of `T` (at most 32 bytes) kept as packed 32-bit words and unpacked only where
 /// an element is used. A kernel holding a row in registers as `[T; VEC]` arrays of 16-bit values
@@ -168,24 +190,24 @@ impl<T: Element, const VEC: usize> Packed<T, VEC> {
         Packed { words, _element: PhantomData }
     }
 
-    /// Writes the `VEC` elements at `dst`.
+    /// Writes the `VEC` elements at `dst`, cached as `S` says.
     ///
     /// # Safety
     /// As [`Packed::load`], writable.
     #[inline(always)]
-    pub unsafe fn store(&self, dst: *mut T) {
+    pub unsafe fn store<S: Store>(&self, dst: *mut T) {
         let w = self.words;
         let dst = dst.cast::<u8>();
         unsafe {
             match Self::BYTES {
                 32 => {
-                    store_words::<16>(dst, [w[0], w[1], w[2], w[3]]);
-                    store_words::<16>(dst.add(16), [w[4], w[5], w[6], w[7]]);
+                    S::words::<16>(dst, [w[0], w[1], w[2], w[3]]);
+                    S::words::<16>(dst.add(16), [w[4], w[5], w[6], w[7]]);
                 }
-                16 => store_words::<16>(dst, [w[0], w[1], w[2], w[3]]),
-                8 => store_words::<8>(dst, [w[0], w[1], 0, 0]),
-                4 => store_words::<4>(dst, [w[0], 0, 0, 0]),
-                _ => store_words::<2>(dst, [w[0], 0, 0, 0]),
+                16 => S::words::<16>(dst, [w[0], w[1], w[2], w[3]]),
+                8 => S::words::<8>(dst, [w[0], w[1], 0, 0]),
+                4 => S::words::<4>(dst, [w[0], 0, 0, 0]),
+                _ => S::words::<2>(dst, [w[0], 0, 0, 0]),
             }
         }
     }

@@ -138,6 +138,7 @@ fn plan(input: &TensorView, out: &TensorView, stream: &Stream) -> Result<Option<
         input_row_stride: x.row_stride,
         output_row_stride: y.row_stride,
         width: width as u32,
+        evict_output: 0,
     };
     Ok(Some(Plan { params, dtype, vec }))
 }
@@ -173,10 +174,10 @@ const MAX_GRID_Y: u64 = 65_535;
 /// 2.74 µs stepped, 3.49 a row a thread; T = 16 (16 blocks) 1.33 a row a thread, 1.91 stepped.
 const FILL_BLOCKS_PER_SM: u64 = 1;
 
-/// `FERRINFER_ACTIVATION_LAYOUT=block:grid_y` (each field a number or `*` for the planner's
+/// `FERRINFER_ACTIVATION_LAYOUT=block:grid_y:evict` (each field a number or `*` for the planner's
 /// choice): forces the launch's threads per block (a multiple of 32, at most what the entry can
-/// have) and the grid's y dimension (rows walked in parallel, 1 to 65535; the kernel strides over
-/// the rest) — a knob for tuning sweeps with the benchmark, read once. Nothing is clamped: a value
+/// have), the grid's y dimension (rows walked in parallel, 1 to 65535; the kernel strides over
+/// the rest) and whether stores are evicted first (0 or 1) — a knob for tuning sweeps with the benchmark, read once. Nothing is clamped: a value
 /// outside those bounds makes every activation call a configuration error naming the variable
 /// (a block past the entry's limit: every CUDA call, the limit being the loaded kernel's).
 pub const LAYOUT_VAR: &str = "FERRINFER_ACTIVATION_LAYOUT";
@@ -185,28 +186,46 @@ pub const LAYOUT_VAR: &str = "FERRINFER_ACTIVATION_LAYOUT";
 struct LayoutOverride {
     block: Option<u32>,
     grid_y: Option<u32>,
+    evict_output: Option<bool>,
 }
 
 fn layout_override() -> Result<LayoutOverride, Error> {
     static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
     tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
-        format!("block:grid_y, each a number or *, block a multiple of 32 ≤ {MAX_BLOCK}, grid_y 1 to {MAX_GRID_Y}")
+        format!(
+            "block:grid_y:evict, each a number or *, block a multiple of 32 ≤ {MAX_BLOCK}, grid_y 1 to {MAX_GRID_Y}, evict 0 or 1"
+        )
     })
 }
 
 fn parse_layout(value: &str) -> Option<LayoutOverride> {
-    let [block, grid_y] = tuning::fields(value)?;
+    let [block, grid_y, evict] = tuning::fields(value)?;
     let block_ok = block.is_none_or(|b| b > 0 && b.is_multiple_of(32) && b <= MAX_BLOCK as u64);
     let grid_y_ok = grid_y.is_none_or(|y| (1..=MAX_GRID_Y).contains(&y));
-    (block_ok && grid_y_ok)
-        .then_some(LayoutOverride { block: block.map(|b| b as u32), grid_y: grid_y.map(|y| y as u32) })
+    let evict_ok = evict.is_none_or(|e| e <= 1);
+    (block_ok && grid_y_ok && evict_ok).then_some(LayoutOverride {
+        block: block.map(|b| b as u32),
+        grid_y: grid_y.map(|y| y as u32),
+        evict_output: evict.map(|e| e == 1),
+    })
 }
 
 impl Plan {
     /// The launch of entry `entry` within `limits`, or `forced`'s where it is given.
     fn kernel(&self, entry: usize, limits: &Limits, forced: LayoutOverride) -> Result<Launch<ActivationParams>, Error> {
         let (grid, block) = self.geometry(limits.multiprocessors, limits.max_threads(entry), forced)?;
-        Ok(Launch { entry, params: self.params, grid, block, shared_bytes: 0 })
+        let evict = forced.evict_output.unwrap_or(self.evicts_output(limits.l2_bytes));
+        let params = ActivationParams { evict_output: evict as u32, ..self.params };
+        Ok(Launch { entry, params, grid, block, shared_bytes: 0 })
+    }
+
+    /// Whether the stores are evicted first: when the call's bytes (input and output) pass the
+    /// L2's size, kept output displaces input still to be read. H200 (docs/perf/activation.md,
+    /// v2), silu_and_mul, kept → evicted: 16384 × 14336 343.0 → 325.4 µs, 1024 × 11008 (68 MB
+    /// moved) 16.31 → 15.99, but 1024 × 4096 (25 MB) 4.50 → 4.96: calls that fit stay kept.
+    fn evicts_output(&self, l2_bytes: u64) -> bool {
+        let output_bytes = self.params.rows.saturating_mul(self.params.width as u64 * self.dtype.size() as u64);
+        output_bytes.saturating_mul(3) > l2_bytes
     }
 
     /// Grid and block on a device of `sms` multiprocessors, for an entry of at most `max_threads`
@@ -266,6 +285,7 @@ mod tests {
             input_row_stride: 2 * width as u64,
             output_row_stride: width as u64,
             width,
+            evict_output: 0,
         };
         Plan { params, dtype: DType::Bf16, vec }
     }
@@ -276,7 +296,7 @@ mod tests {
     }
 
     fn forced(block: Option<u32>, grid_y: Option<u32>) -> LayoutOverride {
-        LayoutOverride { block, grid_y }
+        LayoutOverride { block, grid_y, evict_output: None }
     }
 
     #[test]
@@ -286,7 +306,11 @@ mod tests {
         assert_eq!(parse_layout("64"), Some(forced(Some(64), None)), "grid_y left off: the planner's");
         assert_eq!(parse_layout("*:65535"), Some(forced(None, Some(65535))));
         assert_eq!(parse_layout("1024:1"), Some(forced(Some(1024), Some(1))));
-        let bad = ["0:*", "100:*", "16:*", "1056:*", "*:0", "*:65536", "128:4:1", "x", "128:-1", "4294967424:*"];
+        let evict = |e| LayoutOverride { evict_output: Some(e), ..forced(Some(128), Some(4)) };
+        assert_eq!(parse_layout("128:4:1"), Some(evict(true)));
+        assert_eq!(parse_layout("128:4:0"), Some(evict(false)));
+        let bad =
+            ["0:*", "100:*", "16:*", "1056:*", "*:0", "*:65536", "128:4:2", "1:1:1:1", "x", "128:-1", "4294967424:*"];
         for bad in bad {
             assert_eq!(parse_layout(bad), None, "{bad}");
         }
@@ -310,6 +334,17 @@ mod tests {
             matches!(error, Error::Config(_)) && text.contains(LAYOUT_VAR) && text.contains("at most 512"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn activation_calls_larger_than_l2_evict_their_output_first() {
+        const H200_L2: u64 = 50 << 20;
+        assert!(plan(16384, 14336, 8).evicts_output(H200_L2), "1.4 GB moved");
+        assert!(plan(1024, 11008, 8).evicts_output(H200_L2), "68 MB");
+        assert!(!plan(1024, 4096, 8).evicts_output(H200_L2), "25 MB: kept");
+        assert!(!plan(2133, 4096, 8).evicts_output(H200_L2), "just under 50 MiB moved: kept");
+        assert!(plan(2134, 4096, 8).evicts_output(H200_L2), "just past 50 MiB");
+        assert!(plan(u64::MAX, 1 << 20, 8).evicts_output(H200_L2), "no overflow");
     }
 
     #[test]

@@ -218,6 +218,8 @@ struct DeviceInfo {
     multiprocessors: u32,
     /// Most dynamic shared memory a block may be given (with the function's opt-in).
     max_shared_bytes: u32,
+    /// The L2 cache's size.
+    l2_bytes: u64,
     /// Programmatic dependent launch (compute capability 9.0+).
     supports_pdl: bool,
 }
@@ -235,8 +237,9 @@ fn device_info(context: &Arc<CudaContext>) -> Result<DeviceInfo, Error> {
     let multiprocessors = context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
     let max_shared_bytes =
         context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
-    let info =
-        DeviceInfo { device, arch, multiprocessors, max_shared_bytes, supports_pdl: major >= 9 && arch.major >= 9 };
+    let l2_bytes = context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64;
+    let supports_pdl = major >= 9 && arch.major >= 9;
+    let info = DeviceInfo { device, arch, multiprocessors, max_shared_bytes, l2_bytes, supports_pdl };
     lock(devices).insert(key, info);
     Ok(info)
 }
@@ -262,6 +265,8 @@ pub(crate) struct Limits<'m> {
     pub multiprocessors: u32,
     /// Most dynamic shared memory a block may be given.
     pub max_shared_bytes: u32,
+    /// The L2 cache's size.
+    pub l2_bytes: u64,
     module: &'m LoadedModule,
 }
 
@@ -305,8 +310,12 @@ pub(crate) fn launch<M: KernelModule, P: Copy>(
     context.bind_to_thread()?;
     let device = device_info(context)?;
     let loaded = cache.get(context, key, &device)?;
-    let limits =
-        Limits { multiprocessors: device.multiprocessors, max_shared_bytes: device.max_shared_bytes, module: &loaded };
+    let limits = Limits {
+        multiprocessors: device.multiprocessors,
+        max_shared_bytes: device.max_shared_bytes,
+        l2_bytes: device.l2_bytes,
+        module: &loaded,
+    };
     let kernel = configure(&limits)?;
     let missing = || Error::NoEntryPoint { module: loaded.name.clone(), entry: kernel.entry };
     let function = loaded.functions.get(kernel.entry).ok_or_else(missing)?;
