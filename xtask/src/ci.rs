@@ -97,13 +97,25 @@ pub fn published_crates(root: &Path) -> Result<Vec<String>> {
 pub fn package(root: &Path) -> Result<()> {
     let names = published_crates(root)?;
     forget_unpacked_packages(&names)?;
+    let target = root.join(PACKAGE_TARGET_DIR);
+    let mut clean = crate::cargo(root);
+    clean.args(["clean", "--quiet", "--target-dir"]).arg(&target);
     let mut command = crate::cargo(root);
-    command.args(["package", "--allow-dirty", "--quiet"]);
+    command.args(["package", "--allow-dirty", "--quiet", "--target-dir"]).arg(&target);
     for name in &names {
+        clean.args(["-p", name]);
         command.args(["-p", name]);
     }
+    crate::run_echoed(&mut clean)?;
     crate::run_echoed(&mut command)
 }
+
+/// Where `cargo package` verifies the crates. Cargo takes a registry crate's build as final for
+/// its name and version, and the verification builds our crates as registry crates (0.1.0, from
+/// a temporary registry): a second run linked the first run's ferrinfer-jit against a changed
+/// ferrinfer-launch and failed. So the verification builds in a target directory of its own,
+/// from which our crates' builds are cleaned first (third-party builds stay).
+const PACKAGE_TARGET_DIR: &str = "target/package-verify";
 
 /// Cargo verifies the packages against each other through a temporary local registry, which it
 /// unpacks into `$CARGO_HOME/registry/src/-<hash>/<name>-<version>/` once per name and version
