@@ -38,10 +38,14 @@
 #   firstcall first-call latency (module load + launch) from the embedded AOT PTX, with the
 #             driver's PTX JIT cache disabled, then enabled (cold, then warm)
 # Modules come from the bundled AOT directory; FERRINFER_DISABLE_JIT=1 makes any miss an error.
-# Logs go to $OUT (the device tool brings them back), one file per step.
+# Logs and CSVs go to $SUITE_OUT (default /tmp/ferrinfer-gpu-out), one file per step, kept across
+# the suite's calls on one machine; every call ends by packing that directory into
+# $OUT/suite.tgz when $OUT is set: the device tool brings back at most eight files from $OUT.
 set -uo pipefail
-out=${OUT:-/tmp/ferrinfer-gpu-out}
+out=${SUITE_OUT:-/tmp/ferrinfer-gpu-out}
 mkdir -p "$out" /tmp/ferrinfer-aot
+pack() { [ -z "${OUT:-}" ] || tar czf "$OUT/suite.tgz" -C "$out" .; }
+trap pack EXIT
 tar xJf .bundle/aot.tar.xz -C /tmp/ferrinfer-aot
 export FERRINFER_DISABLE_JIT=1 FERRINFER_AOT_DIR=/tmp/ferrinfer-aot PYTHONUNBUFFERED=1
 status=0
@@ -215,7 +219,7 @@ for step in "$@"; do
         done
       done ;;
     candle)
-      run candle bash .bundle/candle/run.sh tests bench ;;
+      run candle env OUT="$out" bash .bundle/candle/run.sh tests bench ;;
     torch)
       torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
       run torch env LD_LIBRARY_PATH="$torch_lib" .bundle/torch/torch_gpu --test-threads=1 ;;
