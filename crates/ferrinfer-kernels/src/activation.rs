@@ -27,8 +27,8 @@ pub struct ActivationParams {
     pub output_row_stride: u64,
     /// The output width `d`.
     pub width: u32,
-    /// Nonzero: the output bypasses the caches' keeping (`vector::Evicted`), for a call whose
-    /// output is larger than L2; zero: stores as usual.
+    /// Nonzero: stores evicted first (`vector::Evicted`), for a call that moves more than L2
+    /// holds; zero: stores kept as usual.
     pub evict_output: u32,
 }
 

@@ -4,8 +4,8 @@
 //!
 //! On the GPU every access is an explicit `ld.global`/`st.global` (LLVM emits generic `ld`/`st`
 //! for pointers it cannot place; the tensors are always global memory), with the cache behaviour
-//! the data deserves ([`Load`], [`Store`]). The caller guarantees the pointer is aligned to the access; the
-//! launcher picks `VEC` so that it is (see `ferrinfer-launch`).
+//! the data deserves ([`Load`], [`Store`]). The caller guarantees the pointer is aligned to the
+//! access; the launcher picks `VEC` so that it is (see `ferrinfer-launch`).
 
 use core::marker::PhantomData;
 use core::mem::size_of;
@@ -105,12 +105,12 @@ pub trait Store {
     unsafe fn words<const BYTES: usize>(dst: *mut u8, w: [u32; 4]);
 }
 
-/// Output kept in the caches as usual (write-back): what a call whose output fits in L2 wants,
-/// where the next kernel finds it.
+/// Output kept in the caches as usual (write-back): what a call that fits in L2 wants, where
+/// the next kernel finds it.
 pub struct Kept;
-/// Output written once and not read soon (a call whose output is larger than L2): `st.global.cs`,
-/// first to be evicted, so it leaves for DRAM in the order it was written instead of displacing
-/// the lines still to be read.
+/// Output of a call larger than L2, which could not stay there anyway: `st.global.cs`, the
+/// written lines first to be evicted rather than competing with the input for L2 (measured:
+/// docs/perf/activation.md v2).
 pub struct Evicted;
 
 macro_rules! store_kind {

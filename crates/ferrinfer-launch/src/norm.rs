@@ -372,7 +372,8 @@ const STAGED_MAX_CACHED_READ_BYTES: u64 = 64 << 20;
 /// 4096: 4 rows 17.6 µs, 2 rows 17.8; fused 1024 × 8192: 4 rows 10.3, 2 rows 12.5, which is
 /// two waves). The staged kernel takes fewer rows only when they outnumber its blocks at once
 /// (with a row a block nothing overlaps a row's copy), and the fused ops' DRAM-streamed rows
-/// stay with the register kernels (fused 65536 × 8192: 1050 µs against 1067 staged).
+/// stay with the register kernels (fused 65536 × 8192: 1050 µs against 1067 staged). layernorm
+/// follows rmsnorm's rule; it was not swept separately.
 const STAGED_ROWS_PER_BLOCK: u64 = 2;
 /// Most rows a staged block works through when the rows make about one wave (see above).
 const STAGED_MAX_ROWS_PER_BLOCK: u64 = 4;
@@ -401,8 +402,8 @@ const MAX_ROWS_PER_GROUP: u64 = 4;
 /// `*` for the planner's choice): forces the layout wherever it fits — a knob for tuning sweeps
 /// with the benchmark, read once. `stages` 0 keeps to the register kernels; 1–16 takes the staged
 /// kernel (sm_90, 16-byte vectors) with that many rows in flight per block, whatever the batch;
-/// there `rows_per_group` is the rows each block works through (default: the planner's 2 to 4). A value that names no kernel makes every norm call a
-/// configuration error naming the variable.
+/// there `rows_per_group` is the rows each block works through (default: the planner's 2 to 4).
+/// A value that names no kernel makes every norm call a configuration error naming the variable.
 pub const LAYOUT_VAR: &str = "FERRINFER_NORM_LAYOUT";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -750,7 +751,7 @@ mod tests {
         let none = LayoutOverride::default();
         let s = staged(4096, 4096, 8, Bf16, false, none).expect("32 MiB of rows: staged");
         // 128 threads × 4 vectors of 8; 2 rows of 8 KB; 5 blocks an SM (registers): 660 at once,
-        // so 4 rows a block (4096 / 660 rounds up to 7).
+        // so 4 rows a block (4096 / 660 rounds up to 7, clamped to 4).
         assert_eq!(s, Staged { chunks: 4, threads: 128, stages: 2, shared_bytes: 128 + 2 * 8192, grid: 1024 });
         assert_eq!(staged(1024, 4096, 8, Bf16, false, none).map(|s| s.grid), Some(512), "2 rows a block, one wave");
         let f = staged(4096, 4096, 8, Bf16, true, none).expect("fused: staged too");
