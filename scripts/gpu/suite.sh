@@ -61,14 +61,17 @@ run() { # run NAME CMD...: log to $out/NAME.log, remember failures
   echo "== $name: $(date +%T) exit $rc" | tee -a "$out/$name.log"
   [ "$rc" = 0 ] || status=1
 }
+point() { # point LABEL CSV ROUTINE T H ENV...: one bf16 bench point under ENV, its row prefixed by LABEL
+  local label=$1 csv=$2 routine=$3 t=$4 h=$5; shift 5
+  timeout 30 env "$@" .bundle/ferrinfer-bench --routine "$routine" --dtype bf16 --batch-size "$t" --hidden-size "$h" \
+    --warmup-seconds 0 --num-iters 9 2>/dev/null | grep "^$routine," | sed "s/^/$label,/" >> "$csv"
+}
 sweep() { # sweep VAR CSV ROUTINE LAYOUTS CASES: ROUTINE (bf16) with VAR=LAYOUT, every layout at every T:H
   local var=$1 csv=$2 routine=$3 layouts=$4 cases=$5 layout case
   local -; set -f # layouts hold `*`: no file-name globbing
   for layout in $layouts; do
     for case in $cases; do
-      timeout 30 env "$var=$layout" .bundle/ferrinfer-bench --routine "$routine" --dtype bf16 \
-        --batch-size "${case%%:*}" --hidden-size "${case##*:}" --warmup-seconds 0 --num-iters 9 2>/dev/null \
-        | grep "^$routine," | sed "s/^/$layout,/" >> "$csv"
+      point "$layout" "$csv" "$routine" "${case%%:*}" "${case##*:}" "$var=$layout"
     done
   done
 }
@@ -151,10 +154,10 @@ for step in "$@"; do
       # Each code-generation variant (.bundle/aot-NAME.tar.xz, scripts/gpu/variant.sh) beside the
       # bundle's own kernels (`base`), interleaved per case, twice: $out/variants.csv.
       # VARIANT_CASES: routine:T:H[:FERRINFER_NORM_LAYOUT] ...
-      local_names=(base)
+      variant_names=(base)
       for tarball in .bundle/aot-*.tar.xz; do
         [ -e "$tarball" ] || continue
-        v=${tarball#.bundle/aot-}; v=${v%.tar.xz}; local_names+=("$v")
+        v=${tarball#.bundle/aot-}; v=${v%.tar.xz}; variant_names+=("$v")
         mkdir -p "/tmp/ferrinfer-aot-$v" && tar xJf "$tarball" -C "/tmp/ferrinfer-aot-$v"
       done
       echo "variant,layout,op,dtype,T,H,impl,us,tbps" > "$out/variants.csv"
@@ -163,11 +166,10 @@ for step in "$@"; do
           fused_add_rmsnorm:1024:4096 silu_and_mul:1024:4096 silu_and_mul:16384:14336}; do
         IFS=: read -r routine t h layout <<< "$case"
         for pass in 1 2; do
-          for v in "${local_names[@]}"; do
+          for v in "${variant_names[@]}"; do
             dir=/tmp/ferrinfer-aot; [ "$v" = base ] || dir=/tmp/ferrinfer-aot-$v
-            timeout 30 env FERRINFER_AOT_DIR="$dir" FERRINFER_NORM_LAYOUT="${layout:-}" .bundle/ferrinfer-bench \
-              --routine "$routine" --dtype bf16 --batch-size "$t" --hidden-size "$h" --warmup-seconds 0 --num-iters 9 \
-              2>/dev/null | grep "^$routine," | sed "s/^/$v,${layout:-*},/" >> "$out/variants.csv"
+            point "$v,${layout:-*}" "$out/variants.csv" "$routine" "$t" "$h" FERRINFER_AOT_DIR="$dir" \
+              FERRINFER_NORM_LAYOUT="${layout:-}"
           done
         done
       done
