@@ -16,9 +16,9 @@
 #   variants  code-generation variants (scripts/gpu/variant.sh) beside the bundle's kernels
 #   ceiling   the copy ceiling: torch's device-to-device copy of the large shapes (TB/s)
 #   actsweep  the activation launch's block and grid y forced one by one
-#             (FERRINFER_ACTIVATION_LAYOUT=block:grid_y:evict), silu_and_mul and gelu_tanh_and_mul bf16,
+#             (FERRINFER_ACTIVATION_LAYOUT=block:grid_y:stream), silu_and_mul and gelu_tanh_and_mul bf16,
 #             T ∈ {128 … 16384} × d ∈ {4096, 14336}: $out/actsweep.csv (≈ 140 bench runs, ~3 min);
-#             ACTSWEEP=evict: stores kept against evicted first instead
+#             ACTSWEEP=stream: the cache policy instead, cached against streaming (ActivationParams::streams)
 #   eager     ferrinfer-bench --mode eager: the host path's wall time per call (T = 1)
 #   ncu       Nsight Compute on one launch of each of a few shapes (DRAM %, registers, occupancy,
 #             issue statistics)
@@ -137,12 +137,12 @@ for step in "$@"; do
     actsweep)
       # block:grid_y; `*` the planner's. Grid y = T is a row a thread; T/4 and T/8 rows a step (4 a step).
       echo "layout,op,dtype,T,H,impl,us,tbps" > "$out/actsweep.csv"
-      if [ "${ACTSWEEP:-}" = evict ]; then # stores kept (`*:*:0`) or evicted first (`*:*:1`)
+      if [ "${ACTSWEEP:-}" = stream ]; then # cached (`*:*:0`) or streaming (`*:*:1`) loads and stores
         for case in 128:4096 1024:4096 4096:4096 16384:4096 1024:11008 4096:11008 1024:14336 2048:14336 4096:14336 16384:14336; do
           sweep FERRINFER_ACTIVATION_LAYOUT "$out/actsweep.csv" silu_and_mul "*:*:0 *:*:1 *:*:*" "$case"
         done
       fi
-      for routine in $([ "${ACTSWEEP:-}" = evict ] || echo silu_and_mul gelu_tanh_and_mul); do
+      for routine in $([ "${ACTSWEEP:-}" = stream ] || echo silu_and_mul gelu_tanh_and_mul); do
         for case in 128:4096 1024:4096 4096:4096 16384:4096 128:14336 1024:14336 16384:14336; do
           t=${case%%:*}
           sweep FERRINFER_ACTIVATION_LAYOUT "$out/actsweep.csv" $routine \
@@ -202,7 +202,9 @@ for step in "$@"; do
       # FlashInfer and the Python module on the same tensors, one call each (NVTX range `prof`),
       # with the memory and warp-state sections: where the two kernels differ. Needs FlashInfer
       # (source .peers/b/install.sh). NCU_CASES: op:T:H ...
-      run ncupeers env PYTHONPATH="$(python_path)" /usr/local/cuda/bin/ncu --clock-control none --nvtx \
+      # Caches are not flushed before the profiled call (`--cache-control none`): after the warm-up
+      # calls L2 holds what it holds in a graph replay, which decides L2-sized calls.
+      run ncupeers env PYTHONPATH="$(python_path)" /usr/local/cuda/bin/ncu --clock-control none --cache-control none --nvtx \
         --nvtx-include prof/ --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
         --section LaunchStats --section SchedulerStats --section WarpStateStats \
         --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,smsp__inst_executed.sum \
@@ -211,13 +213,14 @@ for step in "$@"; do
     python)
       run python env PYTHONPATH="$(python_path)" python3 -m pytest -q -rs -p no:cacheprovider crates/ferrinfer-py/tests ;;
     pybench)
-      # PYBENCH_FAMILIES, PYBENCH_DTYPES: narrow or widen the grid (default: both families, bfloat16).
+      # PYBENCH_FAMILIES, PYBENCH_DTYPES, PYBENCH_TOKENS (T values, comma-separated): narrow or widen
+      # the grid (default: both families, bfloat16, every T); PYBENCH_EAGER=0 skips --eager.
       for dtype in ${PYBENCH_DTYPES:-bfloat16}; do
         for family in ${PYBENCH_FAMILIES:-norm activation}; do
           run pybench env PYTHONPATH="$(python_path)" python3 crates/ferrinfer-py/bench/ops.py --family $family \
-            --dtype $dtype --out "$out/py-$family-$dtype.csv"
-          run pybench env PYTHONPATH="$(python_path)" python3 crates/ferrinfer-py/bench/ops.py --family $family \
-            --dtype $dtype --eager --out "$out/py-$family-$dtype-eager.csv"
+            --dtype $dtype ${PYBENCH_TOKENS:+--tokens $PYBENCH_TOKENS} --out "$out/py-$family-$dtype.csv"
+          [ "${PYBENCH_EAGER:-1}" = 0 ] || run pybench env PYTHONPATH="$(python_path)" python3 \
+            crates/ferrinfer-py/bench/ops.py --family $family --dtype $dtype --eager --out "$out/py-$family-$dtype-eager.csv"
         done
       done ;;
     candle)

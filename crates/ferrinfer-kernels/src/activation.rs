@@ -27,9 +27,12 @@ pub struct ActivationParams {
     pub output_row_stride: u64,
     /// The output width `d`.
     pub width: u32,
-    /// Nonzero: stores evicted first (`vector::Evicted`), for a call that moves more than L2
-    /// holds; zero: stores kept as usual.
-    pub evict_output: u32,
+    /// The cache policy, the launcher's choice by the call's size. Nonzero (streaming): inputs
+    /// read without allocating in L1 (`vector::Once`), outputs stored evicted first
+    /// (`vector::Evicted`). Zero (cached): inputs read as cached read-only data
+    /// (`vector::Reused` — read with `.L1::no_allocate`, a 25 MB call's input came from DRAM on
+    /// every call: ncu, H200, docs/perf/activation.md v3), outputs stored as usual.
+    pub streams: u32,
 }
 
 /// Which activation a kernel applies to the gate: a type parameter, so each compiles to its own
@@ -96,8 +99,8 @@ pub use device_kernels::act_and_mul_rows;
 #[cfg(target_arch = "nvptx64")]
 mod device_kernels {
     use super::*;
-    use crate::device::{allow_dependent_grids, wait_for_prior_grids};
-    use crate::vector::{Evicted, Kept, Once, Packed};
+    use crate::device::chain_after_prior_grids;
+    use crate::vector::{Evicted, Kept, Load, Once, Packed, Reused, Store};
 
     /// Rows each thread works on per step: their loads are issued together.
     const ROWS_PER_STEP: u64 = 4;
@@ -106,48 +109,57 @@ mod device_kernels {
     /// elements) of every row; the grid's y dimension strides over rows, `ROWS_PER_STEP` rows a
     /// step (all loads of a step before any math). Launcher's guarantees: `width`, row strides
     /// and pointers are multiples of `VEC` elements; `gridDim.x · blockDim.x ≥ width / VEC`.
+    /// The cache policy (`p.streams`) picks one of two copies of the loop: with a branch per
+    /// access inside one loop ptxas took 40 registers, not 32 — 12 blocks of 128 threads a
+    /// multiprocessor instead of 16, too few for the next call's blocks to wait beside these
+    /// (programmatic dependent launch) — and silu_and_mul 1024 × 4096 ran 5.28 µs against 4.08
+    /// for the same policy without the branch (H200, docs/perf/activation.md v3).
     #[inline(always)]
     pub unsafe fn act_and_mul_rows<A: Activation, T: Element, const VEC: usize>(p: &ActivationParams) {
+        chain_after_prior_grids();
+        match p.streams {
+            0 => unsafe { rows_with::<A, T, Reused, Kept, VEC>(p) },
+            _ => unsafe { rows_with::<A, T, Once, Evicted, VEC>(p) },
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn rows_with<A: Activation, T: Element, L: Load, S: Store, const VEC: usize>(p: &ActivationParams) {
         let vectors = (p.width as usize / VEC) as u32;
         let column = unsafe {
             core::arch::nvptx::_block_idx_x() as u32 * core::arch::nvptx::_block_dim_x() as u32
                 + core::arch::nvptx::_thread_idx_x() as u32
         };
+        if column >= vectors {
+            return;
+        }
         let (first_row, row_step) =
             unsafe { (core::arch::nvptx::_block_idx_y() as u64, core::arch::nvptx::_grid_dim_y() as u64) };
-        wait_for_prior_grids();
-        if column < vectors {
-            let at = column as usize * VEC;
-            let mut row = first_row;
-            while row < p.rows {
-                let mut gate = [Packed::<T, VEC>::ZERO; ROWS_PER_STEP as usize];
-                let mut up = [Packed::<T, VEC>::ZERO; ROWS_PER_STEP as usize];
-                for k in 0..ROWS_PER_STEP as usize {
-                    let r = row + k as u64 * row_step;
-                    if r < p.rows {
-                        let input = (p.input as *const T).wrapping_add((r * p.input_row_stride) as usize + at);
-                        gate[k] = unsafe { Packed::load::<Once>(input) };
-                        up[k] = unsafe { Packed::load::<Once>(input.add(p.width as usize)) };
-                    }
+        let at = column as usize * VEC;
+        let mut row = first_row;
+        while row < p.rows {
+            let mut gate = [Packed::<T, VEC>::ZERO; ROWS_PER_STEP as usize];
+            let mut up = gate;
+            for k in 0..ROWS_PER_STEP as usize {
+                let r = row + k as u64 * row_step;
+                if r < p.rows {
+                    let input = (p.input as *const T).wrapping_add((r * p.input_row_stride) as usize + at);
+                    gate[k] = unsafe { Packed::load::<L>(input) };
+                    up[k] = unsafe { Packed::load::<L>(input.add(p.width as usize)) };
                 }
-                for k in 0..ROWS_PER_STEP as usize {
-                    let r = row + k as u64 * row_step;
-                    if r < p.rows {
-                        let mut y = [0.0f32; VEC];
-                        for (i, y) in y.iter_mut().enumerate() {
-                            *y = A::apply(gate[k].get_f32(i)) * up[k].get_f32(i);
-                        }
-                        let output = (p.output as *mut T).wrapping_add((r * p.output_row_stride) as usize + at);
-                        let y = Packed::<T, VEC>::from_f32(y);
-                        match p.evict_output {
-                            0 => unsafe { y.store::<Kept>(output) },
-                            _ => unsafe { y.store::<Evicted>(output) },
-                        }
-                    }
-                }
-                row += ROWS_PER_STEP * row_step;
             }
+            for k in 0..ROWS_PER_STEP as usize {
+                let r = row + k as u64 * row_step;
+                if r < p.rows {
+                    let mut y = [0.0f32; VEC];
+                    for (i, y) in y.iter_mut().enumerate() {
+                        *y = A::apply(gate[k].get_f32(i)) * up[k].get_f32(i);
+                    }
+                    let output = (p.output as *mut T).wrapping_add((r * p.output_row_stride) as usize + at);
+                    unsafe { Packed::<T, VEC>::from_f32(y).store::<S>(output) };
+                }
+            }
+            row += ROWS_PER_STEP * row_step;
         }
-        allow_dependent_grids();
     }
 }

@@ -189,24 +189,19 @@ impl RowGroup {
 }
 
 /// Programmatic dependent launch (sm_90+): the kernels of a stream may start before the previous
-/// kernel has finished; each waits here, before touching global memory, until the grids it
-/// depends on have completed and their writes are visible. A no-op when launched without PDL and
-/// on targets before sm_90. Not `nomem`: no load may move above it.
+/// kernel has finished. Each kernel calls this once, before touching global memory: it waits
+/// until the grids it depends on have completed and their writes are visible, then at once lets
+/// the next kernel of the stream launch — its blocks are scheduled while this grid still works
+/// and wait here in turn, so no launch latency sits between two kernels. (Releasing dependents
+/// only at the end, as v6 did, cost 3–12 % at T ≤ 1024 and gained nothing at large T:
+/// docs/perf/norm.md, v7.) A no-op when launched without PDL and on targets before sm_90. Not
+/// `nomem`: no load may move above it.
 #[inline(always)]
-pub fn wait_for_prior_grids() {
+pub fn chain_after_prior_grids() {
     #[cfg(target_feature = "sm_90")]
     unsafe {
-        asm!("griddepcontrol.wait;", options(nostack))
-    };
-}
-
-/// Lets the next kernel of the stream (launched with PDL) start its prologue: this grid's
-/// remaining work is only stores, which that kernel's [`wait_for_prior_grids`] still waits for.
-#[inline(always)]
-pub fn allow_dependent_grids() {
-    #[cfg(target_feature = "sm_90")]
-    unsafe {
-        asm!("griddepcontrol.launch_dependents;", options(nostack))
+        asm!("griddepcontrol.wait;", options(nostack));
+        asm!("griddepcontrol.launch_dependents;", options(nostack));
     };
 }
 

@@ -164,13 +164,13 @@ pub use device_kernels::{norm_rows, norm_stream};
 #[cfg(target_arch = "nvptx64")]
 mod device_kernels {
     use super::*;
-    use crate::device::{RowGroup, allow_dependent_grids, block_index, grid_size, thread_index, wait_for_prior_grids};
+    use crate::device::{RowGroup, block_index, chain_after_prior_grids, grid_size, thread_index};
     #[cfg(target_feature = "sm_90")]
     use crate::device::{StagingRing, block_barrier};
     use crate::math::{mul_add, rsqrt};
     #[cfg(target_feature = "sm_90")]
     use crate::vector::Shared;
-    use crate::vector::{Coherent, Kept, Load, Once, Packed, Reused, Streamed};
+    use crate::vector::{Coherent, Kept, Load, Once, Packed, Reused};
 
     /// Independent partial sums per thread: one FMA chain each, so the adds overlap.
     const ACCUMULATORS: usize = 8;
@@ -291,7 +291,7 @@ mod device_kernels {
         // computes on zeros and stores nothing.
         let mut lead = block_index() as u64 * rows_per_block + group.first_of_warp() as u64;
         let in_warp = (group.group - group.first_of_warp()) as u64;
-        wait_for_prior_grids();
+        chain_after_prior_grids();
         if lead < p.rows {
             let weights = unsafe { kept_weights::<W, K, VEC, CHUNKS, FULL>(p, &columns) };
             let inverse_hidden = 1.0 / p.hidden as f32;
@@ -302,7 +302,7 @@ mod device_kernels {
                 if read_only {
                     load_share::<T, K, Once, VEC, CHUNKS, FULL>(p, row, &columns)
                 } else {
-                    load_share::<T, K, Streamed, VEC, CHUNKS, FULL>(p, row, &columns)
+                    load_share::<T, K, Coherent, VEC, CHUNKS, FULL>(p, row, &columns)
                 }
             };
             let mut share = load(lead + in_warp);
@@ -328,7 +328,6 @@ mod device_kernels {
                 share = if PIPELINED { prefetched } else { load(lead + in_warp) };
             }
         }
-        allow_dependent_grids();
     }
 
     /// Most bytes of weights (and β) a thread keeps in registers across its rows.
@@ -391,8 +390,8 @@ mod device_kernels {
                 let at = offsets[c];
                 if K::FUSED_ADD {
                     // Both are written back in place: coherent loads.
-                    share.x[c] = unsafe { Packed::load::<Streamed>(input.add(at)) };
-                    share.residual[c] = unsafe { Packed::load::<Streamed>(residual.add(at)) };
+                    share.x[c] = unsafe { Packed::load::<Coherent>(input.add(at)) };
+                    share.residual[c] = unsafe { Packed::load::<Coherent>(residual.add(at)) };
                 } else {
                     share.x[c] = unsafe { Packed::load::<L>(input.add(at)) };
                 }
@@ -546,7 +545,7 @@ mod device_kernels {
             ring.init();
         }
         block_barrier();
-        wait_for_prior_grids();
+        chain_after_prior_grids();
         if leader {
             for stage in 0..p.stages {
                 let row = first + stage as u64 * step;
@@ -575,7 +574,6 @@ mod device_kernels {
                 (stage, use_count) = (0, use_count + 1);
             }
         }
-        allow_dependent_grids();
     }
 
     /// This thread's chunks of a staged row (`slot`: a shared-memory address; fused, the
@@ -625,7 +623,7 @@ mod device_kernels {
         let (first, step) = (thread_index() as usize, p.threads_per_row as usize);
         let inverse_hidden = 1.0 / p.hidden as f32;
         let mut row = block_index() as u64;
-        wait_for_prior_grids();
+        chain_after_prior_grids();
         while row < p.rows {
             let input = row_ptr::<T>(p.input, row, p.input_row_stride);
             let source = if K::FUSED_ADD { row_ptr::<T>(p.residual, row, p.residual_row_stride) } else { input };
@@ -685,6 +683,5 @@ mod device_kernels {
             }
             row += grid_size() as u64;
         }
-        allow_dependent_grids();
     }
 }

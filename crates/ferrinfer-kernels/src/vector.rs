@@ -24,10 +24,9 @@ pub trait Load {
 pub struct Once;
 /// Read-only data many threads read again (weights): through the read-only path, cached in L1.
 pub struct Reused;
-/// Data this kernel also writes and reads once (rows updated in place): coherent, not kept in L1.
-pub struct Streamed;
-/// Data this kernel also writes and reads again (a streamed row's second pass): a plain coherent
-/// load.
+/// Data this kernel also writes (rows updated in place): a plain coherent load. (With
+/// `.L1::no_allocate` it was 1.1 % slower at fused_add_rmsnorm 65536 × 4096 and no faster
+/// anywhere: docs/perf/norm.md v7.)
 pub struct Coherent;
 /// Data staged in the block's shared memory: the "pointer" is a shared-memory address (as
 /// `StagingRing::slot` gives it), read with `ld.shared`. Device code only: on the host, where
@@ -82,7 +81,6 @@ macro_rules! load_kind {
 
 load_kind!(Once, "ld.global.nc.L1::no_allocate");
 load_kind!(Reused, "ld.global.nc");
-load_kind!(Streamed, "ld.global.L1::no_allocate");
 load_kind!(Coherent, "ld.global");
 // A `readonly` read of a slot stays after the stage's wait (asm LLVM must assume writes memory).
 load_kind!(Shared, "mov.b64", "ld.shared");

@@ -138,7 +138,7 @@ fn plan(input: &TensorView, out: &TensorView, stream: &Stream) -> Result<Option<
         input_row_stride: x.row_stride,
         output_row_stride: y.row_stride,
         width: width as u32,
-        evict_output: 0,
+        streams: 0,
     };
     Ok(Some(Plan { params, dtype, vec }))
 }
@@ -174,11 +174,11 @@ const MAX_GRID_Y: u64 = 65_535;
 /// 2.74 µs stepped, 3.49 a row a thread; T = 16 (16 blocks) 1.33 a row a thread, 1.91 stepped.
 const FILL_BLOCKS_PER_SM: u64 = 1;
 
-/// `FERRINFER_ACTIVATION_LAYOUT=block:grid_y:evict` (each field a number or `*` for the planner's
-/// choice): forces the launch's threads per block (a multiple of 32, at most what the entry can
-/// have), the grid's y dimension (rows walked in parallel, 1 to 65535; the kernel strides over
-/// the rest) and whether stores are evicted first (0 or 1) — a knob for tuning sweeps with the
-/// benchmark, read once. Nothing is clamped: a value outside those bounds makes every activation
+/// `FERRINFER_ACTIVATION_LAYOUT=block:grid_y:stream` (each field a number or `*` for the
+/// planner's choice): forces the launch's threads per block (a multiple of 32, at most what the
+/// entry can have), the grid's y dimension (rows walked in parallel, 1 to 65535; the kernel
+/// strides over the rest) and the cache policy (`ActivationParams::streams`, 0 or 1) — a knob
+/// for tuning sweeps with the benchmark, read once. Nothing is clamped: a value outside those bounds makes every activation
 /// call a configuration error naming the variable (a block past the entry's limit: every CUDA
 /// call, the limit being the loaded kernel's).
 pub const LAYOUT_VAR: &str = "FERRINFER_ACTIVATION_LAYOUT";
@@ -187,27 +187,27 @@ pub const LAYOUT_VAR: &str = "FERRINFER_ACTIVATION_LAYOUT";
 struct LayoutOverride {
     block: Option<u32>,
     grid_y: Option<u32>,
-    evict_output: Option<bool>,
+    streams: Option<bool>,
 }
 
 fn layout_override() -> Result<LayoutOverride, Error> {
     static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
     tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
         format!(
-            "block:grid_y:evict, each a number or *, block a multiple of 32 ≤ {MAX_BLOCK}, grid_y 1 to {MAX_GRID_Y}, evict 0 or 1"
+            "block:grid_y:stream, each a number or *, block a multiple of 32 ≤ {MAX_BLOCK}, grid_y 1 to {MAX_GRID_Y}, stream 0 or 1"
         )
     })
 }
 
 fn parse_layout(value: &str) -> Option<LayoutOverride> {
-    let [block, grid_y, evict] = tuning::fields(value)?;
+    let [block, grid_y, stream] = tuning::fields(value)?;
     let block_ok = block.is_none_or(|b| b > 0 && b.is_multiple_of(32) && b <= MAX_BLOCK as u64);
     let grid_y_ok = grid_y.is_none_or(|y| (1..=MAX_GRID_Y).contains(&y));
-    let evict_ok = evict.is_none_or(|e| e <= 1);
-    (block_ok && grid_y_ok && evict_ok).then_some(LayoutOverride {
+    let stream_ok = stream.is_none_or(|e| e <= 1);
+    (block_ok && grid_y_ok && stream_ok).then_some(LayoutOverride {
         block: block.map(|b| b as u32),
         grid_y: grid_y.map(|y| y as u32),
-        evict_output: evict.map(|e| e == 1),
+        streams: stream.map(|e| e == 1),
     })
 }
 
@@ -215,16 +215,20 @@ impl Plan {
     /// The launch of entry `entry` within `limits`, or `forced`'s where it is given.
     fn kernel(&self, entry: usize, limits: &Limits, forced: LayoutOverride) -> Result<Launch<ActivationParams>, Error> {
         let (grid, block) = self.geometry(limits.multiprocessors, limits.max_threads(entry), forced)?;
-        let evict = forced.evict_output.unwrap_or(self.evicts_output(limits.l2_bytes));
-        let params = ActivationParams { evict_output: evict as u32, ..self.params };
+        let streams = forced.streams.unwrap_or(self.streams(limits.l2_bytes));
+        let params = ActivationParams { streams: streams as u32, ..self.params };
         Ok(Launch { entry, params, grid, block, shared_bytes: 0 })
     }
 
-    /// Whether the stores are evicted first: when the call's bytes (input and output) pass the
-    /// L2's size, kept output displaces input still to be read. H200 (docs/perf/activation.md,
-    /// v2), silu_and_mul, kept → evicted: 16384 × 14336 343.0 → 325.4 µs, 1024 × 11008 (68 MB
-    /// moved) 16.31 → 15.99, but 1024 × 4096 (25 MB) 4.50 → 4.96: calls that fit stay kept.
-    fn evicts_output(&self, l2_bytes: u64) -> bool {
+    /// Whether the call streams (`ActivationParams::streams`): its bytes (input and output) pass
+    /// the L2's size. Below, the whole call fits and cached loads find the input in L2 (ncu);
+    /// above, evict-first output keeps it from displacing input still to be read. H200,
+    /// silu_and_mul, cached → streaming, µs (docs/perf/activation.md v3): 1024 × 4096 (25 MB
+    /// moved) 4.16 → 5.20; 1024 × 11008 (68 MB) 17.09 → 16.02; 4096 × 4096 (101 MB) 25.65 →
+    /// 24.89. Past twice L2 the Rust bench finds cached faster (16384 × 4096: 94.94 against
+    /// 98.44) while the Python module's streaming times there already match it; not taken
+    /// until the two are measured side by side.
+    fn streams(&self, l2_bytes: u64) -> bool {
         let output_bytes = self.params.rows.saturating_mul(self.params.width as u64 * self.dtype.size() as u64);
         output_bytes.saturating_mul(3) > l2_bytes
     }
@@ -286,7 +290,7 @@ mod tests {
             input_row_stride: 2 * width as u64,
             output_row_stride: width as u64,
             width,
-            evict_output: 0,
+            streams: 0,
         };
         Plan { params, dtype: DType::Bf16, vec }
     }
@@ -297,7 +301,7 @@ mod tests {
     }
 
     fn forced(block: Option<u32>, grid_y: Option<u32>) -> LayoutOverride {
-        LayoutOverride { block, grid_y, evict_output: None }
+        LayoutOverride { block, grid_y, streams: None }
     }
 
     #[test]
@@ -307,9 +311,9 @@ mod tests {
         assert_eq!(parse_layout("64"), Some(forced(Some(64), None)), "grid_y left off: the planner's");
         assert_eq!(parse_layout("*:65535"), Some(forced(None, Some(65535))));
         assert_eq!(parse_layout("1024:1"), Some(forced(Some(1024), Some(1))));
-        let evict = |e| LayoutOverride { evict_output: Some(e), ..forced(Some(128), Some(4)) };
-        assert_eq!(parse_layout("128:4:1"), Some(evict(true)));
-        assert_eq!(parse_layout("128:4:0"), Some(evict(false)));
+        let streams = |e| LayoutOverride { streams: Some(e), ..forced(Some(128), Some(4)) };
+        assert_eq!(parse_layout("128:4:1"), Some(streams(true)));
+        assert_eq!(parse_layout("128:4:0"), Some(streams(false)));
         let bad =
             ["0:*", "100:*", "16:*", "1056:*", "*:0", "*:65536", "128:4:2", "1:1:1:1", "x", "128:-1", "4294967424:*"];
         for bad in bad {
@@ -338,14 +342,14 @@ mod tests {
     }
 
     #[test]
-    fn activation_calls_larger_than_l2_evict_their_output_first() {
+    fn activation_calls_larger_than_l2_stream() {
         const H200_L2: u64 = 50 << 20;
-        assert!(plan(16384, 14336, 8).evicts_output(H200_L2), "1.4 GB moved");
-        assert!(plan(1024, 11008, 8).evicts_output(H200_L2), "68 MB");
-        assert!(!plan(1024, 4096, 8).evicts_output(H200_L2), "25 MB: kept");
-        assert!(!plan(2133, 4096, 8).evicts_output(H200_L2), "just under 50 MiB moved: kept");
-        assert!(plan(2134, 4096, 8).evicts_output(H200_L2), "just past 50 MiB");
-        assert!(plan(u64::MAX, 1 << 20, 8).evicts_output(H200_L2), "no overflow");
+        assert!(!plan(1024, 4096, 8).streams(H200_L2), "25 MB: cached");
+        assert!(!plan(2133, 4096, 8).streams(H200_L2), "just under 50 MiB moved: cached");
+        assert!(plan(2134, 4096, 8).streams(H200_L2), "just past 50 MiB");
+        assert!(plan(1024, 11008, 8).streams(H200_L2), "68 MB");
+        assert!(plan(16384, 14336, 8).streams(H200_L2), "1.4 GB moved");
+        assert!(plan(u64::MAX, 1 << 20, 8).streams(H200_L2), "no overflow");
     }
 
     #[test]

@@ -180,12 +180,21 @@ def activation_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
             del x, out
 
 
+def only_tokens(grid, tokens):
+    """The grid's (width, T) points whose T is in `tokens` (comma-separated); all if None."""
+    if tokens is None:
+        return grid
+    wanted = {int(t) for t in tokens.split(",")}
+    return [(width, T) for width, T in grid if T in wanted]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default="norm", choices=["norm", "activation"])
     parser.add_argument("--ops", default=None, help="comma-separated (default: the family's ops)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--eager", action="store_true", help="time the host path (T = 1, no graph)")
+    parser.add_argument("--tokens", default=None, help="comma-separated T values: only these rows of the grid")
     parser.add_argument("--out", default=None, help="also write the CSV here")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
@@ -196,11 +205,11 @@ def main():
     time_fn, suffix = (eager_us, "_eager") if args.eager else (graph_us, "")
     if args.family == "norm":
         ops = (args.ops or "rmsnorm,fused_add_rmsnorm").split(",")
-        grid = [(4096, 1), (8192, 1)] if args.eager else NORM_GRID
+        grid = [(4096, 1), (8192, 1)] if args.eager else only_tokens(NORM_GRID, args.tokens)
         norm_cases(record, dtype, ops, fi_norm, time_fn, suffix, grid)
     else:
         ops = (args.ops or "silu_and_mul,gelu_and_mul,gelu_tanh_and_mul").split(",")
-        grid = [(4096, 1), (14336, 1)] if args.eager else ACTIVATION_GRID
+        grid = [(4096, 1), (14336, 1)] if args.eager else only_tokens(ACTIVATION_GRID, args.tokens)
         activation_cases(record, dtype, ops, fi_activation, time_fn, suffix, grid)
     if args.out:
         with open(args.out, "w") as f:
