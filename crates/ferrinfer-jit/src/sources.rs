@@ -7,8 +7,9 @@ use std::path::Path;
 /// `(path relative to ferrinfer-kernels/src, contents)` of every kernel source file.
 static EMBEDDED: &[(&str, &str)] = ferrinfer_kernels::SOURCES;
 
-/// Files every spec depends on: the crate root and the shared device and element code.
-pub const CORE_SOURCES: &[&str] = &["lib.rs", "element.rs", "math.rs", "vector.rs", "device.rs"];
+/// Files every spec depends on: the crate root and the shared device, element, math and random
+/// number code.
+pub const CORE_SOURCES: &[&str] = &["lib.rs", "element.rs", "math.rs", "random.rs", "vector.rs", "device.rs"];
 
 /// A set of kernel sources (the embedded ones, or an edited copy in tests).
 #[derive(Clone, Debug, PartialEq, Eq)]

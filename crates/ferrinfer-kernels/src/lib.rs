@@ -21,6 +21,7 @@ pub mod activation;
 pub mod element;
 pub mod math;
 pub mod norm;
+pub mod random;
 pub mod vector;
 
 #[cfg(target_arch = "nvptx64")]
