@@ -20,7 +20,9 @@ pub trait Load {
 }
 
 /// Data the kernel reads once and never writes (a row of the input): through the read-only
-/// (non-coherent) path, not kept in L1.
+/// (non-coherent) path, not kept in L1 — nor found in L2 by a later call reading the same data
+/// again (ncu, H200: docs/perf/activation.md v3), so activation calls that fit in L2 read their
+/// input as `Reused` instead.
 pub struct Once;
 /// Read-only data many threads read again (weights): through the read-only path, cached in L1.
 pub struct Reused;
