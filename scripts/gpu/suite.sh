@@ -38,15 +38,32 @@
 #   firstcall first-call latency (module load + launch) from the embedded AOT PTX, with the
 #             driver's PTX JIT cache disabled, then enabled (cold, then warm)
 # Modules come from the bundled AOT directory; FERRINFER_DISABLE_JIT=1 makes any miss an error.
+# AOT_VARIANT=NAME runs every step with a code-generation variant's modules
+# (.bundle/aot-NAME.tar.xz from scripts/gpu/variant.sh) in place of the bundle's: the Python
+# module's benchmark, the sweeps and the tests of a kernel change without a new bundle.
 # Logs and CSVs go to $SUITE_OUT (default /tmp/ferrinfer-gpu-out), one file per step, kept across
 # the suite's calls on one machine; every call ends by packing that directory into
 # $OUT/suite.tgz when $OUT is set: the device tool brings back at most eight files from $OUT.
 set -uo pipefail
 out=${SUITE_OUT:-/tmp/ferrinfer-gpu-out}
-mkdir -p "$out" /tmp/ferrinfer-aot
+mkdir -p "$out"
 pack() { [ -z "${OUT:-}" ] || tar czf "$OUT/suite.tgz" -C "$out" .; }
 trap pack EXIT
-tar xJf .bundle/aot.tar.xz -C /tmp/ferrinfer-aot
+install_aot() { # the bundle's modules in /tmp/ferrinfer-aot; AOT_VARIANT=NAME: .bundle/aot-NAME.tar.xz's
+  # modules (scripts/gpu/variant.sh) in place of the bundle's of the same spec, for every step
+  rm -rf /tmp/ferrinfer-aot && mkdir -p /tmp/ferrinfer-aot && tar xJf .bundle/aot.tar.xz -C /tmp/ferrinfer-aot
+  [ -n "${AOT_VARIANT:-}" ] || return 0
+  local variant spec manifest replaced=0; variant=$(mktemp -d)
+  tar xJf ".bundle/aot-$AOT_VARIANT.tar.xz" -C "$variant" || return 1
+  for manifest in "$variant"/ptx/*/manifest.toml; do
+    spec=$(sed -n 's/^spec = "\(.*\)"$/\1/p' "$manifest")
+    grep -lx "spec = \"$spec\"" /tmp/ferrinfer-aot/ptx/*/manifest.toml | xargs -r -n1 dirname | xargs -r rm -rf
+    replaced=$((replaced + 1))
+  done
+  cp -r "$variant"/ptx/. /tmp/ferrinfer-aot/ptx/ && rm -rf "$variant"
+  echo "# AOT_VARIANT=$AOT_VARIANT: $replaced modules replaced" >&2
+}
+install_aot || { echo "AOT_VARIANT=${AOT_VARIANT:-}: no .bundle/aot-${AOT_VARIANT:-}.tar.xz" >&2; exit 2; }
 export FERRINFER_DISABLE_JIT=1 FERRINFER_AOT_DIR=/tmp/ferrinfer-aot PYTHONUNBUFFERED=1
 status=0
 python_path() { # installs the bundled wheel once; prints the PYTHONPATH that finds it
