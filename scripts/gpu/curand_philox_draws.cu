@@ -3,6 +3,7 @@
 //   nvcc -O2 -arch=sm_90 -o /tmp/draws scripts/gpu/curand_philox_draws.cu && /tmp/draws
 // (output of 2026-12-01, H200: docs/perf/data/2026-12-01-v7/curand-philox-draws.txt).
 #include <cstdio>
+#include <cstring>
 #include <curand_kernel.h>
 struct Case { unsigned long long seed, subsequence, offset; };
 __global__ void draw(const Case* cases, int n, unsigned* raw, float* uni) {
