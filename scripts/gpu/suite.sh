@@ -51,19 +51,19 @@ pack() { [ -z "${OUT:-}" ] || tar czf "$OUT/suite.tgz" -C "$out" .; }
 trap pack EXIT
 install_aot() { # the bundle's modules in /tmp/ferrinfer-aot; AOT_VARIANT=NAME: .bundle/aot-NAME.tar.xz's
   # modules (scripts/gpu/variant.sh) in place of the bundle's of the same spec, for every step
-  rm -rf /tmp/ferrinfer-aot && mkdir -p /tmp/ferrinfer-aot && tar xJf .bundle/aot.tar.xz -C /tmp/ferrinfer-aot
+  rm -rf /tmp/ferrinfer-aot && mkdir -p /tmp/ferrinfer-aot && tar xJf .bundle/aot.tar.xz -C /tmp/ferrinfer-aot || return 1
   [ -n "${AOT_VARIANT:-}" ] || return 0
-  local variant spec manifest replaced=0; variant=$(mktemp -d)
+  local variant spec manifest modules=0; variant=$(mktemp -d)
   tar xJf ".bundle/aot-$AOT_VARIANT.tar.xz" -C "$variant" || return 1
   for manifest in "$variant"/ptx/*/manifest.toml; do
     spec=$(sed -n 's/^spec = "\(.*\)"$/\1/p' "$manifest")
     grep -lx "spec = \"$spec\"" /tmp/ferrinfer-aot/ptx/*/manifest.toml | xargs -r -n1 dirname | xargs -r rm -rf
-    replaced=$((replaced + 1))
+    modules=$((modules + 1))
   done
   cp -r "$variant"/ptx/. /tmp/ferrinfer-aot/ptx/ && rm -rf "$variant"
-  echo "# AOT_VARIANT=$AOT_VARIANT: $replaced modules replaced" >&2
+  echo "# AOT_VARIANT=$AOT_VARIANT: $modules modules from the variant" >&2
 }
-install_aot || { echo "AOT_VARIANT=${AOT_VARIANT:-}: no .bundle/aot-${AOT_VARIANT:-}.tar.xz" >&2; exit 2; }
+install_aot || { echo "could not unpack .bundle/aot.tar.xz${AOT_VARIANT:+ or .bundle/aot-$AOT_VARIANT.tar.xz}" >&2; exit 2; }
 export FERRINFER_DISABLE_JIT=1 FERRINFER_AOT_DIR=/tmp/ferrinfer-aot PYTHONUNBUFFERED=1
 status=0
 python_path() { # installs the bundled wheel once; prints the PYTHONPATH that finds it

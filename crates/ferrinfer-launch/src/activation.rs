@@ -178,9 +178,9 @@ const FILL_BLOCKS_PER_SM: u64 = 1;
 /// planner's choice): forces the launch's threads per block (a multiple of 32, at most what the
 /// entry can have), the grid's y dimension (rows walked in parallel, 1 to 65535; the kernel
 /// strides over the rest) and the cache policy (`ActivationParams::streams`, 0 or 1) — a knob
-/// for tuning sweeps with the benchmark, read once. Nothing is clamped: a value outside those bounds makes every activation
-/// call a configuration error naming the variable (a block past the entry's limit: every CUDA
-/// call, the limit being the loaded kernel's).
+/// for tuning sweeps with the benchmark, read once. Nothing is clamped: a value outside those
+/// bounds makes every activation call a configuration error naming the variable (a block past
+/// the entry's limit: every CUDA call, the limit being the loaded kernel's).
 pub const LAYOUT_VAR: &str = "FERRINFER_ACTIVATION_LAYOUT";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
