@@ -42,8 +42,10 @@
 # (.bundle/aot-NAME.tar.xz from scripts/gpu/variant.sh) in place of the bundle's: the Python
 # module's benchmark, the sweeps and the tests of a kernel change without a new bundle.
 # Logs and CSVs go to $SUITE_OUT (default /tmp/ferrinfer-gpu-out), one file per step, kept across
-# the suite's calls on one machine; every call ends by packing that directory into
-# $OUT/suite.tgz when $OUT is set: the device tool brings back at most eight files from $OUT.
+# the suite's calls on one machine — and a machine can outlive a session: name a new directory
+# per session (files from an earlier one came back beside this one's on 2026-12-01); every call
+# ends by packing that directory into $OUT/suite.tgz when $OUT is set: the device tool brings
+# back at most eight files from $OUT.
 set -uo pipefail
 out=${SUITE_OUT:-/tmp/ferrinfer-gpu-out}
 mkdir -p "$out"
@@ -66,9 +68,12 @@ install_aot() { # the bundle's modules in /tmp/ferrinfer-aot; AOT_VARIANT=NAME: 
 install_aot || { echo "could not unpack .bundle/aot.tar.xz${AOT_VARIANT:+ or .bundle/aot-$AOT_VARIANT.tar.xz}" >&2; exit 2; }
 export FERRINFER_DISABLE_JIT=1 FERRINFER_AOT_DIR=/tmp/ferrinfer-aot PYTHONUNBUFFERED=1
 status=0
-python_path() { # installs the bundled wheel once; prints the PYTHONPATH that finds it
-  [ -d /tmp/ferrinfer-site ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ferrinfer-site .bundle/wheels/*.whl >&2
-  echo "/tmp/ferrinfer-site${PYTHONPATH:+:$PYTHONPATH}"
+python_path() { # installs the bundled wheel once per wheel; prints the PYTHONPATH that finds it
+  # The directory is named by the wheel's hash: a machine can outlive a session, and a site
+  # installed from an earlier bundle would otherwise run an old launcher beside new kernels.
+  local site; site=/tmp/ferrinfer-site-$(cat .bundle/wheels/*.whl | sha256sum | cut -c1-16)
+  [ -d "$site" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .bundle/wheels/*.whl >&2
+  echo "$site${PYTHONPATH:+:$PYTHONPATH}"
 }
 run() { # run NAME CMD...: log to $out/NAME.log, remember failures
   local name=$1; shift

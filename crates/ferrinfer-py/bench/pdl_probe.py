@@ -1,12 +1,14 @@
 """Short calls with and without programmatic dependent launch: ferrinfer's Python module beside
-FlashInfer, rmsnorm and fused_add_rmsnorm at T = 1, each timed as ops.py times it (graph replay
-on the default stream) and replayed on a side stream, `enable_pdl` True and False, two passes.
-Written to tell a kernel's own time from the launch chain's (docs/perf/norm.md v7).
+FlashInfer, each case timed as ops.py times it (graph replay), `enable_pdl` True and False, over
+several passes with the tensors allocated afresh each pass. Written to tell a kernel's own time
+from the launch chain's, and to see whether the pass-to-pass scatter of one-wave calls follows
+the tensors' addresses (docs/perf/norm.md v7, docs/perf/activation.md v3).
 
 Usage (GPU machine, wheel installed, FlashInfer importable: source .peers/b/install.sh):
-    python3 crates/ferrinfer-py/bench/pdl_probe.py
-Output lines: probe,<impl>,<H>,pdl=<bool>,default_stream=<µs>,side_stream=<µs>.
+    python3 crates/ferrinfer-py/bench/pdl_probe.py [--cases rmsnorm:1:4096,silu_and_mul:128:4096] [--passes 4]
+Output lines: probe,<op>,<T>,<H>,pass=<n>,<impl>,pdl=<bool>,<µs>,x%2MiB=<input address mod 2 MiB>.
 """
+import argparse
 import os
 import sys
 
@@ -17,27 +19,42 @@ import ferrinfer  # noqa: E402
 from ops import EPS, flashinfer_ops, graph_us, warm_up_clocks  # noqa: E402
 
 
-def side_stream_us(fn):
-    with torch.cuda.stream(torch.cuda.Stream()):
-        return graph_us(fn)
+def calls(op, T, H, norm_peer, activation_peer):
+    """{impl: make(pdl) -> zero-argument call} for one case, on freshly allocated tensors."""
+    bf16 = dict(device="cuda", dtype=torch.bfloat16)
+    if op in ("rmsnorm", "fused_add_rmsnorm"):
+        x, w, r = torch.randn(T, H, **bf16), torch.randn(H, **bf16), torch.randn(T, H, **bf16)
+        out = torch.empty_like(x)
+        if op == "rmsnorm":
+            impls = {"ferrinfer": lambda pdl: lambda: ferrinfer.rmsnorm(x, w, EPS, out=out, enable_pdl=pdl),
+                     "flashinfer": norm_peer and (lambda pdl: lambda: norm_peer.rmsnorm(x, w, EPS, out=out, enable_pdl=pdl))}
+        else:
+            impls = {"ferrinfer": lambda pdl: lambda: ferrinfer.fused_add_rmsnorm(x, r, w, EPS, enable_pdl=pdl),
+                     "flashinfer": norm_peer and (lambda pdl: lambda: norm_peer.fused_add_rmsnorm(x, r, w, EPS, enable_pdl=pdl))}
+    else:
+        x, out = torch.randn(T, 2 * H, **bf16), torch.empty(T, H, **bf16)
+        ours, theirs = getattr(ferrinfer, op), activation_peer and getattr(activation_peer, op)
+        impls = {"ferrinfer": lambda pdl: lambda: ours(x, out=out, enable_pdl=pdl),
+                 "flashinfer": theirs and (lambda pdl: lambda: theirs(x, out=out, enable_pdl=pdl))}
+    return x, {name: make for name, make in impls.items() if make}
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="rmsnorm:1:4096,rmsnorm:1:8192,fused_add_rmsnorm:1:4096")
+    parser.add_argument("--passes", type=int, default=2)
+    args = parser.parse_args()
     warm_up_clocks(torch.bfloat16)
-    fi, _ = flashinfer_ops()
-    for H in (4096, 8192):
-        x, w = torch.randn(1, H, device="cuda", dtype=torch.bfloat16), torch.randn(H, device="cuda", dtype=torch.bfloat16)
-        out, r = torch.empty_like(x), torch.randn_like(x)
-        impls = {"ferrinfer": lambda pdl: lambda: ferrinfer.rmsnorm(x, w, EPS, out=out, enable_pdl=pdl),
-                 "ferrinfer-fused": lambda pdl: lambda: ferrinfer.fused_add_rmsnorm(x, r, w, EPS, enable_pdl=pdl)}
-        if fi:
-            impls["flashinfer"] = lambda pdl: lambda: fi.rmsnorm(x, w, EPS, out=out, enable_pdl=pdl)
-            impls["flashinfer-fused"] = lambda pdl: lambda: fi.fused_add_rmsnorm(x, r, w, EPS, enable_pdl=pdl)
-        for _ in range(2):
+    norm_peer, activation_peer = flashinfer_ops()
+    for case in args.cases.split(","):
+        op, T, H = case.split(":")
+        for n in range(args.passes):
+            x, impls = calls(op, int(T), int(H), norm_peer, activation_peer)
             for name, make in impls.items():
                 for pdl in (True, False):
-                    print(f"probe,{name},{H},pdl={pdl},default_stream={graph_us(make(pdl)):.3f},"
-                          f"side_stream={side_stream_us(make(pdl)):.3f}", flush=True)
+                    print(f"probe,{op},{T},{H},pass={n},{name},pdl={pdl},{graph_us(make(pdl)):.3f},"
+                          f"x%2MiB={x.data_ptr() % (2 << 20)}", flush=True)
+            del x, impls
 
 
 if __name__ == "__main__":
