@@ -7,8 +7,9 @@
 #             and > 2^31 (too slow under the sanitizer; norm_gpu_sanitizer_every_kernel_path
 #             reaches every kernel path with small sizes instead)
 #   racecheck compute-sanitizer racecheck, likewise (SANITIZER_TIMEOUT seconds each, default 240)
-#   bench     ferrinfer-bench --grid for every routine of the norm (rmsnorm, fused_add_rmsnorm) and
-#             activation (silu/gelu/gelu_tanh_and_mul) families, bf16 and f16 (correctness: `tests`)
+#   bench     ferrinfer-bench --grid for every routine of the norm (rmsnorm, fused_add_rmsnorm),
+#             activation (silu/gelu/gelu_tanh_and_mul) and sampling (softmax) families, bf16 and f16
+#             (correctness: `tests`)
 #   sweep     the norm planner's layouts forced one by one (FERRINFER_NORM_LAYOUT) at the points
 #             that decide them, rmsnorm and fused_add_rmsnorm bf16: $out/sweep.csv; the register
 #             kernels' layouts (SWEEP=register) or, by default, the staged kernel's chunks and
@@ -27,8 +28,8 @@
 #   python    the Python wheel's tests (crates/ferrinfer-py/tests) on torch CUDA tensors: every op,
 #             the current-stream rule, torch.cuda.graph capture, the adapters.md CUDA snippet
 #   pybench   crates/ferrinfer-py/bench/ops.py: the Python module beside torch eager, torch.compile
-#             and FlashInfer in one process, norm and activation grids, and --eager (FlashInfer only
-#             if importable: source .peers/b/install.sh)
+#             and FlashInfer in one process, norm and activation grids (PYBENCH_FAMILIES: sampling
+#             too), and --eager (FlashInfer only if importable: source .peers/b/install.sh)
 #   candle    the candle adapter's GPU tests and its benchmark against candle's own rms_norm
 #             (needs .bundle/candle: bash scripts/gpu/bundle.sh --adapters)
 #   torch     the tch adapter's GPU tests, against the machine's torch 2.11 (needs .bundle/torch)
@@ -123,7 +124,7 @@ for step in "$@"; do
     bench)
       # BENCH_DTYPES, BENCH_ROUTINES: narrow the grid (default: both dtypes, every routine).
       for dtype in ${BENCH_DTYPES:-bf16 f16}; do
-        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul}; do
+        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul softmax}; do
           run bench .bundle/ferrinfer-bench --routine $routine --dtype $dtype --grid --output-path "$out/ferrinfer.csv" \
             --warmup-seconds 1
         done

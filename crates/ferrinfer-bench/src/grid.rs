@@ -5,6 +5,8 @@ pub fn peers(family: &str) -> Option<Vec<(usize, usize)>> {
     let (hidden, tokens): (&[usize], &[usize]) = match family {
         "norm" => (&[4096, 8192], &[1, 16, 128, 1024, 4096, 16384, 65536]),
         "activation" => (&[4096, 11008, 14336], &[1, 16, 128, 1024, 4096, 16384]),
+        // The sampling issue's points: Llama 3's vocabulary, batch 1 to 256 (and 32000, Llama 2's).
+        "sampling" => (&[32000, 128256], &[1, 64, 256]),
         _ => return None,
     };
     Some(hidden.iter().flat_map(|&h| tokens.iter().map(move |&t| (t, h))).collect())

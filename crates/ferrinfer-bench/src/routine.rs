@@ -4,7 +4,7 @@
 //! results against the op's f64 reference.
 
 use ferrinfer_launch::cudarc::driver::{CudaSlice, DevicePtrMut};
-use ferrinfer_launch::op::{Extent, OpInfo, Role};
+use ferrinfer_launch::op::{Extent, OpInfo, Role, TensorArg};
 use ferrinfer_launch::reference::{self, Agreement};
 use ferrinfer_launch::{DType, Device, Error, Stream, TensorView, with_host_element};
 
@@ -28,6 +28,7 @@ pub struct Setup {
 struct Buffer {
     bytes: Vec<u8>,
     shape: Vec<i64>,
+    dtype: DType,
 }
 
 impl Setup {
@@ -41,7 +42,12 @@ impl Setup {
         }
     }
 
-    /// Fresh inputs (seeded per argument), NaN in outputs; every argument of the input dtype.
+    /// The dtype of tensor argument `arg` for this case's input dtype (softmax's f32 `probs`).
+    fn dtype(&self, arg: &TensorArg) -> DType {
+        arg.dtype.dtype(self.dtype, false)
+    }
+
+    /// Fresh inputs (seeded per argument), NaN in outputs; each argument of its dtype.
     fn buffers(&self) -> Vec<Buffer> {
         let seeds = [0x5eed, 0x7e51, 0x3e19, 0xb1a5, 0xc0de, 0xfeed];
         self.op
@@ -51,30 +57,31 @@ impl Setup {
             .map(|(i, arg)| {
                 let shape = self.shape(arg.extent);
                 let len = shape.iter().product::<i64>() as usize;
-                let bytes = with_host_element!(self.dtype, T => {
+                let dtype = self.dtype(arg);
+                let bytes = with_host_element!(dtype, T => {
                     let values: Vec<T> = match arg.role {
                         Role::Out => vec![<T as ferrinfer_launch::HostElement>::from_f64(f64::NAN); len],
                         _ => reference::random_normal(len, seeds[i % seeds.len()]),
                     };
                     bytemuck::cast_slice::<T, u8>(&values).to_vec()
                 });
-                Buffer { bytes, shape }
+                Buffer { bytes, shape, dtype }
             })
             .collect()
     }
 
     /// Inputs read once + outputs written once, as the peers count.
     fn bytes(&self) -> f64 {
-        let elements: i64 = self
+        let bytes: i64 = self
             .op
             .tensors
             .iter()
             .map(|arg| {
-                let n: i64 = self.shape(arg.extent).iter().product();
+                let n = self.shape(arg.extent).iter().product::<i64>() * self.dtype(arg).size() as i64;
                 if arg.role == Role::InOut { 2 * n } else { n }
             })
             .sum();
-        (elements as usize * self.dtype.size()) as f64
+        bytes as f64
     }
 }
 
@@ -86,18 +93,17 @@ pub fn run(executor: &Executor, s: &Setup) -> Result<Row, Error> {
             // Timing repeats the op (in-place ops keep updating their buffers): time on a working
             // copy, check a single run on another.
             let mut timed = host.clone();
-            let views = host_views(s, &mut timed)?;
+            let views = host_views(&mut timed)?;
             let us = executor.time_us(s.iters, s.mode, || call(s, &views, Stream::Cpu))?;
             let mut after = host.clone();
-            call(s, &host_views(s, &mut after)?, Stream::Cpu)?;
+            call(s, &host_views(&mut after)?, Stream::Cpu)?;
             (us, after)
         }
         Executor::Cuda(cuda) => {
             let mut device: Vec<CudaSlice<u8>> =
                 host.iter().map(|b| cuda.clone_htod(&b.bytes)).collect::<Result<_, _>>()?;
-            let shapes: Vec<Vec<i64>> = host.iter().map(|b| b.shape.clone()).collect();
             let started = std::time::Instant::now();
-            call(s, &device_views(s, &mut device, &shapes, cuda)?, Stream::Cuda(cuda))?;
+            call(s, &device_views(&mut device, &host, cuda)?, Stream::Cuda(cuda))?;
             cuda.synchronize()?;
             // The process's first call includes finding and loading the module (driver PTX JIT).
             eprintln!(
@@ -111,11 +117,11 @@ pub fn run(executor: &Executor, s: &Setup) -> Result<Row, Error> {
                 true => device
                     .iter()
                     .zip(&host)
-                    .map(|(d, h)| Ok(Buffer { bytes: cuda.clone_dtoh(d)?, shape: h.shape.clone() }))
+                    .map(|(d, h)| Ok(Buffer { bytes: cuda.clone_dtoh(d)?, ..h.clone() }))
                     .collect::<Result<_, Error>>()?,
                 false => host.clone(),
             };
-            let views = device_views(s, &mut device, &shapes, cuda)?;
+            let views = device_views(&mut device, &host, cuda)?;
             let us = executor.time_us(s.iters, s.mode, || call(s, &views, Stream::Cuda(cuda)))?;
             (us, after)
         }
@@ -130,30 +136,29 @@ fn call(s: &Setup, views: &[TensorView], stream: Stream) -> Result<(), Error> {
 }
 
 /// Views of host buffers.
-fn host_views<'b>(s: &Setup, buffers: &'b mut [Buffer]) -> Result<Vec<TensorView<'b>>, Error> {
+fn host_views(buffers: &mut [Buffer]) -> Result<Vec<TensorView<'_>>, Error> {
     buffers
         .iter_mut()
         .map(|b| {
             let strides = contiguous(&b.shape);
             // SAFETY: the buffer holds every element of its contiguous shape, borrowed for 'b.
             unsafe {
-                TensorView::from_raw_parts(b.bytes.as_mut_ptr().cast(), 0, s.dtype, &b.shape, &strides, Device::Cpu)
+                TensorView::from_raw_parts(b.bytes.as_mut_ptr().cast(), 0, b.dtype, &b.shape, &strides, Device::Cpu)
             }
         })
         .collect()
 }
 
-/// Views of device copies.
+/// Views of device copies of `host`'s buffers.
 fn device_views<'b>(
-    s: &Setup,
     device: &'b mut [CudaSlice<u8>],
-    shapes: &[Vec<i64>],
+    host: &[Buffer],
     stream: &ferrinfer_launch::cudarc::driver::CudaStream,
 ) -> Result<Vec<TensorView<'b>>, Error> {
     device
         .iter_mut()
-        .zip(shapes)
-        .map(|(d, shape)| {
+        .zip(host)
+        .map(|(d, Buffer { shape, dtype, .. })| {
             let (pointer, _sync) = d.device_ptr_mut(stream);
             let ordinal = stream.context().ordinal();
             // SAFETY: the device copy holds every element of its contiguous shape, borrowed for 'b.
@@ -161,7 +166,7 @@ fn device_views<'b>(
                 TensorView::from_raw_parts(
                     pointer as *mut _,
                     0,
-                    s.dtype,
+                    *dtype,
                     shape,
                     &contiguous(shape),
                     Device::Cuda(ordinal),
@@ -178,7 +183,7 @@ fn contiguous(shape: &[i64]) -> Vec<i64> {
 /// The first call's results against the op's f64 reference.
 fn check(s: &Setup, before: &[Buffer], after: &[Buffer]) -> Result<Agreement, String> {
     let values = |b: &Buffer| {
-        with_host_element!(s.dtype, T => {
+        with_host_element!(b.dtype, T => {
             let typed: Vec<T> = b.bytes.chunks_exact(std::mem::size_of::<T>()).map(bytemuck::pod_read_unaligned).collect();
             reference::to_f64(&typed)
         })

@@ -40,7 +40,7 @@ use candle_core::{
     CpuStorage, CustomOp1, CustomOp2, CustomOp3, InplaceOp1, InplaceOp2, InplaceOp3, Layout, Result, Shape, Storage,
     Tensor, WithDType,
 };
-use ferrinfer_launch::op::{Extent, OpInfo, Role};
+use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role};
 use ferrinfer_launch::{DType, Device, Error, Stream, TensorView};
 
 #[cfg(feature = "candle-cuda")]
@@ -97,7 +97,7 @@ impl Op {
         let inputs =
             inputs.map(|(arg, (storage, layout))| storage.view(arg.name, layout, &exec)).collect::<Result<Vec<_>>>()?;
         let shape = output_shape(first_layout.shape(), self.info.tensors[0].extent, out_arg.extent);
-        let mut out = first.alloc_like(shape.elem_count())?;
+        let mut out = first.alloc_like(shape.elem_count(), out_arg.dtype == DTypeRule::F32)?;
         {
             // Scoped: the view (and its CUDA guard) must end before `out` is returned.
             let out_view = out.view_mut(out_arg.name, &Layout::contiguous(&shape), &exec)?;
@@ -156,7 +156,7 @@ macro_rules! candle_functions {
         $(
             $(#[doc = $doc:literal])*
             fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)?]),+)
-                $(-> $($out:ident : Out [$out_extent:ident]),+)?
+                $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
                 $(; $($scalar:ident : f32 = $default:literal),+)?
                 => $op:expr, reference $reference:path;
         )+
@@ -173,6 +173,7 @@ macro_rules! candle_functions {
 
 ferrinfer_launch::norm_ops!(candle_functions);
 ferrinfer_launch::activation_ops!(candle_functions);
+ferrinfer_launch::sampling_ops!(candle_functions);
 
 /// How a helper runs its op, by what it returns.
 trait Produced: Sized {
@@ -310,7 +311,8 @@ trait Backend: Sized {
     /// A view of `layout` in this storage, to write.
     fn view_mut<'s>(&'s mut self, argument: &'static str, layout: &Layout, exec: &'s Exec) -> Result<Viewed<'s>>;
     /// Storage for `len` elements of this storage's dtype on its device (contents unspecified).
-    fn alloc_like(&self, len: usize) -> Result<Self>;
+    /// `len` elements of this storage's dtype, or of f32 (an output that is always f32).
+    fn alloc_like(&self, len: usize, f32: bool) -> Result<Self>;
 }
 
 /// Evaluates `$body` with `$data` bound to the data of `$storage` (a variant of `$kind`, candle's
@@ -400,7 +402,10 @@ impl Backend for CpuStorage {
         Ok(Viewed::host(unsafe { view_of_layout(argument, (data, len, dtype), layout, Device::Cpu)? }))
     }
 
-    fn alloc_like(&self, len: usize) -> Result<Self> {
+    fn alloc_like(&self, len: usize, f32: bool) -> Result<Self> {
+        if f32 {
+            return Ok(CpuStorage::F32(vec![0.0; len]));
+        }
         let candle_dtype = self.dtype();
         let zeros = with_float_data!(CpuStorage, self,
             |_v: T| T::to_cpu_storage_owned(vec![T::from_f64(0.0); len]),
@@ -607,8 +612,12 @@ mod cuda {
             view_of_cuda(argument, slice, guard, dtype, layout)
         }
 
-        fn alloc_like(&self, len: usize) -> Result<Self> {
+        fn alloc_like(&self, len: usize, f32: bool) -> Result<Self> {
             let (device, candle_dtype) = (self.device.clone(), self.dtype());
+            if f32 {
+                // SAFETY: as below.
+                return Ok(CudaStorage::wrap_cuda_slice(unsafe { device.alloc::<f32>(len) }?, device));
+            }
             // SAFETY: the contents are unspecified until the op writes every element; on error the
             // storage is dropped unread.
             let storage = with_float_data!(CudaStorageSlice, &self.slice, |_s: T| {

@@ -21,7 +21,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use ferrinfer_launch::cudarc::driver::CudaStream;
-use ferrinfer_launch::op::{Extent, OpInfo, Role};
+use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, TensorArg};
 use ferrinfer_launch::{DType, Device, Error, MAX_DIMS, Stream, TensorView, borrowed_stream};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
@@ -112,7 +112,7 @@ fn call<'py>(
     for (i, arg) in op.tensors.iter().enumerate() {
         objects.push(match tensor_object(i) {
             Some(object) => object,
-            None => allocate_like(&first, arg.extent, op.tensors[0].extent)?,
+            None => allocate_like(&first, arg, op.tensors[0].extent)?,
         });
     }
     let imported = op
@@ -342,31 +342,36 @@ fn current_stream(input: &Bound<'_, PyAny>, torch: Option<&Torch>, ordinal: usiz
     Ok(None)
 }
 
-/// A new array for an `Out` argument of `extent`, from the first tensor (of `first_extent`): its
-/// leading dimensions and `H`, its dtype and device, from its own framework.
-fn allocate_like<'py>(first: &Bound<'py, PyAny>, extent: Extent, first_extent: Extent) -> PyResult<Bound<'py, PyAny>> {
-    let shape: Vec<i64> = first.getattr(intern!(first.py(), "shape"))?.extract()?;
+/// A new array for `Out` argument `arg`, from the first tensor (of `first_extent`): its leading
+/// dimensions and `H`, its device and (unless the output is always f32) dtype, from its own
+/// framework.
+fn allocate_like<'py>(first: &Bound<'py, PyAny>, arg: &TensorArg, first_extent: Extent) -> PyResult<Bound<'py, PyAny>> {
+    let py = first.py();
+    let shape: Vec<i64> = first.getattr(intern!(py, "shape"))?.extract()?;
     let mut out_shape = shape.clone();
     if let Some(last) = out_shape.last_mut() {
-        *last = match (first_extent, extent) {
+        *last = match (first_extent, arg.extent) {
             (Extent::DoubleRows, Extent::Rows) => *last / 2,
             (Extent::Rows, Extent::DoubleRows) => *last * 2,
             _ => *last,
         };
     }
-    let same = out_shape == shape;
-    if let Some(torch) = as_torch(first, torch(first.py())?)? {
-        return match same {
-            true => torch.empty_like.bind(first.py()).call1((first,)),
-            false => first.call_method1(intern!(first.py(), "new_empty"), (out_shape,)),
-        };
+    let f32 = arg.dtype == DTypeRule::F32;
+    let same = out_shape == shape && !f32;
+    if let Some(torch) = as_torch(first, torch(py)?)? {
+        if same {
+            return torch.empty_like.bind(py).call1((first,));
+        }
+        let kwargs = f32.then(|| [("dtype", py.import("torch")?.getattr("float32")?)].into_py_dict(py)).transpose()?;
+        return first.call_method(intern!(py, "new_empty"), (out_shape,), kwargs.as_ref());
     }
     if first.hasattr("__array_namespace__")? {
         let xp = first.call_method0("__array_namespace__")?;
         if same {
             return xp.call_method1("empty_like", (first,));
         }
-        let kwargs = [("dtype", first.getattr("dtype")?)].into_py_dict(first.py())?;
+        let dtype = if f32 { xp.getattr("float32")? } else { first.getattr("dtype")? };
+        let kwargs = [("dtype", dtype)].into_py_dict(py)?;
         return xp.call_method("empty", (out_shape,), Some(&kwargs));
     }
     Err(PyTypeError::new_err(format!("cannot allocate an output like a {} ; pass out=", type_name(first))))

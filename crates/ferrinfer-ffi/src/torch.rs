@@ -21,7 +21,7 @@
 use std::sync::Arc;
 
 use ferrinfer_launch::cudarc::driver::CudaStream;
-use ferrinfer_launch::op::Extent;
+use ferrinfer_launch::op::{DTypeRule, Extent, TensorArg};
 use ferrinfer_launch::{DType, Device, Error, MAX_DIMS, Stream, TensorView};
 use tch::{Kind, TchError, Tensor};
 
@@ -66,7 +66,7 @@ macro_rules! tch_functions {
         $(
             $(#[doc = $doc:literal])*
             fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)?]),+)
-                $(-> $($out:ident : Out [$out_extent:ident]),+)?
+                $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
                 $(; $($scalar:ident : f32 = $default:literal),+)?
                 => $op:expr, reference $reference:path;
         )+
@@ -101,6 +101,7 @@ macro_rules! tch_param {
 
 ferrinfer_launch::norm_ops!(tch_functions);
 ferrinfer_launch::activation_ops!(tch_functions);
+ferrinfer_launch::sampling_ops!(tch_functions);
 
 /// The outputs an op produced, as its function returns them.
 trait Produced: Sized {
@@ -139,7 +140,7 @@ pub fn call(
         .zip(&op.tensors[inputs.len()..])
         .map(|(given, arg)| match given {
             Some(tensor) => Ok(tensor.shallow_clone()),
-            None => allocate_like(first, op.tensors[0].extent, arg.extent),
+            None => allocate_like(first, op.tensors[0].extent, arg),
         })
         .collect::<Result<_, TchError>>()?;
     for (tensor, name) in outputs.iter().zip(names.skip(inputs.len())) {
@@ -150,15 +151,18 @@ pub fn call(
     Ok(outputs)
 }
 
-/// A new tensor for an output of `extent`, like `first` (of `first_extent`).
-fn allocate_like(first: &Tensor, first_extent: Extent, extent: Extent) -> Result<Tensor, TchError> {
+/// A new tensor for output `arg`, like `first` (of `first_extent`): its device, its kind unless
+/// the output is always f32, its shape with the output's row length.
+fn allocate_like(first: &Tensor, first_extent: Extent, arg: &TensorArg) -> Result<Tensor, TchError> {
     let mut shape = first.size();
-    match (first_extent, extent, shape.last_mut()) {
+    let kind = if arg.dtype == DTypeRule::F32 { Kind::Float } else { first.f_kind()? };
+    match (first_extent, arg.extent, shape.last_mut()) {
         (Extent::DoubleRows, Extent::Rows, Some(last)) => *last /= 2,
         (Extent::Rows, Extent::DoubleRows, Some(last)) => *last *= 2,
-        _ => return first.f_empty_like(),
+        _ if kind == first.f_kind()? => return first.f_empty_like(),
+        _ => {}
     }
-    Tensor::f_empty(shape, (first.f_kind()?, first.device()))
+    Tensor::f_empty(shape, (kind, first.device()))
 }
 
 /// A view of `tensor`'s memory (no copy), valid while `tensor` is borrowed. The checks before

@@ -62,6 +62,7 @@ impl ActivationModule {
                 params: "activation::ActivationParams".into(),
                 generics: vec![self.kernel.kind().into(), element_type(self.dtype).into(), vec.to_string()],
                 max_registers: None,
+                stores: None,
             })
             .collect();
         FAMILY.spec(format!("activation_{base}"), arch, debug, entry_points)

@@ -124,6 +124,7 @@ impl NormModule {
             params: "norm::NormParams".into(),
             generics: [types.to_vec(), vec![self.vec.to_string(), chunks.to_string(), pipelined.to_string()]].concat(),
             max_registers: None,
+            stores: None,
         });
         let stream = EntrySpec {
             name: format!("ferrinfer_{base}_stream"),
@@ -131,6 +132,7 @@ impl NormModule {
             params: "norm::NormParams".into(),
             generics: [types.to_vec(), vec![self.vec.to_string()]].concat(),
             max_registers: None,
+            stores: None,
         };
         let staged = STAGED_CHUNK_COUNTS.into_iter().filter(|_| self.has_staged(arch)).map(|chunks| EntrySpec {
             name: format!("ferrinfer_{base}_s{chunks}"),
@@ -138,6 +140,7 @@ impl NormModule {
             params: "norm::NormParams".into(),
             generics: [types.to_vec(), vec![self.vec.to_string(), chunks.to_string()]].concat(),
             max_registers: None,
+            stores: None,
         });
         FAMILY.spec(format!("norm_{base}"), arch, debug, register.chain([stream]).chain(staged).collect())
     }

@@ -78,23 +78,38 @@ pub fn parse(text: &str) -> BTreeMap<String, Sass> {
     functions
 }
 
-/// Whether an entry stores 16-bit floats (its generic arguments name them).
+/// Whether an entry stores 16-bit floats: its `stores`, else its first generic argument.
 fn stores_half_precision(entry: &EntrySpec) -> bool {
-    entry.generics.first().is_some_and(|g| g == "element::Bf16" || g == "element::F16")
+    let stored = entry.stores.as_deref().or(entry.generics.first().map(String::as_str));
+    stored.is_some_and(|g| g == "element::Bf16" || g == "element::F16")
 }
 
-/// What is wrong with an entry point's machine code, if anything:
+/// How many loads and stores of distributed shared memory (`ld/st.shared::cluster`: another
+/// block's shared memory in a cluster) entry `name` of `ptx` asks for: these have no dedicated
+/// SASS instruction and become generic `LD`/`ST`.
+pub fn cluster_accesses(ptx: &str, name: &str) -> (usize, usize) {
+    let start = ptx.find(&format!(".entry {name}(")).map_or(ptx.len(), |i| i + 1);
+    let body = &ptx[start..];
+    let body = &body[..body.find(".entry ").unwrap_or(body.len())];
+    (body.matches("ld.shared::cluster").count(), body.matches("st.shared::cluster").count())
+}
+
+/// What is wrong with an entry point's machine code (`sass`, from `ptx`), if anything:
 /// - a generic `LD`/`ST` (the tensors are global memory: `LDG`/`STG` skip the address-space
-///   check and are what the kernels ask for);
+///   check and are what the kernels ask for) beyond the entry's distributed shared memory
+///   accesses ([`cluster_accesses`]);
 /// - local memory (`LDL`/`STL`: a spilled register array);
 /// - a kernel storing bf16/f16 without the hardware conversion (`F2FP`), or with the software
 ///   rounding's `0x7fff` bias;
 /// - more registers than the entry's budget (`max_registers`).
-pub fn violations(entry: &EntrySpec, sass: &Sass, registers: u32) -> Vec<String> {
+pub fn violations(entry: &EntrySpec, sass: &Sass, registers: u32, ptx: &str) -> Vec<String> {
     let mut found = Vec::new();
-    for generic in ["LD", "ST"] {
-        if let Some(n) = sass.opcodes.get(generic) {
-            found.push(format!("{n} generic {generic} (expected {generic}G for global memory)"));
+    let (cluster_loads, cluster_stores) = cluster_accesses(ptx, &entry.name);
+    for (generic, cluster) in [("LD", cluster_loads), ("ST", cluster_stores)] {
+        if let Some(&n) = sass.opcodes.get(generic).filter(|&&n| n as usize > cluster) {
+            found.push(format!(
+                "{n} generic {generic} (expected {generic}G for global memory; {cluster} for distributed shared memory)"
+            ));
         }
     }
     for local in ["LDL", "STL"] {
@@ -149,6 +164,7 @@ k_a:
             params: "P".into(),
             generics: vec![first_generic.into()],
             max_registers: cap,
+            stores: None,
         }
     }
 
@@ -164,13 +180,26 @@ k_a:
     #[test]
     fn each_rule_fires_and_clean_code_passes() {
         let parsed = parse(SAMPLE);
-        assert!(violations(&entry("k_a", "element::Bf16", Some(64)), &parsed["k_a"], 40).is_empty());
-        let bad = violations(&entry("k_b", "element::Bf16", Some(64)), &parsed["k_b"], 80);
+        assert!(violations(&entry("k_a", "element::Bf16", Some(64)), &parsed["k_a"], 40, "").is_empty());
+        let bad = violations(&entry("k_b", "element::Bf16", Some(64)), &parsed["k_b"], 80, "");
         let text = bad.join("\n");
         for expected in ["generic LD", "STL: local memory", "no F2FP", "0x7fff", "80 registers, over its budget of 64"]
         {
             assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
         }
-        assert!(violations(&entry("k_b", "f32", None), &parsed["k_b"], 80).iter().all(|v| !v.contains("F2FP")));
+        assert!(violations(&entry("k_b", "f32", None), &parsed["k_b"], 80, "").iter().all(|v| !v.contains("F2FP")));
+        let stores_f32 = EntrySpec { stores: Some("f32".into()), ..entry("k_b", "element::Bf16", None) };
+        assert!(violations(&stores_f32, &parsed["k_b"], 80, "").iter().all(|v| !v.contains("F2FP")));
+    }
+
+    #[test]
+    fn generic_accesses_of_distributed_shared_memory_are_allowed_and_no_more() {
+        let ptx = ".visible .entry k_b(\n ld.shared::cluster.f32 %f1, [%r1];\n}\n.visible .entry k_c(\n st.shared::cluster.f32 [%r1], %f1;\n}";
+        assert_eq!((cluster_accesses(ptx, "k_b"), cluster_accesses(ptx, "k_c")), ((1, 0), (0, 1)));
+        let parsed = parse(SAMPLE);
+        let found = violations(&entry("k_b", "f32", None), &parsed["k_b"], 8, ptx);
+        assert!(found.iter().all(|v| !v.contains("generic LD")), "{found:?}");
+        let found = violations(&entry("k_c", "f32", None), &parsed["k_b"], 8, ptx);
+        assert!(found.iter().any(|v| v.contains("1 generic LD")), "{found:?}");
     }
 }

@@ -44,6 +44,11 @@ pub struct EntrySpec {
     /// Register cap (PTX `.maxnreg`) the builder puts on the entry; without one ptxas spends up
     /// to 255 registers on hoisting loads, and occupancy falls. ptxas checks it causes no spill.
     pub max_registers: Option<u32>,
+    /// The element type it stores, where that is not its first generic argument (softmax reads
+    /// bf16 logits, stores f32 probabilities): what the SASS guard's conversion rule checks.
+    /// Absent from the TOML when `None`, so the other specs' keys do not change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stores: Option<String>,
 }
 
 /// Hashes the identifying fields only (equal specs still compare in full): an in-process cache

@@ -62,7 +62,9 @@ fn jit_sass_every_kernel_keeps_the_codegen_rules() {
                     failures.push(format!("{}: {spilled} bytes of spills or stack", entry.name));
                 }
                 failures.extend(
-                    sass::violations(entry, code, used.registers).into_iter().map(|v| format!("{}: {v}", entry.name)),
+                    sass::violations(entry, code, used.registers, &ptx.source)
+                        .into_iter()
+                        .map(|v| format!("{}: {v}", entry.name)),
                 );
                 report.push_str(&format!("  {}\n", sass::report_line(&entry.name, code, used.registers, spilled)));
             }

@@ -6,6 +6,7 @@
 
 use core::arch::{asm, nvptx};
 
+use crate::MAX_CLUSTER_BLOCKS;
 #[cfg(target_feature = "sm_90")]
 use crate::STAGING_HEADER_BYTES;
 
@@ -186,6 +187,129 @@ impl RowGroup {
         let mine = if lane < warps { load_partial(base + lane) } else { 0.0 };
         warp_sum(mine)
     }
+}
+
+/// A pair of f32 values reduced over a whole block with `combine`; every thread gets the same
+/// result (butterfly trees within warps, then across the warps' results: a fixed order, so the
+/// result never depends on timing). `combine` must be symmetric bit for bit and `empty` its
+/// identity. Every thread of the block must call it; it uses `ferrinfer_group_partials` between
+/// two block barriers, so no [`RowGroup`] reduction may be in flight.
+#[inline(always)]
+pub fn block_pairs(value: [f32; 2], empty: [f32; 2], combine: impl Fn([f32; 2], [f32; 2]) -> [f32; 2]) -> [f32; 2] {
+    let warp = |mut v: [f32; 2]| {
+        for step in 0..5 {
+            let mask = 16 >> step;
+            v = combine(v, [shuffle_xor(v[0], mask), shuffle_xor(v[1], mask)]);
+        }
+        v
+    };
+    let total = warp(value);
+    let (lane, warp_index, warps) = (thread_index() % 32, thread_index() / 32, block_size().div_ceil(32));
+    block_barrier();
+    if lane == 0 {
+        store_partial(warp_index, total[0]);
+        store_partial(MAX_WARPS as u32 + warp_index, total[1]);
+    }
+    block_barrier();
+    let mine = if lane < warps { [load_partial(lane), load_partial(MAX_WARPS as u32 + lane)] } else { empty };
+    warp(mine)
+}
+
+/// The blocks of a thread-block cluster along x (sm_90), exchanging one pair of f32 values each
+/// through their shared memory: each block writes its pair into every block's slot for it, and
+/// all read the pairs back in rank order. Slots live at the start of the dynamic shared memory
+/// ([`crate::CLUSTER_PAIRS_BYTES`] of it), in two sets used alternately, so that one cluster barrier
+/// per exchange suffices: a block cannot write a set again before every block has passed the
+/// barrier of the exchange between. A count of 1 (no cluster) exchanges nothing. A block may
+/// write another's shared memory only once that block runs: [`ClusterPairs::new`] waits for
+/// the whole cluster (compute-sanitizer's racecheck flagged the writes without it).
+#[derive(Clone, Copy)]
+pub struct ClusterPairs {
+    count: u32,
+}
+
+impl ClusterPairs {
+    /// Exchanges among `count` blocks (≤ [`MAX_CLUSTER_BLOCKS`]; the launch's cluster size), once
+    /// every block of the cluster has started. Every thread of every block must call it.
+    #[inline(always)]
+    pub fn new(count: u32) -> Self {
+        let pairs = ClusterPairs { count: count.clamp(1, MAX_CLUSTER_BLOCKS) };
+        if pairs.count > 1 {
+            cluster_barrier();
+        }
+        pairs
+    }
+
+    #[inline(always)]
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// This block's rank in its cluster (0 without one).
+    #[inline(always)]
+    pub fn rank(&self) -> u32 {
+        if self.count == 1 {
+            return 0;
+        }
+        #[cfg(target_feature = "sm_90")]
+        {
+            let rank: u32;
+            unsafe { asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) rank, options(pure, nomem, nostack)) };
+            rank
+        }
+        #[cfg(not(target_feature = "sm_90"))]
+        0
+    }
+
+    /// `combine` folded over every block's `value`, in rank order; every thread of every block
+    /// of the cluster must call it, with the same `round` (its exchange's count, from 0).
+    #[inline(always)]
+    pub fn merge(&self, value: [f32; 2], round: u32, combine: impl Fn([f32; 2], [f32; 2]) -> [f32; 2]) -> [f32; 2] {
+        #[cfg(target_feature = "sm_90")]
+        if self.count > 1 {
+            let base: u32;
+            unsafe { asm!("mov.u32 {b}, ferrinfer_dynamic;", b = out(reg32) base, options(pure, nomem, nostack)) };
+            let slots = base + (round & 1) * (crate::CLUSTER_PAIRS_BYTES / 2);
+            if thread_index() == 0 {
+                let own = slots + self.rank() * 8;
+                for target in 0..self.count {
+                    unsafe {
+                        asm!(
+                            "{{ .reg .b32 remote; mapa.shared::cluster.u32 remote, {own}, {target}; st.shared::cluster.v2.f32 [remote], {{{a}, {b}}}; }}",
+                            own = in(reg32) own, target = in(reg32) target, a = in(reg32) value[0], b = in(reg32) value[1],
+                            options(nostack)
+                        )
+                    };
+                }
+            }
+            cluster_barrier();
+            let pair = |rank: u32| {
+                let (a, b): (f32, f32);
+                unsafe {
+                    asm!("ld.shared.v2.f32 {{{a}, {b}}}, [{s}];", a = out(reg32) a, b = out(reg32) b, s = in(reg32) slots + rank * 8, options(nostack))
+                };
+                [a, b]
+            };
+            let mut total = pair(0);
+            for rank in 1..self.count {
+                total = combine(total, pair(rank));
+            }
+            return total;
+        }
+        let _ = (round, &combine);
+        value
+    }
+}
+
+/// Every thread of every block of the cluster meets here; shared-memory writes before it (remote
+/// ones too) are visible after it. Not `.aligned`, for the reason of [`block_barrier`]. A no-op
+/// before sm_90 (no clusters).
+#[inline(always)]
+fn cluster_barrier() {
+    #[cfg(target_feature = "sm_90")]
+    unsafe {
+        asm!("barrier.cluster.arrive.release;", "barrier.cluster.wait.acquire;", options(nostack))
+    };
 }
 
 /// Programmatic dependent launch (sm_90+): the kernels of a stream may start before the previous

@@ -22,6 +22,7 @@ pub mod element;
 pub mod math;
 pub mod norm;
 pub mod random;
+pub mod sampling;
 pub mod vector;
 
 #[cfg(target_arch = "nvptx64")]
@@ -34,6 +35,15 @@ pub const STAGING_HEADER_BYTES: u32 = 128;
 
 /// Most stages a staging ring has: one mbarrier each in [`STAGING_HEADER_BYTES`].
 pub const MAX_STAGING_STAGES: u32 = STAGING_HEADER_BYTES / 8;
+
+/// Most blocks of a thread-block cluster the kernels use (CUDA's portable cluster size): the
+/// blocks sharing a softmax row (`sampling::SoftmaxParams::slices`).
+pub const MAX_CLUSTER_BLOCKS: u32 = 8;
+
+/// Dynamic shared memory a cluster's exchange of f32 pairs needs (`device::ClusterPairs`): two
+/// sets of one 8-byte slot per block. Here, not in the device-only module, because the launcher
+/// sizes the launch with it.
+pub const CLUSTER_PAIRS_BYTES: u32 = 2 * MAX_CLUSTER_BLOCKS * 8;
 
 /// This crate's source files, `(path under src/, contents)` (see `build.rs`), for the host:
 /// `ferrinfer-jit` hashes them into its cache keys and compiles them for the device.

@@ -217,7 +217,7 @@ impl Plan {
         let (grid, block) = self.geometry(limits.multiprocessors, limits.max_threads(entry), forced)?;
         let streams = forced.streams.unwrap_or(self.streams(limits.l2_bytes));
         let params = ActivationParams { streams: streams as u32, ..self.params };
-        Ok(Launch { entry, params, grid, block, shared_bytes: 0 })
+        Ok(Launch { entry, params, grid, block, shared_bytes: 0, cluster: 1 })
     }
 
     /// Whether the call streams (`ActivationParams::streams`): its bytes (input and output) pass

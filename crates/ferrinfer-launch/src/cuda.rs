@@ -220,7 +220,8 @@ struct DeviceInfo {
     max_shared_bytes: u32,
     /// The L2 cache's size.
     l2_bytes: u64,
-    /// Programmatic dependent launch (compute capability 9.0+).
+    /// Programmatic dependent launch and thread-block clusters (compute capability 9.0+, on
+    /// the device and in the module's target).
     supports_pdl: bool,
 }
 
@@ -255,6 +256,9 @@ pub(crate) struct Launch<P> {
     pub block: u32,
     /// Dynamic shared memory per block, in bytes.
     pub shared_bytes: u32,
+    /// Blocks per thread-block cluster along x (1: no cluster); divides `grid.0`. Only where
+    /// [`Limits::clusters`].
+    pub cluster: u32,
 }
 
 /// Threads per block at most, on every CUDA device (an entry's registers may allow fewer).
@@ -267,6 +271,8 @@ pub(crate) struct Limits<'m> {
     pub max_shared_bytes: u32,
     /// The L2 cache's size.
     pub l2_bytes: u64,
+    /// Whether launches may group blocks into clusters ([`Launch::cluster`]; sm_90).
+    pub clusters: bool,
     module: &'m LoadedModule,
 }
 
@@ -314,6 +320,7 @@ pub(crate) fn launch<M: KernelModule, P: Copy>(
         multiprocessors: device.multiprocessors,
         max_shared_bytes: device.max_shared_bytes,
         l2_bytes: device.l2_bytes,
+        clusters: device.supports_pdl,
         module: &loaded,
     };
     let kernel = configure(&limits)?;
@@ -339,7 +346,8 @@ fn allow_shared_bytes(function: &Function, bytes: u32) -> Result<(), Error> {
 
 /// `cuLaunchKernelEx` with one by-value parameter and, if `pdl`, programmatic stream
 /// serialization: the kernel may start while the previous one on the stream finishes, and waits
-/// for it at its `griddepcontrol.wait` (every ferrinfer kernel has one before its first read).
+/// for it at its `griddepcontrol.wait` (every ferrinfer kernel has one before its first read);
+/// the launch's cluster dimension when it has one.
 ///
 /// # Safety
 /// `params` must be what the kernel expects, every pointer in it valid for the launch.
@@ -349,13 +357,25 @@ unsafe fn launch_raw<P>(
     kernel: &Launch<P>,
     pdl: bool,
 ) -> Result<(), DriverError> {
-    let mut attribute = sys::CUlaunchAttribute {
-        id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+    let attribute = |id| sys::CUlaunchAttribute {
+        id,
         pad: [0; 4],
         // SAFETY: a plain C union of integers; all-zero is a valid value of every member.
         value: unsafe { std::mem::zeroed() },
     };
-    attribute.value.programmaticStreamSerializationAllowed = 1;
+    let mut attributes = Vec::with_capacity(2);
+    if pdl {
+        let mut serialization = attribute(CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
+        serialization.value.programmaticStreamSerializationAllowed = 1;
+        attributes.push(serialization);
+    }
+    if kernel.cluster > 1 {
+        let mut cluster = attribute(CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
+        cluster.value.clusterDim.x = kernel.cluster;
+        cluster.value.clusterDim.y = 1;
+        cluster.value.clusterDim.z = 1;
+        attributes.push(cluster);
+    }
     let config = sys::CUlaunchConfig {
         gridDimX: kernel.grid.0,
         gridDimY: kernel.grid.1,
@@ -365,8 +385,8 @@ unsafe fn launch_raw<P>(
         blockDimZ: 1,
         sharedMemBytes: kernel.shared_bytes,
         hStream: stream.cu_stream(),
-        attrs: &mut attribute,
-        numAttrs: pdl as u32,
+        attrs: attributes.as_mut_ptr(),
+        numAttrs: attributes.len() as u32,
     };
     let mut argument = &kernel.params as *const P as *mut std::ffi::c_void;
     // SAFETY: forwarded; the argument array holds one pointer to the by-value struct, which

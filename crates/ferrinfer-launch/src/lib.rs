@@ -15,7 +15,8 @@
 //! ([`logging`]).
 //!
 //! Shared files (`op`, `cuda`, `cpu`, `layout`, `tensor`, `tuning`, `error`, `logging`, `reference`)
-//! know no op family; each family's vocabulary stays in its own file (`norm.rs`).
+//! know no op family; each family's vocabulary stays in its own file (`norm.rs`, `activation.rs`,
+//! `sampling.rs`).
 //!
 //! This crate never names a framework (candle, torch, Python live in `ferrinfer-ffi`, above it),
 //! and nothing needs CUDA installed to build it: without a driver
@@ -30,6 +31,7 @@ pub mod logging;
 pub mod norm;
 pub mod op;
 pub mod reference;
+pub mod sampling;
 mod tensor;
 mod tuning;
 
@@ -39,6 +41,7 @@ pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
 pub use norm::{fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm};
 pub use op::OpInfo;
+pub use sampling::softmax;
 pub use tensor::{Device, HostElement, MAX_DIMS, Stream, TensorView, contiguous_strides};
 
 /// Re-exported so callers name the same cudarc and half types this crate uses.
@@ -46,7 +49,7 @@ pub use {cudarc, half};
 
 /// Every op of every family, family by family in table order: one line per family.
 pub fn ops() -> impl Iterator<Item = &'static OpInfo> {
-    norm::OPS.iter().chain(activation::OPS).copied()
+    norm::OPS.iter().chain(activation::OPS).chain(sampling::OPS).copied()
 }
 
 /// The op FlashInfer calls `name`.

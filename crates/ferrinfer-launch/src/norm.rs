@@ -494,6 +494,7 @@ impl Plan {
             grid: (staged.grid, 1),
             block: staged.threads,
             shared_bytes: staged.shared_bytes,
+            cluster: 1,
         }
     }
 
@@ -574,6 +575,7 @@ impl Plan {
             grid: (grid.max(1), 1),
             block,
             shared_bytes: 0,
+            cluster: 1,
         }
     }
 
@@ -587,7 +589,7 @@ impl Plan {
         let resident = limits.multiprocessors as u64 * limits.resident_blocks(entry, block, 0) as u64;
         let grid = self.params.rows.min(resident) as u32;
         let params = NormParams { threads_per_row: block, ..self.params };
-        Launch { entry, params, grid: (grid, 1), block, shared_bytes: 0 }
+        Launch { entry, params, grid: (grid, 1), block, shared_bytes: 0, cluster: 1 }
     }
 }
 

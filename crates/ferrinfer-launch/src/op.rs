@@ -46,6 +46,21 @@ pub enum DTypeRule {
     Same,
     /// The first tensor's, or f32 (layernorm's γ/β with f16/bf16 input).
     SameOrF32,
+    /// f32 whatever the first tensor's (softmax's probabilities).
+    F32,
+}
+
+impl DTypeRule {
+    /// The dtype an argument has by this rule when the first tensor's is `first` and the call
+    /// takes f32 wherever the rule allows it (`wide`).
+    pub fn dtype(self, first: DType, wide: bool) -> DType {
+        match self {
+            DTypeRule::Same => first,
+            DTypeRule::SameOrF32 if wide => DType::F32,
+            DTypeRule::SameOrF32 => first,
+            DTypeRule::F32 => DType::F32,
+        }
+    }
 }
 
 /// One tensor argument of an op.
@@ -209,15 +224,18 @@ macro_rules! __alias {
     };
 }
 
-/// The dtype rule of `[Extent]` / `[Extent | f32]`.
+/// The dtype rule of `[Extent]` / `[Extent | f32]` (inputs) / `[Extent as f32]` (outputs).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __dtype_rule {
     () => {
         $crate::op::DTypeRule::Same
     };
-    (f32) => {
+    (| f32) => {
         $crate::op::DTypeRule::SameOrF32
+    };
+    (as f32) => {
+        $crate::op::DTypeRule::F32
     };
 }
 
@@ -225,9 +243,10 @@ macro_rules! __dtype_rule {
 /// A family invokes it once: `crate::norm_ops!(crate::define_ops);`.
 ///
 /// The table's grammar, one line per op (what every consumer of a table matches):
-/// `fn NAME(INPUT: In|InOut [Extent (| f32)?], …) (-> OUTPUT: Out [Extent], …)? (; SCALAR: f32 =
-/// DEFAULT, …)? => SELECTOR, reference PATH;` with doc comments before it. `/ alias` after an
-/// argument's name gives FlashInfer's Python name when it differs.
+/// `fn NAME(INPUT: In|InOut [Extent (| f32)?], …) (-> OUTPUT: Out [Extent (as f32)?], …)? (;
+/// SCALAR: f32 = DEFAULT, …)? => SELECTOR, reference PATH;` with doc comments before it. `/ alias`
+/// after an argument's name gives FlashInfer's Python name when it differs; `| f32` lets an input
+/// be f32 whatever the first tensor's dtype, `as f32` makes an output f32 always.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! define_ops {
@@ -236,7 +255,7 @@ macro_rules! define_ops {
         $(
             $(#[doc = $doc:literal])*
             fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)?]),+)
-                $(-> $($out:ident : Out [$out_extent:ident]),+)?
+                $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
                 $(; $($scalar:ident : f32 = $default:literal),+)?
                 => $op:expr, reference $reference:path;
         )+
@@ -268,14 +287,14 @@ macro_rules! define_ops {
                             alias: $crate::__alias!($($alias)?),
                             role: $crate::op::Role::$role,
                             extent: $crate::op::Extent::$extent,
-                            dtype: $crate::__dtype_rule!($($wide)?),
+                            dtype: $crate::__dtype_rule!($(| $wide)?),
                         },)+
                         $($($crate::op::TensorArg {
                             name: stringify!($out),
                             alias: None,
                             role: $crate::op::Role::Out,
                             extent: $crate::op::Extent::$out_extent,
-                            dtype: $crate::op::DTypeRule::Same,
+                            dtype: $crate::__dtype_rule!($(as $fixed)?),
                         },)+)?
                     ],
                     scalars: &[$($($crate::op::ScalarArg { name: stringify!($scalar), default: $default as f64 }),+)?],

@@ -64,10 +64,11 @@ pub fn check_written(
 ) -> Result<Agreement, String> {
     let problem = Problem { dtype, hidden, tensors: inputs, written, scalars };
     let expected = op.reference(&problem);
-    let names = op.tensors.iter().filter(|a| a.role != Role::In).map(|a| a.name);
+    // Each written tensor at its own dtype's precision (softmax's f32 probabilities of bf16 logits).
+    let outputs = op.tensors.iter().filter(|a| a.role != Role::In).map(|a| (a.name, a.dtype.dtype(dtype, false)));
     let mut worst = Agreement { relative_error: 0.0, worst_element: 0.0 };
-    for ((name, got), want) in names.zip(written).zip(&expected) {
-        let agreement = compare(dtype, got, want).map_err(|e| format!("`{name}`: {e}"))?;
+    for (((name, out_dtype), got), want) in outputs.zip(written).zip(&expected) {
+        let agreement = compare(out_dtype, got, want).map_err(|e| format!("`{name}`: {e}"))?;
         worst.relative_error = worst.relative_error.max(agreement.relative_error);
         worst.worst_element = worst.worst_element.max(agreement.worst_element);
     }

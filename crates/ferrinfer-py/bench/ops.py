@@ -6,8 +6,11 @@ case a CUDA graph of 50 calls, replayed 3 times untimed and 15 times timed; the 
 median replay time / 50, in µs. Bytes: every input read once, every output written once. Inputs
 are random normal. ferrinfer runs on torch's current stream (the capture stream).
 
-Families: `norm` (rmsnorm, fused_add_rmsnorm over H ∈ {4096, 8192} × T ∈ {1, …, 65536}) and
-`activation` (silu/gelu/gelu_tanh_and_mul over d ∈ {4096, 11008, 14336} × T ∈ {1, …, 16384}).
+Families: `norm` (rmsnorm, fused_add_rmsnorm over H ∈ {4096, 8192} × T ∈ {1, …, 65536}),
+`activation` (silu/gelu/gelu_tanh_and_mul over d ∈ {4096, 11008, 14336} × T ∈ {1, …, 16384}) and
+`sampling` (softmax over vocabularies of 32000 and 128256 × batches of 1, 64, 256; `H` is the
+vocabulary, `T` the batch; FlashInfer's softmax returns a new tensor, its logits converted to f32
+first, as its API does).
 `--eager` instead times the host path: the wall time per call of 2000 back-to-back calls outside
 any graph (T = 1), what eager PyTorch pays per op.
 
@@ -30,6 +33,8 @@ import ferrinfer
 EPS = 1e-6
 NORM_GRID = [(H, T) for H in (4096, 8192) for T in (1, 16, 128, 1024, 4096, 16384, 65536)]
 ACTIVATION_GRID = [(D, T) for D in (4096, 11008, 14336) for T in (1, 16, 128, 1024, 4096, 16384)]
+SAMPLING_GRID = [(V, B) for V in (32000, 128256) for B in (1, 64, 256)]
+TEMPERATURE = 0.7
 
 
 def graph_us(fn, n=50, reps=15):
@@ -180,6 +185,38 @@ def activation_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
             del x, out
 
 
+def flashinfer_sampling():
+    """FlashInfer 0.7.2's sampling module (CUDA, built by the GPU machine's nvcc at first use);
+    None where unavailable."""
+    try:
+        import flashinfer.sampling as sampling
+        return sampling
+    except Exception as error:
+        print(f"# flashinfer sampling unavailable: {error!r}", file=sys.stderr)
+        return None
+
+
+def sampling_cases(record, dtype, fi, time_fn, impl_suffix, grid):
+    size = torch.tensor([], dtype=dtype).element_size()
+    eager = lambda x: torch.softmax(x.float() / TEMPERATURE, dim=-1)  # noqa: E731
+    compiled = torch.compile(eager)
+    for V, B in grid:
+        x, out = torch.randn(B, V, device="cuda", dtype=dtype), torch.empty(B, V, device="cuda", dtype=torch.float32)
+        nbytes = B * V * (size + 4)
+        record("softmax", B, V, nbytes, "torch_eager" + impl_suffix, time_fn(lambda: eager(x)))
+        compiled(x)
+        record("softmax", B, V, nbytes, "torch_compile" + impl_suffix, time_fn(lambda: compiled(x)))
+        if fi:
+            try:
+                fi.softmax(x, TEMPERATURE)
+                record("softmax", B, V, nbytes, "flashinfer" + impl_suffix, time_fn(lambda: fi.softmax(x, TEMPERATURE)))
+            except Exception as error:
+                print(f"# flashinfer softmax failed: {error!r}", file=sys.stderr)
+        record("softmax", B, V, nbytes, "ferrinfer-py" + impl_suffix,
+               time_fn(lambda: ferrinfer.softmax(x, TEMPERATURE, out=out)))
+        del x, out
+
+
 def only_tokens(grid, tokens):
     """The grid's (width, T) points whose T is in `tokens` (comma-separated); all if None."""
     if tokens is None:
@@ -190,9 +227,9 @@ def only_tokens(grid, tokens):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", default="norm", choices=["norm", "activation"])
+    parser.add_argument("--family", default="norm", choices=["norm", "activation", "sampling"])
     parser.add_argument("--ops", default=None, help="comma-separated (default: the family's ops)")
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--eager", action="store_true", help="time the host path (T = 1, no graph)")
     parser.add_argument("--tokens", default=None, help="comma-separated T values: only these rows of the grid")
     parser.add_argument("--out", default=None, help="also write the CSV here")
@@ -207,6 +244,9 @@ def main():
         ops = (args.ops or "rmsnorm,fused_add_rmsnorm").split(",")
         grid = [(4096, 1), (8192, 1)] if args.eager else only_tokens(NORM_GRID, args.tokens)
         norm_cases(record, dtype, ops, fi_norm, time_fn, suffix, grid)
+    elif args.family == "sampling":
+        grid = [(128256, 1)] if args.eager else only_tokens(SAMPLING_GRID, args.tokens)
+        sampling_cases(record, dtype, flashinfer_sampling(), time_fn, suffix, grid)
     else:
         ops = (args.ops or "silu_and_mul,gelu_and_mul,gelu_tanh_and_mul").split(",")
         grid = [(4096, 1), (14336, 1)] if args.eager else only_tokens(ACTIVATION_GRID, args.tokens)

@@ -129,3 +129,15 @@ def test_device_mismatch_is_a_value_error_and_out_is_untouched():
     with pytest.raises(TypeError, match="`weight` has dtype f16; expected f32"):
         ferrinfer.rmsnorm(x, torch.ones(64, device=DEV, dtype=torch.float16), out=out)
     assert out.isnan().all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 128256), (64, 32000), (3, 7)])
+def test_softmax_allocates_f32_probabilities_on_the_device(dtype, shape):
+    x = 4 * randn(*shape, dtype=dtype)
+    probs = ferrinfer.softmax(x, 0.8)
+    assert probs.dtype == torch.float32 and probs.device == x.device and probs.shape == x.shape
+    close(probs, torch.softmax(x.double() / 0.8, dim=-1), torch.float32)
+    again = torch.empty_like(probs)
+    ferrinfer.softmax(x, 0.8, out=again)
+    assert torch.equal(probs, again), "softmax is bitwise deterministic"

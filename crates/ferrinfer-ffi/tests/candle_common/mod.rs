@@ -83,8 +83,15 @@ pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &
             _ => assert_eq!(&values(t), b, "{context}: `{}` was written", arg.name),
         }
     }
-    written.extend(out.iter().map(|o| {
+    let out_args = op.tensors.iter().filter(|a| a.role == Role::Out);
+    written.extend(out.iter().zip(out_args).map(|(o, arg)| {
         assert_eq!(o.dims()[..o.rank() - 1], shape[..shape.len() - 1], "{context}: output shape");
+        let expected = match arg.dtype.dtype(dtype::<T>(), false) {
+            DType::F32 => CandleDType::F32,
+            DType::F16 => CandleDType::F16,
+            DType::Bf16 => CandleDType::BF16,
+        };
+        assert_eq!(o.dtype(), expected, "{context}: `{}`'s dtype", arg.name);
         values(o)
     }));
     reference::check_written(op, dtype::<T>(), hidden, &tensors, &written, &scalars)

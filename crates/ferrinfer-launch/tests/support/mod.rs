@@ -109,9 +109,9 @@ pub trait Runner {
 }
 
 /// The dtype of each of `op`'s tensors for input dtype `dtype`: `SameOrF32` arguments in f32
-/// when `wide` (layernorm's f32 γ/β).
+/// when `wide` (layernorm's f32 γ/β), `F32` ones always.
 fn dtypes(op: &OpInfo, dtype: DType, wide: bool) -> Vec<DType> {
-    op.tensors.iter().map(|t| if wide && t.dtype == DTypeRule::SameOrF32 { DType::F32 } else { dtype }).collect()
+    op.tensors.iter().map(|t| t.dtype.dtype(dtype, wide)).collect()
 }
 
 /// The buffers of `op` for `case`, inputs from `seed`.

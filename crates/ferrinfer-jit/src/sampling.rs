@@ -1,0 +1,91 @@
+//! The sampling family at layer 3: [`SamplingModule::spec`] describes one module per op and
+//! logits dtype, with one entry point per vector width (the launcher picks
+//! [`SamplingModule::entry`]). For now the family has one op, `softmax`.
+
+use ferrinfer_kernels::element::DType;
+
+use crate::spec::{EntrySpec, JitSpec, element_type, vector_widths};
+use crate::{CudaArch, Family};
+
+/// The sampling family: its kernel file and every module it declares (for AOT).
+pub const FAMILY: Family = Family { name: "sampling", sources: &["sampling.rs"], specs: declared_specs };
+
+/// The sampling kernels, one per op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SamplingKernel {
+    Softmax,
+}
+
+impl SamplingKernel {
+    pub const ALL: [SamplingKernel; 1] = [SamplingKernel::Softmax];
+
+    /// FlashInfer's name of the op.
+    pub fn name(self) -> &'static str {
+        match self {
+            SamplingKernel::Softmax => "softmax",
+        }
+    }
+
+    /// The generic kernel and its parameter type in `ferrinfer-kernels`.
+    fn kernel(self) -> (&'static str, &'static str) {
+        match self {
+            SamplingKernel::Softmax => ("sampling::softmax_rows", "sampling::SoftmaxParams"),
+        }
+    }
+}
+
+/// One sampling module: an op for a logits dtype, every vector width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SamplingModule {
+    pub kernel: SamplingKernel,
+    pub dtype: DType,
+}
+
+impl SamplingModule {
+    /// The entry index of vector width `vec` (elements), if the dtype has it.
+    pub fn entry(&self, vec: u32) -> Option<usize> {
+        vector_widths(self.dtype).position(|v| v == vec)
+    }
+
+    /// The module's spec for `arch`.
+    pub fn spec(&self, arch: CudaArch, debug: bool) -> JitSpec {
+        let base = format!("{}_{}", self.kernel.name(), self.dtype.name());
+        let (kernel, params) = self.kernel.kernel();
+        let entry_points = vector_widths(self.dtype)
+            .map(|vec| EntrySpec {
+                name: format!("ferrinfer_{base}_v{vec}"),
+                kernel: kernel.into(),
+                params: params.into(),
+                generics: vec![element_type(self.dtype).into(), vec.to_string()],
+                max_registers: None,
+                stores: Some("f32".into()),
+            })
+            .collect();
+        FAMILY.spec(format!("sampling_{base}"), arch, debug, entry_points)
+    }
+}
+
+/// Every module the sampling family declares: each op × logits dtype.
+pub fn declared_specs(arch: CudaArch, debug: bool) -> Vec<JitSpec> {
+    SamplingKernel::ALL
+        .into_iter()
+        .flat_map(|kernel| DType::ALL.map(|dtype| SamplingModule { kernel, dtype }.spec(arch, debug)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_module_has_an_entry_per_vector_width() {
+        let module = SamplingModule { kernel: SamplingKernel::Softmax, dtype: DType::Bf16 };
+        let spec = module.spec(CudaArch::HOPPER, false);
+        assert_eq!(spec.name, "sampling_softmax_bf16");
+        let v8 = &spec.entry_points[module.entry(8).unwrap()];
+        assert_eq!(v8.name, "ferrinfer_softmax_bf16_v8");
+        assert_eq!(v8.generics, ["element::Bf16", "8"]);
+        assert_eq!(SamplingModule { kernel: SamplingKernel::Softmax, dtype: DType::F32 }.entry(8), None);
+        assert_eq!(declared_specs(CudaArch::HOPPER, false).len(), 3);
+    }
+}

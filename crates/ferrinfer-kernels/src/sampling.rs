@@ -1,0 +1,269 @@
+//! The sampling family: what turns a decode step's logits into probabilities and tokens. For now
+//! `softmax(logits / temperature)` (FlashInfer's `softmax`), in f32 whatever the logits' type.
+//!
+//! Numerics, shared by the device kernel and the CPU backend: a logit `x` of a row with
+//! temperature `t` becomes `u = x · s` with `s = log2(e) / t` (`s = 0` for `t = 0`, FlashInfer's
+//! rule: every finite logit then weighs the same), and the row's probabilities are
+//! `2^(u − max u) / Σ 2^(u − max u)`. The sum is kept online as a [`Partial`] — a running maximum
+//! and the sum scaled to it — so a row is read once to reduce and once to write, and partials
+//! of slices of a row combine in any fixed order: the device combines them in a fixed tree, so
+//! a result never depends on timing or on the other rows. A row of −∞ only, or holding +∞ or
+//! NaN, comes out NaN (as FlashInfer's).
+
+use crate::element::Element;
+use crate::math::exp2;
+
+/// Arguments of every softmax kernel, passed by value. Strides and counts in elements.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct SoftmaxParams {
+    /// `[rows, vocab]`.
+    pub logits: u64,
+    /// `[rows, vocab]`, f32.
+    pub probs: u64,
+    pub rows: u64,
+    pub logits_row_stride: u64,
+    pub probs_row_stride: u64,
+    pub vocab: u32,
+    /// The temperature of every row.
+    pub temperature: f32,
+    /// Blocks sharing a row (the launch's thread-block cluster, sm_90), each reducing and writing
+    /// a contiguous slice of it; 1 without a cluster.
+    pub slices: u32,
+    pub _reserved: u32,
+}
+
+/// `log2(e) / temperature`, 0 for a temperature of 0 (FlashInfer: `inv_temp = 0`).
+#[inline(always)]
+pub fn logit_scale(temperature: f32) -> f32 {
+    if temperature == 0.0 { 0.0 } else { core::f32::consts::LOG2_E / temperature }
+}
+
+/// A running softmax denominator in base 2: `sum = Σ 2^(u − max)` over the values seen.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Partial {
+    pub max: f32,
+    pub sum: f32,
+}
+
+impl Partial {
+    /// Nothing seen yet.
+    pub const EMPTY: Partial = Partial { max: f32::NEG_INFINITY, sum: 0.0 };
+
+    /// This partial with `values` added (already scaled to base 2).
+    #[inline(always)]
+    pub fn with<const N: usize>(self, values: &[f32; N]) -> Partial {
+        let mut max = self.max;
+        for &u in values {
+            max = max.max(u);
+        }
+        if max == f32::NEG_INFINITY {
+            return self;
+        }
+        let mut sum = self.sum * exp2(self.max - max);
+        for &u in values {
+            sum += exp2(u - max);
+        }
+        Partial { max, sum }
+    }
+
+    /// Both partials' values together. Symmetric bit for bit (`a.merge(b) == b.merge(a)`), so
+    /// both lanes of a butterfly exchange hold the same result.
+    #[inline(always)]
+    pub fn merge(self, other: Partial) -> Partial {
+        let max = self.max.max(other.max);
+        if max == f32::NEG_INFINITY {
+            return Partial::EMPTY;
+        }
+        Partial { max, sum: self.sum * exp2(self.max - max) + other.sum * exp2(other.max - max) }
+    }
+
+    /// The probability of scaled value `u` once every value of the row is in.
+    #[inline(always)]
+    pub fn probability(&self, u: f32, inverse_sum: f32) -> f32 {
+        exp2(u - self.max) * inverse_sum
+    }
+}
+
+/// Values a host partial takes before it is merged into the row's: summing a 128k row's values
+/// one after another into one f32 would lose ~1e-5 of the sum to rounding, in chunks ~1e-7.
+const HOST_CHUNK: usize = 256;
+
+/// One row on the host (the CPU backend): the same scaling, partials and rounding steps as the
+/// device, summed by chunks of [`HOST_CHUNK`].
+///
+/// # Safety
+/// `p` must describe valid memory as the launcher validates it: the row in bounds, the output
+/// f32 and disjoint from the logits.
+pub unsafe fn softmax_row<T: Element>(p: &SoftmaxParams, row: u64) {
+    let logits = (p.logits as *const T).wrapping_add((row * p.logits_row_stride) as usize);
+    let probs = (p.probs as *mut f32).wrapping_add((row * p.probs_row_stride) as usize);
+    let scale = logit_scale(p.temperature);
+    let scaled = |i: usize| unsafe { logits.add(i).read() }.to_f32() * scale;
+    let vocab = p.vocab as usize;
+    let mut partial = Partial::EMPTY;
+    for start in (0..vocab).step_by(HOST_CHUNK) {
+        let chunk = (start..(start + HOST_CHUNK).min(vocab)).fold(Partial::EMPTY, |c, i| c.with(&[scaled(i)]));
+        partial = partial.merge(chunk);
+    }
+    let inverse_sum = 1.0 / partial.sum;
+    for i in 0..vocab {
+        unsafe { probs.add(i).write(partial.probability(scaled(i), inverse_sum)) };
+    }
+}
+
+#[cfg(target_arch = "nvptx64")]
+pub use device_kernels::softmax_rows;
+
+#[cfg(target_arch = "nvptx64")]
+mod device_kernels {
+    use super::*;
+    use crate::device::{ClusterPairs, block_pairs, block_size, chain_after_prior_grids, thread_index};
+    use crate::vector::{Kept, Packed, Reused};
+
+    /// Vectors each thread loads before it reduces them: their loads are in flight together.
+    const UNROLL: usize = 4;
+
+    impl From<Partial> for [f32; 2] {
+        #[inline(always)]
+        fn from(p: Partial) -> Self {
+            [p.max, p.sum]
+        }
+    }
+
+    impl From<[f32; 2]> for Partial {
+        #[inline(always)]
+        fn from([max, sum]: [f32; 2]) -> Self {
+            Partial { max, sum }
+        }
+    }
+
+    #[inline(always)]
+    fn merge_pairs(a: [f32; 2], b: [f32; 2]) -> [f32; 2] {
+        Partial::from(a).merge(Partial::from(b)).into()
+    }
+
+    /// The device kernel: the grid's y dimension strides over rows; the `p.slices` blocks of a
+    /// cluster (x) share a row, each reducing its slice, exchanging partials through the
+    /// cluster's shared memory, then writing its slice. Launcher's guarantees: `vocab`, strides
+    /// and pointers multiples of `VEC` elements (probs: `min(VEC · 4, 16)` bytes); the launch's
+    /// cluster is `(slices, 1, 1)` (none for 1) and its dynamic shared memory
+    /// [`crate::CLUSTER_PAIRS_BYTES`].
+    #[inline(always)]
+    pub unsafe fn softmax_rows<T: Element, const VEC: usize>(p: &SoftmaxParams) {
+        chain_after_prior_grids();
+        let slices = ClusterPairs::new(p.slices);
+        let vectors = p.vocab as usize / VEC;
+        let per_slice = vectors.div_ceil(slices.count() as usize);
+        let begin = (slices.rank() as usize * per_slice).min(vectors);
+        let end = (begin + per_slice).min(vectors);
+        let scale = logit_scale(p.temperature);
+        let (step, first) = (block_size() as usize, begin + thread_index() as usize);
+        let (mut row, row_step) =
+            unsafe { (core::arch::nvptx::_block_idx_y() as u64, core::arch::nvptx::_grid_dim_y() as u64) };
+        let mut round = 0u32;
+        while row < p.rows {
+            let logits = (p.logits as *const T).wrapping_add((row * p.logits_row_stride) as usize);
+            let probs = (p.probs as *mut f32).wrapping_add((row * p.probs_row_stride) as usize);
+            let scaled = |v: usize| {
+                let x = unsafe { Packed::<T, VEC>::load::<Reused>(logits.add(v * VEC)) }.to_f32();
+                x.map(|x| x * scale)
+            };
+            let mut partial = Partial::EMPTY;
+            let mut v = first;
+            while v < end {
+                let mut values = [[f32::NEG_INFINITY; VEC]; UNROLL];
+                for (k, values) in values.iter_mut().enumerate() {
+                    if v + k * step < end {
+                        *values = scaled(v + k * step);
+                    }
+                }
+                for values in &values {
+                    partial = partial.with(values);
+                }
+                v += UNROLL * step;
+            }
+            let block = block_pairs(partial.into(), Partial::EMPTY.into(), merge_pairs);
+            let total = Partial::from(slices.merge(block, round, merge_pairs));
+            let inverse_sum = 1.0 / total.sum;
+            // Unrolled as the reduction: one vector a step waited on each load (its stores keep
+            // the next load behind them) — 8 load latencies in a row for a 64 KB slice.
+            let mut v = first;
+            while v < end {
+                let mut values = [[0.0f32; VEC]; UNROLL];
+                for (k, values) in values.iter_mut().enumerate() {
+                    if v + k * step < end {
+                        *values = scaled(v + k * step);
+                    }
+                }
+                for (k, values) in values.iter().enumerate() {
+                    if v + k * step < end {
+                        let probabilities = values.map(|u| total.probability(u, inverse_sum));
+                        let at = probs.wrapping_add((v + k * step) * VEC);
+                        unsafe { Packed::<f32, VEC>::from_f32(probabilities).store::<Kept>(at) };
+                    }
+                }
+                v += UNROLL * step;
+            }
+            row += row_step;
+            round += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn softmax<const N: usize>(logits: [f32; N], temperature: f32) -> [f32; N] {
+        let mut probs = [0.0f32; N];
+        let p = SoftmaxParams {
+            logits: logits.as_ptr() as u64,
+            probs: probs.as_mut_ptr() as u64,
+            rows: 1,
+            logits_row_stride: N as u64,
+            probs_row_stride: N as u64,
+            vocab: N as u32,
+            temperature,
+            slices: 1,
+            _reserved: 0,
+        };
+        unsafe { softmax_row::<f32>(&p, 0) };
+        probs
+    }
+
+    /// The f64 references are the launch crate's (`softmax_reference`); here the definition's
+    /// two properties: the probabilities sum to 1 and their ratios are `e^((x_i − x_j) / t)`
+    /// (host `exp2`, itself tested against exact powers in `math`).
+    #[test]
+    fn softmax_row_sums_to_one_in_the_ratios_of_the_definition() {
+        let logits = [1.0f32, -2.0, 0.5, 3.0, f32::NEG_INFINITY];
+        for temperature in [1.0f32, 0.5, 2.0] {
+            let probs = softmax(logits, temperature);
+            assert!((probs.iter().sum::<f32>() - 1.0).abs() < 1e-6, "{probs:?}");
+            for i in 0..4 {
+                let ratio = exp2((logits[i] - logits[3]) / temperature * core::f32::consts::LOG2_E);
+                assert!((probs[i] / probs[3] - ratio).abs() < 2e-6 * ratio.max(1.0), "{i}: {probs:?}");
+            }
+            assert_eq!(probs[4], 0.0);
+        }
+    }
+
+    #[test]
+    fn zero_temperature_weighs_every_finite_logit_alike_and_degenerate_rows_are_nan() {
+        assert_eq!(softmax([1.0, 5.0, -3.0, 0.0], 0.0), [0.25; 4]);
+        assert!(softmax([f32::NEG_INFINITY; 3], 1.0).iter().all(|p| p.is_nan()));
+        assert!(softmax([1.0, f32::INFINITY], 1.0).iter().all(|p| p.is_nan()));
+    }
+
+    #[test]
+    fn partials_merge_symmetrically_and_as_one_pass() {
+        let a = Partial::EMPTY.with(&[1.0, 4.0, -2.0]);
+        let b = Partial::EMPTY.with(&[7.5, 0.0]);
+        assert_eq!(a.merge(b), b.merge(a));
+        let whole = Partial::EMPTY.with(&[1.0, 4.0, -2.0, 7.5, 0.0]);
+        assert!((a.merge(b).sum - whole.sum).abs() < 1e-6 && a.merge(b).max == whole.max);
+        assert_eq!(a.merge(Partial::EMPTY), a);
+        assert_eq!(Partial::EMPTY.merge(Partial::EMPTY), Partial::EMPTY);
+    }
+}

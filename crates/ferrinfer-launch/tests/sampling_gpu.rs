@@ -1,0 +1,90 @@
+//! The sampling family on a CUDA GPU through the public API: softmax for every logits dtype over
+//! a grid of vocabularies (up to 262144, odd ones too) and rows, every kernel path at
+//! sanitizer-friendly sizes, bitwise determinism (repeated calls, rows permuted, a row alone),
+//! temperatures, and more than 2^31 elements. Without a CUDA driver or device every test prints
+//! that it was skipped and passes (CI has no GPU).
+
+mod support;
+
+use ferrinfer_launch::reference::{compare, random_normal};
+use ferrinfer_launch::{DType, softmax};
+use support::{Buffer, Case, Gpu, Runner, buffer_of, family, run_cases};
+
+#[test]
+fn sampling_gpu_grid() {
+    let Some(gpu) = Gpu::get("sampling_gpu_grid") else { return };
+    let mut cases = Vec::new();
+    for rows in [1, 7, 64, 257] {
+        for vocab in [1, 7, 64, 1000, 4097, 8192, 16385, 32000, 128_256, 151_936, 262_144] {
+            cases.extend([Case::contiguous(rows, vocab), Case::strided(rows, vocab)]);
+        }
+    }
+    run_cases(&gpu, &family("sampling"), 5_000_000, &cases);
+}
+
+#[test]
+fn sampling_gpu_sanitizer_every_kernel_path() {
+    let Some(gpu) = Gpu::get("sampling_gpu_sanitizer_every_kernel_path") else { return };
+    // Beyond the shared cases: a row across 2, 4 and 8 blocks of a cluster, rows past the grid.
+    let mut cases = support::sanitizer_cases();
+    cases.extend([Case::strided(3, 16_384), Case::contiguous(2, 40_000), Case::strided(3, 65_543)]);
+    cases.push(Case::contiguous(70_000, 8));
+    run_cases(&gpu, &family("sampling"), 7_500_000, &cases);
+}
+
+/// `rows` rows of `vocab` f32 logits through softmax at `temperature` on the GPU: the probs.
+fn gpu_softmax(gpu: &Gpu, logits: &[f32], vocab: usize, temperature: f32) -> Vec<f32> {
+    let rows = logits.len() / vocab;
+    let mut buffers = [buffer_of(logits, &[rows, vocab]), buffer_of(&vec![f32::NAN; logits.len()], &[rows, vocab])];
+    gpu.run(&softmax::INFO, &mut buffers, &[temperature as f64]).unwrap();
+    bytemuck::cast_slice(&buffers[1].bytes).to_vec()
+}
+
+/// Bitwise: the same call twice, the rows in another order, one row alone.
+#[test]
+fn sampling_gpu_softmax_is_bitwise_deterministic_whatever_the_batch() {
+    let Some(gpu) = Gpu::get("sampling_gpu_softmax_is_bitwise_deterministic_whatever_the_batch") else { return };
+    let (rows, vocab) = (64, 128_256);
+    let logits: Vec<f32> = random_normal(rows * vocab, 11).iter().map(|x: &f32| 4.0 * x).collect();
+    let first = gpu_softmax(&gpu, &logits, vocab, 1.0);
+    for _ in 0..3 {
+        assert!(first == gpu_softmax(&gpu, &logits, vocab, 1.0), "a repeated call differs");
+    }
+    let order: Vec<usize> = (0..rows).map(|r| (r * 37 + 5) % rows).collect();
+    let permuted: Vec<f32> = order.iter().flat_map(|&r| logits[r * vocab..(r + 1) * vocab].to_vec()).collect();
+    let permuted_probs = gpu_softmax(&gpu, &permuted, vocab, 1.0);
+    for (i, &r) in order.iter().enumerate() {
+        assert!(permuted_probs[i * vocab..(i + 1) * vocab] == first[r * vocab..(r + 1) * vocab], "row {r} moved");
+    }
+    let alone = gpu_softmax(&gpu, &logits[17 * vocab..18 * vocab], vocab, 1.0);
+    assert!(alone == first[17 * vocab..18 * vocab], "row 17 alone differs from row 17 in the batch");
+}
+
+#[test]
+fn sampling_gpu_softmax_follows_the_temperature() {
+    let Some(gpu) = Gpu::get("sampling_gpu_softmax_follows_the_temperature") else { return };
+    let op = &softmax::INFO;
+    let (rows, vocab) = (3, 32_000);
+    let logits: Vec<f32> = random_normal(rows * vocab, 13);
+    let as_f64: Vec<f64> = logits.iter().map(|&x| x as f64).collect();
+    for temperature in [0.25f32, 0.7, 3.0] {
+        let want = &op.reference_of(DType::F32, vocab, &[as_f64.clone(), Vec::new()], &[temperature as f64])[0];
+        let got: Vec<f64> = gpu_softmax(&gpu, &logits, vocab, temperature).iter().map(|&p| p as f64).collect();
+        compare(DType::F32, &got, want).unwrap_or_else(|e| panic!("temperature {temperature}: {e}"));
+    }
+    assert!(gpu_softmax(&gpu, &logits, vocab, 0.0).iter().all(|&p| p == 1.0 / vocab as f32));
+}
+
+/// More than 2^31 logits: every offset must be 64-bit. Checked on slices of rows, on all cores.
+#[test]
+fn sampling_gpu_over_2_pow_31_elements() {
+    let Some(gpu) = Gpu::get("sampling_gpu_over_2_pow_31_elements") else { return };
+    let case = Case::contiguous(17_000, 128_256);
+    assert!(case.rows * case.hidden > 1 << 31);
+    let op = &softmax::INFO;
+    let before: Vec<Buffer> = support::buffers(op, DType::Bf16, false, &case, 61);
+    let mut after = before.clone();
+    gpu.run(op, &mut after, &[1.0]).unwrap();
+    let failures = support::check_in_slices(op, DType::Bf16, &case, &before, &after, &[1.0], 500);
+    assert!(failures.is_empty(), "{failures:?}");
+}

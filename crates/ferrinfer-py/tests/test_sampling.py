@@ -1,0 +1,45 @@
+"""The sampling family in the `ferrinfer` wheel on the CPU backend through NumPy's DLPack:
+softmax's FlashInfer signature, f32 probabilities whatever the logits' dtype, temperatures, and
+errors raised with the Rust messages."""
+import inspect
+
+import numpy as np
+import pytest
+
+import ferrinfer
+
+RNG = np.random.default_rng(1)
+
+
+def softmax_ref(x, temperature):
+    u = x.astype(np.float64) / temperature
+    e = np.exp(u - u.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("shape", [(3, 32000), (2, 5, 1000), (1, 7)])
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_softmax_returns_f32_probabilities(dtype, shape, temperature):
+    x = (3 * RNG.standard_normal(shape)).astype(dtype)
+    probs = ferrinfer.softmax(x, temperature)
+    assert probs.dtype == np.float32 and probs.shape == x.shape
+    np.testing.assert_allclose(probs, softmax_ref(x, temperature), rtol=2e-5, atol=1e-9)
+
+
+def test_softmax_writes_into_out_and_zero_temperature_is_uniform():
+    x = RNG.standard_normal((4, 100)).astype(np.float32)
+    out = np.full_like(x, np.nan)
+    assert ferrinfer.softmax(x, temperature=0.0, out=out) is out
+    assert np.all(out == np.float32(1 / 100))
+
+
+def test_softmax_signature_and_errors():
+    assert str(inspect.signature(ferrinfer.softmax)) == "(logits, temperature=1.0, out=None, enable_pdl=None)"
+    x = RNG.standard_normal((2, 64)).astype(np.float16)
+    out = np.full((2, 64), np.nan, dtype=np.float16)
+    with pytest.raises(TypeError, match="`out` has dtype f16; expected f32"):
+        ferrinfer.softmax(x, out=out)
+    assert np.isnan(out).all()
+    with pytest.raises(ValueError, match="`temperature` is -1"):
+        ferrinfer.softmax(x, -1.0)
