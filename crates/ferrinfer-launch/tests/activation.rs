@@ -6,7 +6,7 @@ mod support;
 
 use ferrinfer_launch::reference::random_normal;
 use ferrinfer_launch::{DType, Error, Stream, TensorView, silu_and_mul};
-use support::{Case, Cpu, family, run_cases};
+use support::{Case, Cpu, assert_refused, family, run_cases};
 
 /// Widths from one element to a large model's, odd ones too (narrow vectors).
 fn cases() -> Vec<Case> {
@@ -34,21 +34,16 @@ fn activation_cpu_sanitizer_cases() {
 fn activation_errors_name_the_argument_and_leave_out_untouched() {
     let x: Vec<f32> = random_normal(4 * 64, 1);
     let xv = TensorView::from_slice(&x, &[4, 64]).unwrap();
-    let check = |result: Result<(), Error>, out: &[f32], expect: &dyn Fn(&Error) -> bool| {
-        let error = result.expect_err("the call should fail");
-        assert!(expect(&error), "unexpected error: {error}");
-        assert!(out.iter().all(|v| v.is_nan()), "out was written on the error path");
-    };
     let mut out = vec![f32::NAN; 4 * 64];
     let wrong_width = silu_and_mul(&xv, &mut TensorView::from_slice_mut(&mut out, &[4, 64]).unwrap(), Stream::Cpu);
-    check(wrong_width, &out, &|e| {
+    assert_refused(wrong_width, &out, &|e| {
         matches!(e, Error::ShapeMismatch { argument: "out", .. }) && e.to_string().contains("[4, 32]")
     });
     let odd: Vec<f32> = random_normal(4 * 63, 2);
     let oddv = TensorView::from_slice(&odd, &[4, 63]).unwrap();
     let result =
         silu_and_mul(&oddv, &mut TensorView::from_slice_mut(&mut out[..4 * 31], &[4, 31]).unwrap(), Stream::Cpu);
-    check(result, &out, &|e| {
+    assert_refused(result, &out, &|e| {
         matches!(e, Error::ShapeMismatch { argument: "input", .. }) && e.to_string().contains("2·d")
     });
     let mut half_out = vec![half::bf16::NAN; 4 * 32];

@@ -7,7 +7,7 @@ mod support;
 
 use ferrinfer_launch::reference::{compare, random_normal};
 use ferrinfer_launch::{DType, Error, Stream, TensorView, softmax};
-use support::{Case, Cpu, family, run_cases};
+use support::{Case, Cpu, assert_refused, family, run_cases};
 
 fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
@@ -66,20 +66,15 @@ fn softmax_rows_of_minus_infinity_or_holding_infinity_or_nan_are_nan_and_others_
 fn softmax_errors_name_the_argument_and_leave_out_untouched() {
     let x: Vec<f32> = random_normal(4 * 64, 1);
     let xv = TensorView::from_slice(&x, &[4, 64]).unwrap();
-    let check = |result: Result<(), Error>, probs: &[f32], expect: &dyn Fn(&Error) -> bool| {
-        let error = result.expect_err("the call should fail");
-        assert!(expect(&error), "unexpected error: {error}");
-        assert!(probs.iter().all(|v| v.is_nan()), "out was written on the error path");
-    };
     let mut probs = vec![f32::NAN; 4 * 64];
     for temperature in [-1.0, f32::NAN, f32::INFINITY] {
         let result =
             softmax(&xv, &mut TensorView::from_slice_mut(&mut probs, &[4, 64]).unwrap(), temperature, Stream::Cpu);
-        check(result, &probs, &|e| matches!(e, Error::InvalidScalar { argument: "temperature", .. }));
+        assert_refused(result, &probs, &|e| matches!(e, Error::InvalidScalar { argument: "temperature", .. }));
     }
     let result =
         softmax(&xv, &mut TensorView::from_slice_mut(&mut probs[..4 * 32], &[4, 32]).unwrap(), 1.0, Stream::Cpu);
-    check(result, &probs, &|e| {
+    assert_refused(result, &probs, &|e| {
         matches!(e, Error::ShapeMismatch { argument: "out", .. }) && e.to_string().contains("[4, 64]")
     });
     let mut half_probs = vec![half::bf16::NAN; 4 * 64];

@@ -210,6 +210,14 @@ pub fn run_cases(runner: &(impl Runner + Sync), ops: &[&'static OpInfo], seed: u
     assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), work.len(), failures.join("\n"));
 }
 
+/// Asserts that a call was refused as `expect` says and left `out` (NaN-poisoned before the
+/// call) untouched: the error path writes nothing.
+pub fn assert_refused(result: Result<(), Error>, out: &[f32], expect: &dyn Fn(&Error) -> bool) {
+    let error = result.expect_err("the call should fail");
+    assert!(expect(&error), "unexpected error: {error}");
+    assert!(out.iter().all(|v| v.is_nan()), "out was written on the error path");
+}
+
 /// The ops of one family.
 pub fn family(name: &str) -> Vec<&'static OpInfo> {
     ferrinfer_launch::ops().filter(|op| op.family == name).collect()
