@@ -7,7 +7,7 @@
 #![cfg(feature = "torch")]
 
 use ferrinfer_ffi::torch::{self as ft, TorchStream};
-use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role};
+use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, TensorArg};
 use ferrinfer_launch::reference::{self, random_normal};
 use ferrinfer_launch::{DType, cuda_device_count};
 use tch::{Device, Kind, TchError, Tensor};
@@ -47,6 +47,11 @@ fn values(t: &Tensor) -> Vec<f64> {
     Vec::<f64>::try_from(t.to_kind(Kind::Double).contiguous().view([-1])).unwrap()
 }
 
+/// An output's kind for inputs of `kind`: f32 where the op's outputs are always f32 (softmax).
+fn output_kind(arg: &TensorArg, kind: Kind) -> Kind {
+    if arg.dtype == DTypeRule::F32 { Kind::Float } else { kind }
+}
+
 fn dtype(kind: Kind) -> DType {
     match kind {
         Kind::Half => DType::F16,
@@ -77,7 +82,7 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
         .tensors
         .iter()
         .filter(|a| a.role == Role::Out)
-        .map(|_| buffer(kind, rows, hidden, narrow, 0).fill_(f64::NAN))
+        .map(|arg| buffer(output_kind(arg, kind), rows, hidden, narrow, 0).fill_(f64::NAN))
         .collect();
     let outputs: Vec<Tensor> = buffers.iter().map(|b| window(b, rows, hidden, narrow)).collect();
     let before: Vec<Vec<f64>> = inputs.iter().map(values).collect();

@@ -113,8 +113,10 @@ fn tensors(op: &OpInfo, kind: Kind, narrow: bool, seed: u64, device: Device) -> 
         .tensors
         .iter()
         .filter(|a| a.role == Role::Out)
-        .map(|_| {
-            let (out, mut buffer) = tensor(kind, ROWS, HIDDEN, narrow, 0, device);
+        .map(|arg| {
+            // f32 where the op's outputs are always f32 (softmax).
+            let out_kind = if arg.dtype == DTypeRule::F32 { Kind::Float } else { kind };
+            let (out, mut buffer) = tensor(out_kind, ROWS, HIDDEN, narrow, 0, device);
             let _ = buffer.fill_(f64::NAN);
             (out, buffer)
         })
