@@ -90,7 +90,7 @@ impl Partial {
 const HOST_CHUNK: usize = 256;
 
 /// One row on the host (the CPU backend): the same scaling, partials and rounding steps as the
-/// device, summed by chunks of [`HOST_CHUNK`].
+/// device, summed by chunks of [`HOST_CHUNK`], eight values a step.
 ///
 /// # Safety
 /// `p` must describe valid memory as the launcher validates it: the row in bounds, the output
@@ -103,7 +103,16 @@ pub unsafe fn softmax_row<T: Element>(p: &SoftmaxParams, row: u64) {
     let vocab = p.vocab as usize;
     let mut partial = Partial::EMPTY;
     for start in (0..vocab).step_by(HOST_CHUNK) {
-        let chunk = (start..(start + HOST_CHUNK).min(vocab)).fold(Partial::EMPTY, |c, i| c.with(&[scaled(i)]));
+        let end = (start + HOST_CHUNK).min(vocab);
+        // Eight values a step, as the device takes a vector: one rescaling `exp2` per eight
+        // values, not per value (−∞ pads the last step; it adds nothing).
+        let chunk = (start..end).step_by(8).fold(Partial::EMPTY, |chunk, group| {
+            let mut values = [f32::NEG_INFINITY; 8];
+            for (k, value) in values.iter_mut().enumerate().filter(|(k, _)| group + k < end) {
+                *value = scaled(group + k);
+            }
+            chunk.with(&values)
+        });
         partial = partial.merge(chunk);
     }
     let inverse_sum = 1.0 / partial.sum;
