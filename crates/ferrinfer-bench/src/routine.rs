@@ -117,7 +117,7 @@ pub fn run(executor: &Executor, s: &Setup) -> Result<Row, Error> {
                 true => device
                     .iter()
                     .zip(&host)
-                    .map(|(d, h)| Ok(Buffer { bytes: cuda.clone_dtoh(d)?, ..h.clone() }))
+                    .map(|(d, h)| Ok(Buffer { bytes: cuda.clone_dtoh(d)?, shape: h.shape.clone(), dtype: h.dtype }))
                     .collect::<Result<_, Error>>()?,
                 false => host.clone(),
             };
