@@ -363,18 +363,22 @@ unsafe fn launch_raw<P>(
         // SAFETY: a plain C union of integers; all-zero is a valid value of every member.
         value: unsafe { std::mem::zeroed() },
     };
-    let mut attributes = Vec::with_capacity(2);
+    // A fixed array rather than a Vec: a launch is on every call's path and allocates nothing.
+    let mut attributes = [attribute(CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_IGNORE); 2];
+    let mut count = 0;
     if pdl {
-        let mut serialization = attribute(CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
+        let serialization = &mut attributes[count];
+        serialization.id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         serialization.value.programmaticStreamSerializationAllowed = 1;
-        attributes.push(serialization);
+        count += 1;
     }
     if kernel.cluster > 1 {
-        let mut cluster = attribute(CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
+        let cluster = &mut attributes[count];
+        cluster.id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
         cluster.value.clusterDim.x = kernel.cluster;
         cluster.value.clusterDim.y = 1;
         cluster.value.clusterDim.z = 1;
-        attributes.push(cluster);
+        count += 1;
     }
     let config = sys::CUlaunchConfig {
         gridDimX: kernel.grid.0,
@@ -386,7 +390,7 @@ unsafe fn launch_raw<P>(
         sharedMemBytes: kernel.shared_bytes,
         hStream: stream.cu_stream(),
         attrs: attributes.as_mut_ptr(),
-        numAttrs: attributes.len() as u32,
+        numAttrs: count as u32,
     };
     let mut argument = &kernel.params as *const P as *mut std::ffi::c_void;
     // SAFETY: forwarded; the argument array holds one pointer to the by-value struct, which
