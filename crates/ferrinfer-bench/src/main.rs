@@ -168,7 +168,7 @@ fn run(args: &Args) -> Result<(), String> {
 
 /// The op's scalars: FlashInfer's defaults, overridden by `--scalar NAME=VALUE`.
 fn scalars(op: &ferrinfer_launch::OpInfo, given: &[(String, f64)]) -> Result<Vec<f64>, String> {
-    let mut values: Vec<f64> = op.scalars.iter().map(|s| s.default).collect();
+    let mut values: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
     for (name, value) in given {
         let known = || op.scalars.iter().map(|s| s.name).collect::<Vec<_>>();
         let i = op.scalars.iter().position(|s| s.name == name);

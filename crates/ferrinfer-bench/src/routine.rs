@@ -61,7 +61,7 @@ impl Setup {
                 let bytes = with_host_element!(dtype, T => {
                     let values: Vec<T> = match arg.role {
                         Role::Out => vec![<T as ferrinfer_launch::HostElement>::from_f64(f64::NAN); len],
-                        _ => reference::random_normal(len, seeds[i % seeds.len()]),
+                        _ => reference::random_input(arg, len, seeds[i % seeds.len()]),
                     };
                     bytemuck::cast_slice::<T, u8>(&values).to_vec()
                 });

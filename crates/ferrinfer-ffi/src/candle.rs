@@ -155,15 +155,15 @@ macro_rules! candle_functions {
         family $family:ident;
         $(
             $(#[doc = $doc:literal])*
-            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)?]),+)
+            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : f32 = $default:literal),+)?
+                $(; $($scalar:ident : $kind:ident $(= $default:literal)? $((example $example:literal))?),+)?
                 => $op:expr, reference $reference:path;
         )+
     ) => {
         $(
             $(#[doc = $doc])*
-            pub fn $name($($tensor: &Tensor,)+ $($($scalar: f32,)+)?) -> Result<returns_of!($($($out)+)?)> {
+            pub fn $name($($tensor: &Tensor,)+ $($($scalar: $kind,)+)?) -> Result<returns_of!($($($out)+)?)> {
                 let op = Op::of(&ferrinfer_launch::$family::$name::INFO, &[$($($scalar as f64),+)?])?;
                 Produced::run(&op, &[$($tensor),+])
             }

@@ -75,12 +75,34 @@ fn signature(op: &OpInfo) -> String {
         .into_iter()
         .map(|p| match p {
             Parameter::Tensor(i) if op.tensors[i].role == Role::Out => format!("{}=None", parameter_name(op, p)),
-            Parameter::Scalar(i) => format!("{}={:?}", op.scalars[i].name, op.scalars[i].default),
+            Parameter::Scalar(i) => match op.scalars[i].default {
+                Some(default) if op.scalars[i].integer => format!("{}={default}", op.scalars[i].name),
+                Some(default) => format!("{}={default:?}", op.scalars[i].name),
+                None => op.scalars[i].name.into(),
+            },
             Parameter::EnablePdl => "enable_pdl=None".into(),
             Parameter::Tensor(_) => parameter_name(op, p).into(),
         })
         .collect();
     format!("{}({})", op.name, parameters.join(", "))
+}
+
+/// Scalar `i`'s value: the one given (a number; an `int` for an integer scalar), else its
+/// default; a required one missing is a `TypeError`, as Python's own.
+fn scalar(op: &OpInfo, i: usize, given: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+    let arg = &op.scalars[i];
+    match given {
+        Some(value) if arg.integer => value
+            .extract::<i64>()
+            .map(|v| v as f64)
+            .map_err(|_| PyTypeError::new_err(format!("`{}` must be an int; got {}", arg.name, type_name(value)))),
+        Some(value) => value
+            .extract::<f64>()
+            .map_err(|_| PyTypeError::new_err(format!("`{}` must be a number; got {}", arg.name, type_name(value)))),
+        None => arg
+            .default
+            .ok_or_else(|| PyTypeError::new_err(format!("{}() missing required argument: '{}'", op.name, arg.name))),
+    }
 }
 
 /// The Python function of `op`.
@@ -123,12 +145,7 @@ fn call<'py>(
         .collect::<PyResult<Vec<_>>>()?;
     let views = imported.iter().map(Imported::view).collect::<PyResult<Vec<_>>>()?;
     let scalars = (0..op.scalars.len())
-        .map(|i| match bound.iter().find(|(p, _)| *p == Parameter::Scalar(i)).and_then(|(_, v)| v.as_ref()) {
-            Some(value) => value.extract::<f64>().map_err(|_| {
-                PyTypeError::new_err(format!("`{}` must be a number; got {}", op.scalars[i].name, type_name(value)))
-            }),
-            None => Ok(op.scalars[i].default),
-        })
+        .map(|i| scalar(op, i, bound.iter().find(|(p, _)| *p == Parameter::Scalar(i)).and_then(|(_, v)| v.as_ref())))
         .collect::<PyResult<Vec<f64>>>()?;
     let pdl = match bound.iter().find(|(p, _)| *p == Parameter::EnablePdl).and_then(|(_, v)| v.as_ref()) {
         Some(value) if !value.is_none() => Some(value.extract::<bool>()?),

@@ -65,9 +65,9 @@ macro_rules! tch_functions {
         family $family:ident;
         $(
             $(#[doc = $doc:literal])*
-            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)?]),+)
+            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : f32 = $default:literal),+)?
+                $(; $($scalar:ident : $kind:ident $(= $default:literal)? $((example $example:literal))?),+)?
                 => $op:expr, reference $reference:path;
         )+
     ) => {
@@ -77,7 +77,7 @@ macro_rules! tch_functions {
             pub fn $name(
                 $($tensor: tch_param!($role),)+
                 $($($out: Option<&mut Tensor>,)+)?
-                $($($scalar: f32,)+)?
+                $($($scalar: $kind,)+)?
                 stream: &TorchStream,
             ) -> Result<returns_of!($($($out)+)?), TchError> {
                 let outputs: Vec<Option<&Tensor>> = vec![$($($out.map(|t| &*t)),+)?];

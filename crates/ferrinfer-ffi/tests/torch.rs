@@ -74,6 +74,7 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
         .map(|(i, arg)| match arg.extent {
             Extent::Row if wide && arg.dtype == DTypeRule::SameOrF32 => row(Kind::Float, hidden, seed + i as u64),
             Extent::Row => row(kind, hidden, seed + i as u64),
+            Extent::Rows if arg.nonnegative => tensor(kind, rows, hidden, narrow, seed + i as u64).abs_(),
             Extent::Rows => tensor(kind, rows, hidden, narrow, seed + i as u64),
             Extent::DoubleRows => tensor(kind, rows, 2 * hidden, narrow, seed + i as u64),
         })
@@ -86,7 +87,7 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
         .collect();
     let outputs: Vec<Tensor> = buffers.iter().map(|b| window(b, rows, hidden, narrow)).collect();
     let before: Vec<Vec<f64>> = inputs.iter().map(values).collect();
-    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.default).collect();
+    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
     let refs: Vec<&Tensor> = inputs.iter_mut().map(|t| &*t).collect();
     let produced = ft::call(op, &refs, outputs.iter().map(Some).collect(), &scalars, &TorchStream::Cpu).unwrap();
     let context = format!("{} {kind:?} wide={wide} narrow={narrow} hidden={hidden}", op.name);

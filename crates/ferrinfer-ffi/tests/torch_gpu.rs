@@ -104,6 +104,7 @@ fn tensors(op: &OpInfo, kind: Kind, narrow: bool, seed: u64, device: Device) -> 
             let weight_kind = if arg.dtype == DTypeRule::SameOrF32 { Kind::Float } else { kind };
             match arg.extent {
                 Extent::Row => tensor(weight_kind, 1, HIDDEN, false, seed, device).0.view([HIDDEN]),
+                Extent::Rows if arg.nonnegative => tensor(kind, ROWS, HIDDEN, narrow, seed, device).0.abs_(),
                 Extent::Rows => tensor(kind, ROWS, HIDDEN, narrow, seed, device).0,
                 Extent::DoubleRows => tensor(kind, ROWS, 2 * HIDDEN, narrow, seed, device).0,
             }
@@ -131,7 +132,7 @@ fn run(op: &'static OpInfo, call: Call, stream: &TorchStream) -> (Vec<Vec<f64>>,
     // The inputs were written on torch's stream; a cudarc stream (non-blocking) does not wait.
     sync_torch(&call.inputs[0]);
     let refs: Vec<&Tensor> = call.inputs.iter().collect();
-    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.default).collect();
+    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
     ft::call(op, &refs, call.outputs.iter().map(|(o, _)| Some(o)).collect(), &scalars, stream).unwrap();
     if let TorchStream::Cuda(stream) = stream {
         stream.synchronize().unwrap();
@@ -164,7 +165,7 @@ fn torch_gpu_every_op_on_a_cudarc_stream_and_the_default_stream() {
                 let on_cpu = tensors(op, kind, narrow, seed, Device::Cpu);
                 let mut before: Vec<Vec<f64>> = on_cpu.inputs.iter().map(values).collect();
                 before.extend(on_cpu.outputs.iter().map(|_| Vec::new()));
-                let scalars: Vec<f64> = op.scalars.iter().map(|s| s.default).collect();
+                let scalars: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
                 for (name, stream) in &streams {
                     let (written, buffers) = run(op, tensors(op, kind, narrow, seed, CUDA), stream);
                     let context = format!("{} {kind:?} narrow={narrow} on the {name}", op.name);

@@ -1,6 +1,6 @@
 //! The sampling family at layer 3: [`SamplingModule::spec`] describes one module per op and
 //! logits dtype, with one entry point per vector width (the launcher picks
-//! [`SamplingModule::entry`]). For now the family has one op, `softmax`.
+//! [`SamplingModule::entry`]): `softmax`, `top_k_mask_logits`, `top_k_renorm_probs`.
 
 use ferrinfer_kernels::element::DType;
 
@@ -14,15 +14,20 @@ pub const FAMILY: Family = Family { name: "sampling", sources: &["sampling.rs"],
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SamplingKernel {
     Softmax,
+    TopKMaskLogits,
+    TopKRenormProbs,
 }
 
 impl SamplingKernel {
-    pub const ALL: [SamplingKernel; 1] = [SamplingKernel::Softmax];
+    pub const ALL: [SamplingKernel; 3] =
+        [SamplingKernel::Softmax, SamplingKernel::TopKMaskLogits, SamplingKernel::TopKRenormProbs];
 
     /// FlashInfer's name of the op.
     pub fn name(self) -> &'static str {
         match self {
             SamplingKernel::Softmax => "softmax",
+            SamplingKernel::TopKMaskLogits => "top_k_mask_logits",
+            SamplingKernel::TopKRenormProbs => "top_k_renorm_probs",
         }
     }
 
@@ -30,11 +35,18 @@ impl SamplingKernel {
     fn kernel(self) -> (&'static str, &'static str) {
         match self {
             SamplingKernel::Softmax => ("sampling::softmax_rows", "sampling::SoftmaxParams"),
+            SamplingKernel::TopKMaskLogits => ("sampling::top_k_mask_rows", "sampling::TopKParams"),
+            SamplingKernel::TopKRenormProbs => ("sampling::top_k_renorm_rows", "sampling::TopKParams"),
         }
+    }
+
+    /// The dtype the kernel stores, where it is not the input's: softmax's probabilities are f32.
+    fn stores(self) -> Option<String> {
+        (self == SamplingKernel::Softmax).then(|| "f32".into())
     }
 }
 
-/// One sampling module: an op for a logits dtype, every vector width.
+/// One sampling module: an op for an input dtype, every vector width.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SamplingModule {
     pub kernel: SamplingKernel,
@@ -58,14 +70,14 @@ impl SamplingModule {
                 params: params.into(),
                 generics: vec![element_type(self.dtype).into(), vec.to_string()],
                 max_registers: None,
-                stores: Some("f32".into()),
+                stores: self.kernel.stores(),
             })
             .collect();
         FAMILY.spec(format!("sampling_{base}"), arch, debug, entry_points)
     }
 }
 
-/// Every module the sampling family declares: each op × logits dtype.
+/// Every module the sampling family declares: each op × input dtype.
 pub fn declared_specs(arch: CudaArch, debug: bool) -> Vec<JitSpec> {
     SamplingKernel::ALL
         .into_iter()
@@ -86,6 +98,10 @@ mod tests {
         assert_eq!(v8.name, "ferrinfer_softmax_bf16_v8");
         assert_eq!(v8.generics, ["element::Bf16", "8"]);
         assert_eq!(SamplingModule { kernel: SamplingKernel::Softmax, dtype: DType::F32 }.entry(8), None);
-        assert_eq!(declared_specs(CudaArch::HOPPER, false).len(), 3);
+        assert_eq!(declared_specs(CudaArch::HOPPER, false).len(), 9);
+        let top_k =
+            SamplingModule { kernel: SamplingKernel::TopKMaskLogits, dtype: DType::F16 }.spec(CudaArch::HOPPER, false);
+        assert_eq!(top_k.entry_points[0].kernel, "sampling::top_k_mask_rows");
+        assert_eq!(top_k.entry_points[0].stores, None, "the input's dtype");
     }
 }

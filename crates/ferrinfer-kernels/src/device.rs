@@ -6,9 +6,9 @@
 
 use core::arch::{asm, nvptx};
 
-use crate::MAX_CLUSTER_BLOCKS;
 #[cfg(target_feature = "sm_90")]
 use crate::STAGING_HEADER_BYTES;
+use crate::{CLUSTER_SLOT_WORDS, MAX_CLUSTER_BLOCKS};
 
 /// Most warps a block can have (1024 threads).
 pub const MAX_WARPS: usize = 32;
@@ -55,10 +55,23 @@ pub fn divide(a: usize, b: usize) -> usize {
     a / core::num::NonZeroUsize::new(b).unwrap_or(core::num::NonZeroUsize::MIN)
 }
 
+/// The shared-memory address of the block's dynamic shared memory (its size is the launch's).
+#[inline(always)]
+pub fn dynamic_shared() -> u32 {
+    let base: u32;
+    unsafe { asm!("mov.u32 {b}, ferrinfer_dynamic;", b = out(reg32) base, options(pure, nomem, nostack)) };
+    base
+}
+
 /// Butterfly exchange within a full warp (every lane must execute it).
 #[inline(always)]
 fn shuffle_xor(value: f32, lane_mask: u32) -> f32 {
-    let result: f32;
+    f32::from_bits(shuffle_xor_bits(value.to_bits(), lane_mask))
+}
+
+#[inline(always)]
+fn shuffle_xor_bits(value: u32, lane_mask: u32) -> u32 {
+    let result: u32;
     unsafe {
         asm!(
             "shfl.sync.bfly.b32 {r}, {v}, {m}, 0x1f, 0xffffffff;",
@@ -68,6 +81,58 @@ fn shuffle_xor(value: f32, lane_mask: u32) -> f32 {
         );
     }
     result
+}
+
+/// Bins of a block-wide histogram ([`block_sum_bins`]).
+pub const BINS: usize = 16;
+
+/// Shared memory [`block_sum_bins`] works in: one count per bin per warp (the constant lives at
+/// the crate root, where the launcher sees it).
+pub use crate::BIN_SCRATCH_BYTES;
+const _: () = assert!(BIN_SCRATCH_BYTES as usize == MAX_WARPS * BINS * 4);
+
+/// Every thread's counts of [`BINS`] bins summed over the block: thread `b` < [`BINS`] gets bin
+/// `b`'s total, the others 0. Within a warp a reduce-scatter — each of four butterfly steps
+/// hands half of the bins a lane still holds to its partner, 15 shuffles where a full butterfly of
+/// 16 bins takes 80 —, then a last step across half-warps, and the warps' totals add up through
+/// `scratch` ([`BIN_SCRATCH_BYTES`] of shared memory). Integer sums: the same whatever the order.
+/// Every thread must call it; between two calls the block must pass a barrier after the reads
+/// (the scratch is reused).
+#[inline(always)]
+pub fn block_sum_bins(counts: [u32; BINS], scratch: u32) -> u32 {
+    let (lane, warp) = (thread_index() % 32, thread_index() / 32);
+    let mut held = counts;
+    let mut bin = 0;
+    for step in 0..4 {
+        let half = BINS >> (step + 1);
+        let upper = lane & (1 << step) != 0;
+        for i in 0..half {
+            let (keep, give) = if upper { (held[i + half], held[i]) } else { (held[i], held[i + half]) };
+            held[i] = keep + shuffle_xor_bits(give, 1 << step);
+        }
+        if upper {
+            bin += half as u32;
+        }
+    }
+    let warp_total = held[0] + shuffle_xor_bits(held[0], 16);
+    let slot = |warp: u32, bin: u32| scratch + (warp * BINS as u32 + bin) * 4;
+    if lane < 16 {
+        unsafe {
+            asm!("st.shared.u32 [{a}], {v};", a = in(reg32) slot(warp, bin), v = in(reg32) warp_total, options(nostack))
+        };
+    }
+    block_barrier();
+    let thread = thread_index();
+    if thread >= BINS as u32 {
+        return 0;
+    }
+    (0..block_size().div_ceil(32)).fold(0, |sum, warp| {
+        let count: u32;
+        unsafe {
+            asm!("ld.shared.u32 {v}, [{a}];", v = out(reg32) count, a = in(reg32) slot(warp, thread), options(nostack))
+        };
+        sum + count
+    })
 }
 
 /// Sum over the 32 lanes of a warp; every lane gets the same total (one butterfly tree).
@@ -215,29 +280,33 @@ pub fn block_pairs(value: [f32; 2], empty: [f32; 2], combine: impl Fn([f32; 2], 
     warp(mine)
 }
 
-/// The blocks of a thread-block cluster along x (sm_90), exchanging one pair of f32 values each
-/// through their shared memory: each block writes its pair into every block's slot for it, and
-/// all read the pairs back in rank order. Slots live at the start of the dynamic shared memory
-/// ([`crate::CLUSTER_PAIRS_BYTES`] of it), in two sets used alternately, so that one cluster barrier
-/// per exchange suffices: a block cannot write a set again before every block has passed the
-/// barrier of the exchange between. A count of 1 (no cluster) exchanges nothing. A block may
-/// write another's shared memory only once that block runs: [`ClusterPairs::new`] waits for
-/// the whole cluster (compute-sanitizer's racecheck flagged the writes without it).
+/// The blocks of a thread-block cluster along x (sm_90), exchanging values through their shared
+/// memory: each block writes its values into every block's slot for it, and all read the slots
+/// back in rank order — a pair of f32 folded with a combine step ([`ClusterExchange::merge`]), or
+/// one u32 per thread of the first [`CLUSTER_SLOT_WORDS`] summed ([`ClusterExchange::sum_words`]).
+/// Slots live at the start of the dynamic shared memory ([`crate::CLUSTER_EXCHANGE_BYTES`] of
+/// it), in two sets used alternately, so that one cluster barrier per exchange suffices: a block
+/// cannot write a set again before every block has passed the barrier of the exchange between.
+/// A count of 1 (no cluster) exchanges nothing. A block may write another's shared memory only
+/// once that block runs: [`ClusterExchange::new`] waits for the whole cluster
+/// (compute-sanitizer's racecheck flagged the writes without it).
 #[derive(Clone, Copy)]
-pub struct ClusterPairs {
+pub struct ClusterExchange {
     count: u32,
 }
 
-impl ClusterPairs {
+impl ClusterExchange {
     /// Exchanges among `count` blocks (≤ [`MAX_CLUSTER_BLOCKS`]; the launch's cluster size), once
     /// every block of the cluster has started. Every thread of every block must call it.
     #[inline(always)]
     pub fn new(count: u32) -> Self {
-        let pairs = ClusterPairs { count: count.clamp(1, MAX_CLUSTER_BLOCKS) };
-        if pairs.count > 1 {
+        // Before sm_90 there are no clusters (nor the instructions of an exchange): one block.
+        let count = if cfg!(target_feature = "sm_90") { count.clamp(1, MAX_CLUSTER_BLOCKS) } else { 1 };
+        let exchange = ClusterExchange { count };
+        if exchange.count > 1 {
             cluster_barrier();
         }
-        pairs
+        exchange
     }
 
     #[inline(always)]
@@ -261,43 +330,83 @@ impl ClusterPairs {
         0
     }
 
+    /// The shared-memory address of word `word` of `rank`'s slot in the set of exchange `round`.
+    #[inline(always)]
+    fn slot(&self, round: u32, rank: u32, word: u32) -> u32 {
+        dynamic_shared() + (round & 1) * (crate::CLUSTER_EXCHANGE_BYTES / 2) + (rank * CLUSTER_SLOT_WORDS + word) * 4
+    }
+
+    /// Writes `words` into this block's slot, word `first` on, in every block of the cluster.
+    #[inline(always)]
+    fn publish<const N: usize>(&self, round: u32, first: u32, words: [u32; N]) {
+        #[cfg(not(target_feature = "sm_90"))]
+        let _ = (round, first, words);
+        #[cfg(target_feature = "sm_90")]
+        let own = self.slot(round, self.rank(), first);
+        #[cfg(target_feature = "sm_90")]
+        for target in 0..self.count {
+            // Indexed, not `into_iter`: an array iterator kept in memory is a local-memory array.
+            #[allow(clippy::needless_range_loop)]
+            for i in 0..N {
+                let word = words[i];
+                unsafe {
+                    asm!(
+                        "{{ .reg .b32 remote; mapa.shared::cluster.u32 remote, {own}, {target}; st.shared::cluster.u32 [remote], {w}; }}",
+                        own = in(reg32) own + 4 * i as u32, target = in(reg32) target, w = in(reg32) word,
+                        options(nostack)
+                    )
+                };
+            }
+        }
+    }
+
+    /// Word `word` of `rank`'s slot in this block's own set of exchange `round`.
+    #[inline(always)]
+    fn read(&self, round: u32, rank: u32, word: u32) -> u32 {
+        let value: u32;
+        unsafe {
+            asm!("ld.shared.u32 {v}, [{s}];", v = out(reg32) value, s = in(reg32) self.slot(round, rank, word), options(nostack))
+        };
+        value
+    }
+
     /// `combine` folded over every block's `value`, in rank order; every thread of every block
     /// of the cluster must call it, with the same `round` (its exchange's count, from 0).
     #[inline(always)]
     pub fn merge(&self, value: [f32; 2], round: u32, combine: impl Fn([f32; 2], [f32; 2]) -> [f32; 2]) -> [f32; 2] {
-        #[cfg(target_feature = "sm_90")]
-        if self.count > 1 {
-            let base: u32;
-            unsafe { asm!("mov.u32 {b}, ferrinfer_dynamic;", b = out(reg32) base, options(pure, nomem, nostack)) };
-            let slots = base + (round & 1) * (crate::CLUSTER_PAIRS_BYTES / 2);
-            if thread_index() == 0 {
-                let own = slots + self.rank() * 8;
-                for target in 0..self.count {
-                    unsafe {
-                        asm!(
-                            "{{ .reg .b32 remote; mapa.shared::cluster.u32 remote, {own}, {target}; st.shared::cluster.v2.f32 [remote], {{{a}, {b}}}; }}",
-                            own = in(reg32) own, target = in(reg32) target, a = in(reg32) value[0], b = in(reg32) value[1],
-                            options(nostack)
-                        )
-                    };
-                }
-            }
-            cluster_barrier();
-            let pair = |rank: u32| {
-                let (a, b): (f32, f32);
-                unsafe {
-                    asm!("ld.shared.v2.f32 {{{a}, {b}}}, [{s}];", a = out(reg32) a, b = out(reg32) b, s = in(reg32) slots + rank * 8, options(nostack))
-                };
-                [a, b]
-            };
-            let mut total = pair(0);
-            for rank in 1..self.count {
-                total = combine(total, pair(rank));
-            }
-            return total;
+        if self.count == 1 {
+            return value;
         }
-        let _ = (round, &combine);
-        value
+        if thread_index() == 0 {
+            self.publish(round, 0, [value[0].to_bits(), value[1].to_bits()]);
+        }
+        cluster_barrier();
+        let pair = |rank: u32| [f32::from_bits(self.read(round, rank, 0)), f32::from_bits(self.read(round, rank, 1))];
+        let mut total = pair(0);
+        for rank in 1..self.count {
+            total = combine(total, pair(rank));
+        }
+        total
+    }
+
+    /// For the first [`CLUSTER_SLOT_WORDS`] threads of the block: `value` summed over the
+    /// cluster's blocks (the same in every block; integers, so any order gives the same sum);
+    /// other threads get their own `value` back. Every thread of every block must call it, with
+    /// the same `round`.
+    #[inline(always)]
+    pub fn sum_words(&self, value: u32, round: u32) -> u32 {
+        if self.count == 1 {
+            return value;
+        }
+        let word = thread_index();
+        if word < CLUSTER_SLOT_WORDS {
+            self.publish(round, word, [value]);
+        }
+        cluster_barrier();
+        if word >= CLUSTER_SLOT_WORDS {
+            return value;
+        }
+        (0..self.count).fold(0u32, |sum, rank| sum.wrapping_add(self.read(round, rank, word)))
     }
 }
 

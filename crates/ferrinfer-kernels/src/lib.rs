@@ -40,10 +40,18 @@ pub const MAX_STAGING_STAGES: u32 = STAGING_HEADER_BYTES / 8;
 /// blocks sharing a softmax row (`sampling::SoftmaxParams::slices`).
 pub const MAX_CLUSTER_BLOCKS: u32 = 8;
 
-/// Dynamic shared memory a cluster's exchange of f32 pairs needs (`device::ClusterPairs`): two
-/// sets of one 8-byte slot per block. Here, not in the device-only module, because the launcher
-/// sizes the launch with it.
-pub const CLUSTER_PAIRS_BYTES: u32 = 2 * MAX_CLUSTER_BLOCKS * 8;
+/// 32-bit words of a block's slot in a cluster exchange (`device::ClusterExchange`): a pair of
+/// f32, or one count per digit of a radix search (`sampling`).
+pub const CLUSTER_SLOT_WORDS: u32 = 16;
+
+/// Dynamic shared memory a cluster exchange needs (`device::ClusterExchange`): two sets of one
+/// slot per block. Here, not in the device-only module, because the launcher sizes the launch
+/// with it.
+pub const CLUSTER_EXCHANGE_BYTES: u32 = 2 * MAX_CLUSTER_BLOCKS * CLUSTER_SLOT_WORDS * 4;
+
+/// Shared memory a block-wide sum of per-thread digit counts works in (`device::block_sum_bins`):
+/// 16 counts per warp, 32 warps at most.
+pub const BIN_SCRATCH_BYTES: u32 = 32 * 16 * 4;
 
 /// This crate's source files, `(path under src/, contents)` (see `build.rs`), for the host:
 /// `ferrinfer-jit` hashes them into its cache keys and compiles them for the device.

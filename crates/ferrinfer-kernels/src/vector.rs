@@ -31,7 +31,8 @@ pub struct Reused;
 /// anywhere: docs/perf/norm.md v7.)
 pub struct Coherent;
 /// Data staged in the block's shared memory: the "pointer" is a shared-memory address (as
-/// `StagingRing::slot` gives it), read with `ld.shared`. Device code only: on the host, where
+/// `StagingRing::slot` gives it), read with `ld.shared` (and, as a [`Store`], written with
+/// `st.shared`). Device code only: on the host, where
 /// there is no shared memory, it is an ordinary read.
 pub struct Shared;
 
@@ -115,6 +116,9 @@ pub struct Evicted;
 
 macro_rules! store_kind {
     ($kind:ty, $prefix:literal) => {
+        store_kind!($kind, "cvta.to.global.u64", $prefix);
+    };
+    ($kind:ty, $to_space:literal, $prefix:literal) => {
         impl Store for $kind {
             #[inline(always)]
             unsafe fn words<const BYTES: usize>(dst: *mut u8, w: [u32; 4]) {
@@ -122,22 +126,22 @@ macro_rules! store_kind {
                 unsafe {
                     match BYTES {
                         16 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".v4.u32 [g], {{{w0}, {w1}, {w2}, {w3}}}; }}"),
+                            concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".v4.u32 [g], {{{w0}, {w1}, {w2}, {w3}}}; }}"),
                             a = in(reg64) dst, w0 = in(reg32) w[0], w1 = in(reg32) w[1], w2 = in(reg32) w[2], w3 = in(reg32) w[3],
                             options(nostack),
                         ),
                         8 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".v2.u32 [g], {{{w0}, {w1}}}; }}"),
+                            concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".v2.u32 [g], {{{w0}, {w1}}}; }}"),
                             a = in(reg64) dst, w0 = in(reg32) w[0], w1 = in(reg32) w[1],
                             options(nostack),
                         ),
                         4 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".u32 [g], {w0}; }}"),
+                            concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".u32 [g], {w0}; }}"),
                             a = in(reg64) dst, w0 = in(reg32) w[0],
                             options(nostack),
                         ),
                         _ => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; cvta.to.global.u64 g, {a}; ", $prefix, ".u16 [g], {h}; }}"),
+                            concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".u16 [g], {h}; }}"),
                             a = in(reg64) dst, h = in(reg16) w[0] as u16,
                             options(nostack),
                         ),
@@ -155,6 +159,7 @@ macro_rules! store_kind {
 
 store_kind!(Kept, "st.global");
 store_kind!(Evicted, "st.global.cs");
+store_kind!(Shared, "mov.b64", "st.shared");
 
 /// `VEC` elements of `T` (at most 32 bytes) kept as packed 32-bit words and unpacked only where
 /// an element is used. A kernel holding a row in registers as `[T; VEC]` arrays of 16-bit values
@@ -210,6 +215,16 @@ impl<T: Element, const VEC: usize> Packed<T, VEC> {
                 _ => S::words::<2>(dst, [w[0], 0, 0, 0]),
             }
         }
+    }
+
+    /// Every word holding elements through `f` (for bit-level transforms of packed elements:
+    /// `f` sees one f32, or two 16-bit elements, a word).
+    #[inline(always)]
+    pub fn map_words(mut self, f: impl Fn(u32) -> u32) -> Self {
+        for word in self.words.iter_mut().take(Self::BYTES.div_ceil(4)) {
+            *word = f(*word);
+        }
+        self
     }
 
     /// Element `i` (< `VEC`; the `& 7` keeps the index provably in bounds, so no panic path).

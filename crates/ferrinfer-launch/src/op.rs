@@ -73,13 +73,23 @@ pub struct TensorArg {
     pub role: Role,
     pub extent: Extent,
     pub dtype: DTypeRule,
+    /// An input whose values are ≥ 0 by the op's meaning (probabilities): the tests and the
+    /// benchmark draw `|N(0, 1)|` for it.
+    pub nonnegative: bool,
 }
 
-/// One scalar argument (f32), with FlashInfer's default.
+/// One scalar argument: f32 (`eps`, `temperature`) or an integer (`top_k`), with FlashInfer's
+/// default where it has one.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ScalarArg {
     pub name: &'static str,
-    pub default: f64,
+    /// An integer (`i32` in the typed API): a call's value must be whole.
+    pub integer: bool,
+    /// `None`: the caller must give it.
+    pub default: Option<f64>,
+    /// The default, or for a required scalar a typical value: what the benchmark and the tests
+    /// that walk every op pass.
+    pub example: f64,
 }
 
 /// Everything the registry knows of one op.
@@ -239,14 +249,67 @@ macro_rules! __dtype_rule {
     };
 }
 
+/// Whether an input is marked `nonnegative` (`[Rows, nonnegative]`).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __nonnegative {
+    () => {
+        false
+    };
+    (nonnegative) => {
+        true
+    };
+}
+
+/// `Some(default)` or `None` (a required scalar).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scalar_default {
+    () => {
+        None
+    };
+    ($default:literal) => {
+        Some($default as f64)
+    };
+}
+
+/// A scalar's example: its `(example V)`, else its default.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scalar_example {
+    ($($default:literal)?; $example:literal) => {
+        $example as f64
+    };
+    ($default:literal;) => {
+        $default as f64
+    };
+    (;) => {
+        compile_error!("a scalar without a default needs `(example VALUE)`")
+    };
+}
+
+/// Whether a scalar's type (`f32` or `i32`) is an integer.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scalar_integer {
+    (f32) => {
+        false
+    };
+    (i32) => {
+        true
+    };
+}
+
 /// Turns a family's op table into the typed public functions, their [`OpInfo`]s and `OPS`.
 /// A family invokes it once: `crate::norm_ops!(crate::define_ops);`.
 ///
 /// The table's grammar, one line per op (what every consumer of a table matches):
-/// `fn NAME(INPUT: In|InOut [Extent (| f32)?], …) (-> OUTPUT: Out [Extent (as f32)?], …)? (;
-/// SCALAR: f32 = DEFAULT, …)? => SELECTOR, reference PATH;` with doc comments before it. `/ alias`
-/// after an argument's name gives FlashInfer's Python name when it differs; `| f32` lets an input
-/// be f32 whatever the first tensor's dtype, `as f32` makes an output f32 always.
+/// `fn NAME(INPUT: In|InOut [Extent (| f32)? (, nonnegative)?], …) (-> OUTPUT: Out [Extent (as f32)?], …)? (;
+/// SCALAR: f32|i32 (= DEFAULT)? ((example VALUE))?, …)? => SELECTOR, reference PATH;` with doc
+/// comments before it. `/ alias` after an argument's name gives FlashInfer's Python name when it
+/// differs; `| f32` lets an input be f32 whatever the first tensor's dtype, `as f32` makes an
+/// output f32 always, `nonnegative` marks an input of probabilities. A scalar without a default is required and needs an example (see
+/// [`ScalarArg::example`]); required scalars come before the others.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! define_ops {
@@ -254,9 +317,9 @@ macro_rules! define_ops {
         family $family:ident;
         $(
             $(#[doc = $doc:literal])*
-            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)?]),+)
+            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : f32 = $default:literal),+)?
+                $(; $($scalar:ident : $kind:ident $(= $default:literal)? $((example $example:literal))?),+)?
                 => $op:expr, reference $reference:path;
         )+
     ) => {
@@ -266,7 +329,7 @@ macro_rules! define_ops {
             pub fn $name(
                 $($tensor: $crate::__tensor_param!($role),)+
                 $($($out: &mut $crate::TensorView<'_>,)+)?
-                $($($scalar: f32,)+)?
+                $($($scalar: $kind,)+)?
                 stream: $crate::Stream<'_>,
             ) -> Result<(), $crate::Error> {
                 $name::INFO.call(&[$(&*$tensor,)+ $($(&*$out,)+)?], &[$($($scalar as f64),+)?], stream)
@@ -288,6 +351,7 @@ macro_rules! define_ops {
                             role: $crate::op::Role::$role,
                             extent: $crate::op::Extent::$extent,
                             dtype: $crate::__dtype_rule!($(| $wide)?),
+                            nonnegative: $crate::__nonnegative!($($domain)?),
                         },)+
                         $($($crate::op::TensorArg {
                             name: stringify!($out),
@@ -295,9 +359,15 @@ macro_rules! define_ops {
                             role: $crate::op::Role::Out,
                             extent: $crate::op::Extent::$out_extent,
                             dtype: $crate::__dtype_rule!($(as $fixed)?),
+                            nonnegative: false,
                         },)+)?
                     ],
-                    scalars: &[$($($crate::op::ScalarArg { name: stringify!($scalar), default: $default as f64 }),+)?],
+                    scalars: &[$($($crate::op::ScalarArg {
+                        name: stringify!($scalar),
+                        integer: $crate::__scalar_integer!($kind),
+                        default: $crate::__scalar_default!($($default)?),
+                        example: $crate::__scalar_example!($($default)?; $($example)?),
+                    }),+)?],
                     run: |call| $crate::op::FamilyOp::run(&$op, call),
                     reference: $reference,
                 };

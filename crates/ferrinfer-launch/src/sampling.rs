@@ -1,25 +1,27 @@
 //! The sampling family at layers 1 and 4: the op table, validation, the launch planner, the CPU
 //! path and the f64 references. Each op validates its arguments, then runs on the CPU backend or
-//! launches the kernel of `ferrinfer-kernels/src/sampling.rs` on the caller's stream. For now
-//! one op, `softmax`.
+//! launches a kernel of `ferrinfer-kernels/src/sampling.rs` on the caller's stream: `softmax`,
+//! `top_k_mask_logits`, `top_k_renorm_probs`.
 //!
 //! Rules, checked before anything is written (so on error `out` is untouched):
-//! - `logits`: f16, bf16 or f32, any rank ≥ 1, the last dimension (the vocabulary, ≥ 1)
-//!   contiguous, leading dimensions collapsible into rows; no rows is a no-op;
-//! - `out` (the probabilities): writable, f32 whatever the logits' dtype (as FlashInfer's),
-//!   `logits`' shape and device, rows as `logits`' may be, not overlapping `logits`;
-//! - `temperature`: finite and ≥ 0; 0 weighs every finite logit alike (FlashInfer's rule).
+//! - the input (`logits`, `probs`): f16, bf16 or f32, any rank ≥ 1, the last dimension (the
+//!   vocabulary, ≥ 1) contiguous, leading dimensions collapsible into rows; no rows is a no-op;
+//! - `out`: writable, the input's shape and device, rows as the input's may be, not overlapping
+//!   it; f32 for `softmax` whatever the logits' dtype (as FlashInfer's), the input's dtype for
+//!   the top-k ops;
+//! - `temperature`: finite and ≥ 0; 0 weighs every finite logit alike (FlashInfer's rule);
+//! - `top_k`: a whole number ≥ 1; `top_k ≥ vocab` keeps every entry.
 
 use std::sync::OnceLock;
 
 use ferrinfer_jit::sampling::{SamplingKernel, SamplingModule};
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
-use ferrinfer_kernels::sampling::{SoftmaxParams, softmax_row};
-use ferrinfer_kernels::{CLUSTER_PAIRS_BYTES, MAX_CLUSTER_BLOCKS};
+use ferrinfer_kernels::sampling::{SoftmaxParams, TOP_K_HEADER_BYTES, TopKOutput, TopKParams, softmax_row, top_k_row};
+use ferrinfer_kernels::{CLUSTER_EXCHANGE_BYTES, MAX_CLUSTER_BLOCKS};
 
 use crate::cuda::{self, KernelModule, Launch, Limits, MAX_BLOCK, ModuleCache};
-use crate::layout;
+use crate::layout::{self, RowLayout};
 use crate::op::{Call, FamilyOp, Problem};
 use crate::{Error, Stream, TensorView, cpu, logging, tuning};
 
@@ -35,6 +37,17 @@ macro_rules! sampling_ops {
             /// on timing or on the other rows.
             fn softmax(logits: In[Rows]) -> out: Out[Rows as f32]; temperature: f32 = 1.0
                 => SamplingKernel::Softmax, reference softmax_reference;
+            /// `out` = `logits` where the logit is among the row's `top_k` largest (every logit
+            /// tied with the `top_k`-th too), −∞ elsewhere. Ranks follow IEEE 754's total order
+            /// (−0 below +0, NaN above +∞); `top_k ≥ vocab` copies the row. Deterministic.
+            fn top_k_mask_logits(logits: In[Rows]) -> out: Out[Rows]; top_k: i32 (example 50)
+                => SamplingKernel::TopKMaskLogits, reference top_k_mask_reference;
+            /// `out` = `probs` divided by the sum of the row's `top_k` largest where the
+            /// probability is among them (ties with the `top_k`-th too), 0 elsewhere;
+            /// `top_k ≥ vocab` renormalises the whole row. Deterministic: the sum is taken in a
+            /// fixed tree.
+            fn top_k_renorm_probs(probs: In[Rows, nonnegative]) -> out: Out[Rows]; top_k: i32 (example 50)
+                => SamplingKernel::TopKRenormProbs, reference top_k_renorm_reference;
         }
     };
 }
@@ -43,14 +56,21 @@ crate::sampling_ops!(crate::define_ops);
 
 impl FamilyOp for SamplingKernel {
     fn run(&self, call: &Call) -> Result<(), Error> {
-        let [logits, out] = call.tensors()?;
-        let Some(plan) = plan(logits, out, call.scalar(0), &call.stream)? else { return Ok(()) };
+        let [input, out] = call.tensors()?;
+        let input_name = call.op.tensors[0].name;
+        let plan = match self {
+            SamplingKernel::Softmax => softmax_plan(input, out, call.scalar(0), &call.stream)?,
+            SamplingKernel::TopKMaskLogits | SamplingKernel::TopKRenormProbs => {
+                top_k_plan(input_name, input, out, call.scalar(0), &call.stream)?
+            }
+        };
+        let Some(plan) = plan else { return Ok(()) };
         // A bad tuning override fails every call, CPU ones too, rather than being ignored.
         let forced = layout_override()?;
         logging::input_statistics(call);
         match call.stream {
             Stream::Cpu => {
-                cpu_rows(plan.dtype, &plan.params);
+                plan.run_on_cpu(*self);
                 Ok(())
             }
             Stream::Cuda(stream) => {
@@ -59,7 +79,14 @@ impl FamilyOp for SamplingKernel {
                 let entry = module
                     .entry(plan.vec)
                     .ok_or_else(|| Error::NoEntryPoint { module: format!("{module:?}"), entry: plan.vec as usize })?;
-                cuda::launch(stream, &MODULES, module, |limits| plan.kernel(entry, limits, forced))
+                match plan.params {
+                    Params::Softmax(params) => cuda::launch(stream, &MODULES, module, |limits| {
+                        plan.softmax_launch(params, entry, limits, forced)
+                    }),
+                    Params::TopK(params) => cuda::launch(stream, &MODULES, module, |limits| {
+                        plan.top_k_launch(params, entry, limits, forced)
+                    }),
+                }
             }
         }
     }
@@ -71,28 +98,75 @@ impl KernelModule for SamplingModule {
     }
 }
 
-/// A validated call: kernel parameters, logits dtype and vector width.
+/// A validated call: kernel parameters, input dtype, vector width and the rows' shape.
 struct Plan {
-    params: SoftmaxParams,
+    params: Params,
     dtype: DType,
     vec: u32,
+    rows: u64,
+    vocab: u64,
 }
 
-/// Every check, in the order a caller would fix them; `None` when there is nothing to compute.
-fn plan(logits: &TensorView, out: &TensorView, temperature: f64, stream: &Stream) -> Result<Option<Plan>, Error> {
-    let (device, dtype) = (logits.device(), logits.dtype());
+#[derive(Clone, Copy)]
+enum Params {
+    Softmax(SoftmaxParams),
+    TopK(TopKParams),
+}
+
+/// The checks every op of the family makes of its input (named `input_name`) and `out`, in
+/// the order a caller would fix them, once the op's own (`out`'s dtype, scalars) have passed;
+/// `None` when there are no rows.
+fn rows_of(
+    input_name: &'static str,
+    input: &TensorView,
+    out: &TensorView,
+) -> Result<Option<(RowLayout, RowLayout)>, Error> {
+    let x = layout::row_layout(input_name, input)?;
+    if x.hidden == 0 {
+        let expected = "a last dimension (the vocabulary) of at least 1".to_owned();
+        return Err(Error::ShapeMismatch { argument: input_name, expected, found: input.shape().to_vec() });
+    }
+    if out.shape() != input.shape() {
+        let expected = format!("{:?} (`{input_name}`' shape)", input.shape());
+        return Err(Error::ShapeMismatch { argument: "out", expected, found: out.shape().to_vec() });
+    }
+    let y = layout::row_layout("out", out)?;
+    if layout::overlaps(out, input) {
+        return Err(Error::Overlap { argument: "out", other: input_name });
+    }
+    if x.hidden > u32::MAX as u64 {
+        let limit = u32::MAX as u64;
+        return Err(Error::TooLarge { argument: input_name, what: "the vocabulary", value: x.hidden, limit });
+    }
+    Ok((x.rows > 0).then_some((x, y)))
+}
+
+/// The device checks, first of all: the stream's, then `out`'s, then every alignment.
+fn check_devices(input_name: &'static str, input: &TensorView, out: &TensorView, stream: &Stream) -> Result<(), Error> {
+    let device = input.device();
     if stream.device() != device {
         return Err(Error::DeviceMismatch {
             argument: "stream",
-            reference: "logits",
+            reference: input_name,
             expected: device,
             found: stream.device(),
         });
     }
-    layout::check_device("out", out, "logits", device)?;
-    for (argument, view) in [("logits", logits), ("out", out)] {
+    layout::check_device("out", out, input_name, device)?;
+    for (argument, view) in [(input_name, input), ("out", out)] {
         layout::check_aligned(argument, view)?;
     }
+    Ok(())
+}
+
+/// `softmax`'s checks and parameters.
+fn softmax_plan(
+    logits: &TensorView,
+    out: &TensorView,
+    temperature: f64,
+    stream: &Stream,
+) -> Result<Option<Plan>, Error> {
+    check_devices("logits", logits, out, stream)?;
     if out.dtype() != DType::F32 {
         return Err(Error::UnsupportedDType {
             argument: "out",
@@ -104,26 +178,8 @@ fn plan(logits: &TensorView, out: &TensorView, temperature: f64, stream: &Stream
     if !(temperature.is_finite() && temperature >= 0.0) {
         return Err(Error::InvalidScalar { argument: "temperature", value: temperature, expected: "finite and ≥ 0" });
     }
-    let x = layout::row_layout("logits", logits)?;
-    if x.hidden == 0 {
-        let expected = "a last dimension (the vocabulary) of at least 1".to_owned();
-        return Err(Error::ShapeMismatch { argument: "logits", expected, found: logits.shape().to_vec() });
-    }
-    if out.shape() != logits.shape() {
-        let expected = format!("{:?} (`logits`' shape)", logits.shape());
-        return Err(Error::ShapeMismatch { argument: "out", expected, found: out.shape().to_vec() });
-    }
-    let y = layout::row_layout("out", out)?;
-    if layout::overlaps(out, logits) {
-        return Err(Error::Overlap { argument: "out", other: "logits" });
-    }
-    if x.hidden > u32::MAX as u64 {
-        let limit = u32::MAX as u64;
-        return Err(Error::TooLarge { argument: "logits", what: "the vocabulary", value: x.hidden, limit });
-    }
-    if x.rows == 0 {
-        return Ok(None);
-    }
+    let Some((x, y)) = rows_of("logits", logits, out)? else { return Ok(None) };
+    let dtype = logits.dtype();
     let vec = vector_width(dtype, x.hidden, (x.row_stride, logits.address()), (y.row_stride, out.address()));
     let params = SoftmaxParams {
         logits: logits.address(),
@@ -136,7 +192,39 @@ fn plan(logits: &TensorView, out: &TensorView, temperature: f64, stream: &Stream
         slices: 1,
         _reserved: 0,
     };
-    Ok(Some(Plan { params, dtype, vec }))
+    Ok(Some(Plan { params: Params::Softmax(params), dtype, vec, rows: x.rows, vocab: x.hidden }))
+}
+
+/// The top-k ops' checks and parameters (`input_name`: `logits` or `probs`).
+fn top_k_plan(
+    input_name: &'static str,
+    input: &TensorView,
+    out: &TensorView,
+    top_k: f64,
+    stream: &Stream,
+) -> Result<Option<Plan>, Error> {
+    check_devices(input_name, input, out, stream)?;
+    let dtype = input.dtype();
+    layout::check_dtype("out", out, input_name, dtype)?;
+    layout::check_writable("out", out)?;
+    if !(top_k.fract() == 0.0 && top_k >= 1.0) {
+        return Err(Error::InvalidScalar { argument: "top_k", value: top_k, expected: "a whole number ≥ 1" });
+    }
+    let Some((x, y)) = rows_of(input_name, input, out)? else { return Ok(None) };
+    let vec = layout::vector_width(dtype, x.hidden, &[x.row_stride, y.row_stride], &[input.address(), out.address()]);
+    let params = TopKParams {
+        input: input.address(),
+        output: out.address(),
+        rows: x.rows,
+        input_row_stride: x.row_stride,
+        output_row_stride: y.row_stride,
+        vocab: x.hidden as u32,
+        // Past the vocabulary every k keeps the whole row.
+        top_k: top_k.min(x.hidden as f64) as u32,
+        slices: 1,
+        staged: 0,
+    };
+    Ok(Some(Plan { params: Params::TopK(params), dtype, vec, rows: x.rows, vocab: x.hidden }))
 }
 
 /// The widest vector of logits (16 bytes at most) whose f32 probabilities are aligned too (to
@@ -149,18 +237,31 @@ fn vector_width(dtype: DType, vocab: u64, logits: (u64, u64), probs: (u64, u64))
     vec as u32
 }
 
-/// The CPU backend: the kernels crate's host numerics, rows split across cores.
-fn cpu_rows(dtype: DType, params: &SoftmaxParams) {
-    ferrinfer_kernels::with_element!(dtype, T => cpu::for_rows(params.rows, params.vocab as u64, |rows| {
-        for row in rows {
-            // SAFETY: the launcher validated every pointer, stride and overlap in `params`.
-            unsafe { softmax_row::<T>(params, row) }
-        }
-    }))
+impl Plan {
+    /// The CPU backend: the kernels crate's host numerics, rows split across cores.
+    fn run_on_cpu(&self, kernel: SamplingKernel) {
+        let output = match kernel {
+            SamplingKernel::TopKRenormProbs => TopKOutput::Renorm,
+            _ => TopKOutput::Mask,
+        };
+        ferrinfer_kernels::with_element!(self.dtype, T => cpu::for_rows(self.rows, self.vocab, |rows| {
+            for row in rows {
+                // SAFETY: the launcher validated every pointer, stride and overlap in `params`.
+                match &self.params {
+                    Params::Softmax(params) => unsafe { softmax_row::<T>(params, row) },
+                    Params::TopK(params) => unsafe { top_k_row::<T>(params, row, output) },
+                }
+            }
+        }))
+    }
 }
 
 /// Threads per block at most: a block reduces and writes its slice of a row.
 const BLOCK_THREADS: u32 = 512;
+/// The top-k kernels' blocks at most: each round of the search waits at barriers, so more,
+/// smaller blocks a multiprocessor keep it busier (H200, f32 128256-entry rows, 2026-12-01: 256
+/// threads 101 / 334 µs at 64 / 256 rows against 123 / 428 with 512; docs/perf/sampling.md).
+const TOP_K_BLOCK_THREADS: u32 = 256;
 /// Elements of a row per block below which a row is not split further: a cluster's blocks each
 /// take at least this many (8 of them share a 128256-entry row).
 const MIN_SLICE: u64 = 8192;
@@ -196,19 +297,58 @@ fn parse_layout(value: &str) -> Option<LayoutOverride> {
 }
 
 impl Plan {
-    /// The launch of entry `entry` within `limits`, or `forced`'s where it is given.
-    fn kernel(&self, entry: usize, limits: &Limits, forced: LayoutOverride) -> Result<Launch<SoftmaxParams>, Error> {
-        let ((slices, rows), block) = self.geometry(limits.clusters, limits.max_threads(entry), forced)?;
-        let params = SoftmaxParams { slices, ..self.params };
-        let shared_bytes = if slices > 1 { CLUSTER_PAIRS_BYTES } else { 0 };
+    /// Softmax's launch of entry `entry` within `limits`, or `forced`'s where it is given.
+    fn softmax_launch(
+        &self,
+        params: SoftmaxParams,
+        entry: usize,
+        limits: &Limits,
+        forced: LayoutOverride,
+    ) -> Result<Launch<SoftmaxParams>, Error> {
+        let ((slices, rows), block) =
+            self.geometry(limits.clusters, limits.max_threads(entry), BLOCK_THREADS, forced)?;
+        let params = SoftmaxParams { slices, ..params };
+        let shared_bytes = if slices > 1 { CLUSTER_EXCHANGE_BYTES } else { 0 };
         Ok(Launch { entry, params, grid: (slices, rows), block, shared_bytes, cluster: slices })
     }
 
+    /// A top-k launch: as softmax's, plus the block's slice staged in shared memory when it fits
+    /// there (the row is then read from global memory once, whatever the rounds of the search).
+    fn top_k_launch(
+        &self,
+        params: TopKParams,
+        entry: usize,
+        limits: &Limits,
+        forced: LayoutOverride,
+    ) -> Result<Launch<TopKParams>, Error> {
+        let max_threads = limits.max_threads(entry);
+        let ((slices, rows), block) = self.geometry(limits.clusters, max_threads, TOP_K_BLOCK_THREADS, forced)?;
+        let (staged, shared_bytes) = self.top_k_shared_bytes(slices, limits.max_shared_bytes);
+        let params = TopKParams { slices, staged: staged as u32, ..params };
+        Ok(Launch { entry, params, grid: (slices, rows), block, shared_bytes, cluster: slices })
+    }
+
+    /// Whether a top-k block's slice of `slices` fits in `max_shared_bytes` beside the header,
+    /// and the dynamic shared memory the launch then takes.
+    fn top_k_shared_bytes(&self, slices: u32, max_shared_bytes: u32) -> (bool, u32) {
+        let vectors = (self.vocab / self.vec as u64).div_ceil(slices as u64);
+        let slice_bytes = vectors * self.vec as u64 * self.dtype.size() as u64;
+        let staged = TOP_K_HEADER_BYTES as u64 + slice_bytes <= max_shared_bytes as u64;
+        (staged, TOP_K_HEADER_BYTES + if staged { slice_bytes as u32 } else { 0 })
+    }
+
     /// ((blocks per row, rows in parallel), block) where clusters are available or not, for an
-    /// entry of at most `max_threads` threads: a row split into a cluster's blocks of at least
-    /// [`MIN_SLICE`] elements each, as many rows in parallel as the grid allows.
-    fn geometry(&self, clusters: bool, max_threads: u32, forced: LayoutOverride) -> Result<((u32, u32), u32), Error> {
-        let vocab = self.params.vocab as u64;
+    /// entry of at most `max_threads` threads and blocks of at most `block_threads` unless forced:
+    /// a row split into a cluster's blocks of at least [`MIN_SLICE`] elements each, as many rows
+    /// in parallel as the grid allows.
+    fn geometry(
+        &self,
+        clusters: bool,
+        max_threads: u32,
+        block_threads: u32,
+        forced: LayoutOverride,
+    ) -> Result<((u32, u32), u32), Error> {
+        let vocab = self.vocab;
         let planned = if clusters { (vocab / MIN_SLICE).clamp(1, MAX_CLUSTER_BLOCKS as u64) as u32 } else { 1 };
         let slices = match forced.slices {
             Some(s) if s > 1 && !clusters => {
@@ -228,9 +368,9 @@ impl Plan {
                 )));
             }
             Some(block) => block,
-            None => (vectors_per_slice.next_multiple_of(32) as u32).min(BLOCK_THREADS).min(most),
+            None => (vectors_per_slice.next_multiple_of(32) as u32).min(block_threads).min(most),
         };
-        Ok(((slices, self.params.rows.min(MAX_GRID_Y) as u32), block))
+        Ok(((slices, self.rows.min(MAX_GRID_Y) as u32), block))
     }
 }
 
@@ -246,6 +386,45 @@ fn softmax_reference(p: &Problem) -> Vec<Vec<f64>> {
             let exps: Vec<f64> = scaled.iter().map(|u| (u - max).exp()).collect();
             let sum: f64 = exps.iter().sum();
             exps.into_iter().map(move |e| e / sum)
+        })
+        .collect(),
+    ]
+}
+
+/// Which entries of `row` a top-k keeps: those at or above its `k`-th largest in IEEE 754's
+/// total order (all of them for `k ≥ len`).
+fn top_k_kept(row: &[f64], k: usize) -> Vec<bool> {
+    if k >= row.len() {
+        return vec![true; row.len()];
+    }
+    let mut sorted = row.to_vec();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let pivot = sorted[k - 1];
+    row.iter().map(|x| x.total_cmp(&pivot).is_ge()).collect()
+}
+
+/// `top_k_mask_logits` in f64: kept logits, −∞ elsewhere.
+fn top_k_mask_reference(p: &Problem) -> Vec<Vec<f64>> {
+    let k = p.scalars[0] as usize;
+    let rows = p.tensors[0].chunks_exact(p.hidden);
+    vec![
+        rows.flat_map(|row| {
+            let kept = top_k_kept(row, k);
+            row.iter().zip(kept).map(|(&x, kept)| if kept { x } else { f64::NEG_INFINITY }).collect::<Vec<_>>()
+        })
+        .collect(),
+    ]
+}
+
+/// `top_k_renorm_probs` in f64: kept probabilities over their sum, 0 elsewhere.
+fn top_k_renorm_reference(p: &Problem) -> Vec<Vec<f64>> {
+    let k = p.scalars[0] as usize;
+    let rows = p.tensors[0].chunks_exact(p.hidden);
+    vec![
+        rows.flat_map(|row| {
+            let kept = top_k_kept(row, k);
+            let sum: f64 = row.iter().zip(&kept).filter(|(_, kept)| **kept).map(|(x, _)| x).sum();
+            row.iter().zip(kept).map(|(&x, kept)| if kept { x / sum } else { 0.0 }).collect::<Vec<_>>()
         })
         .collect(),
     ]
@@ -267,7 +446,7 @@ mod tests {
             slices: 1,
             _reserved: 0,
         };
-        Plan { params, dtype: DType::F32, vec }
+        Plan { params: Params::Softmax(params), dtype: DType::F32, vec, rows, vocab: vocab as u64 }
     }
 
     fn forced(block: Option<u32>, slices: Option<u32>) -> LayoutOverride {
@@ -287,19 +466,47 @@ mod tests {
     #[test]
     fn a_large_vocabulary_is_split_across_a_cluster_where_there_are_clusters() {
         let unforced = LayoutOverride::default();
-        assert_eq!(plan(1, 128256, 4).geometry(true, 1024, unforced).unwrap(), ((8, 1), 512));
-        assert_eq!(plan(256, 32000, 4).geometry(true, 1024, unforced).unwrap(), ((2, 256), 512), "3 → 2 a row");
-        assert_eq!(plan(64, 128256, 4).geometry(false, 1024, unforced).unwrap(), ((1, 64), 512), "no clusters");
-        assert_eq!(plan(3, 1000, 4).geometry(true, 1024, unforced).unwrap(), ((1, 3), 256), "250 vectors");
-        assert_eq!(plan(1 << 20, 7, 1).geometry(true, 1024, unforced).unwrap(), ((1, 65535), 32), "rows strided");
-        assert_eq!(plan(1, 128256, 4).geometry(true, 1024, forced(Some(128), Some(2))).unwrap(), ((2, 1), 128));
-        let error = plan(1, 128256, 4).geometry(false, 1024, forced(None, Some(4))).unwrap_err();
+        assert_eq!(plan(1, 128256, 4).geometry(true, 1024, BLOCK_THREADS, unforced).unwrap(), ((8, 1), 512));
+        assert_eq!(
+            plan(256, 32000, 4).geometry(true, 1024, BLOCK_THREADS, unforced).unwrap(),
+            ((2, 256), 512),
+            "3 → 2 a row"
+        );
+        assert_eq!(
+            plan(64, 128256, 4).geometry(false, 1024, BLOCK_THREADS, unforced).unwrap(),
+            ((1, 64), 512),
+            "no clusters"
+        );
+        assert_eq!(
+            plan(3, 1000, 4).geometry(true, 1024, BLOCK_THREADS, unforced).unwrap(),
+            ((1, 3), 256),
+            "250 vectors"
+        );
+        assert_eq!(
+            plan(1 << 20, 7, 1).geometry(true, 1024, BLOCK_THREADS, unforced).unwrap(),
+            ((1, 65535), 32),
+            "rows strided"
+        );
+        assert_eq!(
+            plan(1, 128256, 4).geometry(true, 1024, BLOCK_THREADS, forced(Some(128), Some(2))).unwrap(),
+            ((2, 1), 128)
+        );
+        let error = plan(1, 128256, 4).geometry(false, 1024, BLOCK_THREADS, forced(None, Some(4))).unwrap_err();
         assert!(
             matches!(&error, Error::Config(text) if text.contains(LAYOUT_VAR) && text.contains("sm_90")),
             "{error}"
         );
-        let error = plan(1, 128256, 4).geometry(true, 256, forced(Some(512), None)).unwrap_err();
+        let error = plan(1, 128256, 4).geometry(true, 256, BLOCK_THREADS, forced(Some(512), None)).unwrap_err();
         assert!(matches!(&error, Error::Config(text) if text.contains("at most 256")), "{error}");
+    }
+
+    #[test]
+    fn a_top_k_slice_is_staged_in_shared_memory_when_it_fits() {
+        let header = TOP_K_HEADER_BYTES;
+        let llama3 = plan(1, 128_256, 4);
+        assert_eq!(llama3.top_k_shared_bytes(8, 232_448), (true, header + 16_032 * 4), "64 KB a block");
+        assert_eq!(llama3.top_k_shared_bytes(1, 232_448), (false, header), "513 KB a row: global memory");
+        assert_eq!(plan(1, 1001, 1).top_k_shared_bytes(1, 49_152), (true, header + 1001 * 4));
     }
 
     #[test]

@@ -1,12 +1,13 @@
-//! The sampling family through the public API on the CPU backend: softmax for every logits dtype
+//! The sampling family through the public API on the CPU backend: every op for every dtype
 //! against its f64 reference over vocabularies from one entry to Llama 3's, strided rows,
-//! temperatures (0 included); the validation errors (each names its argument and leaves `out`
+//! temperatures (0 included), top-k over ties, signed zeros, infinities and NaN, every k from 1
+//! past the vocabulary; the validation errors (each names its argument and leaves `out`
 //! untouched).
 
 mod support;
 
 use ferrinfer_launch::reference::{compare, random_normal};
-use ferrinfer_launch::{DType, Error, Stream, TensorView, softmax};
+use ferrinfer_launch::{DType, Error, Stream, TensorView, softmax, top_k_mask_logits, top_k_renorm_probs};
 use support::{Case, Cpu, assert_refused, family, run_cases};
 
 fn cases() -> Vec<Case> {
@@ -109,4 +110,90 @@ fn softmax_empty_batches_are_no_work_and_an_empty_vocabulary_an_error() {
     let empty = TensorView::from_slice(&x, &[3, 0]).unwrap();
     let error = softmax(&empty, &mut TensorView::from_slice_mut(&mut probs, &[3, 0]).unwrap(), 1.0, Stream::Cpu);
     assert!(matches!(error, Err(Error::ShapeMismatch { argument: "logits", .. })), "{error:?}");
+}
+
+/// `top_k_mask_logits` of `logits` (rows of `vocab`) on the CPU backend.
+fn cpu_top_k_mask(logits: &[f32], vocab: usize, top_k: i32) -> Vec<f32> {
+    let shape = [logits.len() / vocab, vocab];
+    let mut out = vec![f32::NAN; logits.len()];
+    let x = TensorView::from_slice(logits, &shape).unwrap();
+    top_k_mask_logits(&x, &mut TensorView::from_slice_mut(&mut out, &shape).unwrap(), top_k, Stream::Cpu).unwrap();
+    out
+}
+
+#[test]
+fn top_k_keeps_every_tie_of_the_kth_and_follows_the_reference_for_every_k() {
+    // Values on a coarse grid: every value has many ties.
+    let vocab = 301;
+    let logits: Vec<f32> = random_normal::<f32>(2 * vocab, 5).iter().map(|x| (x * 4.0).round() / 4.0).collect();
+    for op in [&top_k_mask_logits::INFO, &top_k_renorm_probs::INFO] {
+        let renorm = op.name == "top_k_renorm_probs";
+        let input: Vec<f32> = logits.iter().map(|x| if renorm { x.abs() } else { *x }).collect();
+        let input_f64: Vec<f64> = input.iter().map(|&x| x as f64).collect();
+        let x = TensorView::from_slice(&input, &[2, vocab]).unwrap();
+        for k in [1, 2, 3, 17, 50, 299, 300, 301, 302, 100_000] {
+            let mut out = vec![f32::NAN; input.len()];
+            let y = TensorView::from_slice_mut(&mut out, &[2, vocab]).unwrap();
+            op.call(&[&x, &y], &[k as f64], Stream::Cpu).unwrap();
+            let want = &op.reference_of(DType::F32, vocab, &[input_f64.clone(), Vec::new()], &[k as f64])[0];
+            let got: Vec<f64> = out.iter().map(|&v| v as f64).collect();
+            compare(DType::F32, &got, want).unwrap_or_else(|e| panic!("{} k = {k}: {e}", op.name));
+            // (A kept probability of 0 looks dropped: count the mask's.)
+            for row in out.chunks(vocab).filter(|_| !renorm) {
+                let kept = row.iter().filter(|&&v| v != f32::NEG_INFINITY).count();
+                assert!(kept >= k.min(vocab), "k = {k}: {kept} kept");
+            }
+        }
+    }
+}
+
+#[test]
+fn top_k_ranks_by_total_order_signed_zeros_infinities_and_nan() {
+    let (inf, nan) = (f32::INFINITY, f32::NAN);
+    let logits = [0.0, -0.0, -inf, 1.0, nan, inf, -1.0, -0.0];
+    let kept =
+        |k: i32| cpu_top_k_mask(&logits, logits.len(), k).iter().map(|v| *v != f32::NEG_INFINITY).collect::<Vec<_>>();
+    // NaN above +∞ above 1 above +0 above −0 (twice) above −1 above −∞.
+    assert_eq!(kept(1), [false, false, false, false, true, false, false, false]);
+    assert_eq!(kept(3), [false, false, false, true, true, true, false, false]);
+    assert_eq!(kept(4), [true, false, false, true, true, true, false, false]);
+    assert_eq!(kept(5), [true, true, false, true, true, true, false, true], "both −0 tie");
+    let masked = cpu_top_k_mask(&logits, logits.len(), 4);
+    assert!(masked[4].is_nan() && masked[5] == inf && masked[0].to_bits() == 0 && masked[1] == f32::NEG_INFINITY);
+}
+
+#[test]
+fn top_k_renorm_divides_the_kept_by_their_sum() {
+    let probs = [0.1f32, 0.4, 0.2, 0.3, 0.0];
+    let mut out = [f32::NAN; 5];
+    let x = TensorView::from_slice(&probs, &[1, 5]).unwrap();
+    top_k_renorm_probs(&x, &mut TensorView::from_slice_mut(&mut out, &[1, 5]).unwrap(), 2, Stream::Cpu).unwrap();
+    let want = [0.0, 0.4 / 0.7, 0.0, 0.3 / 0.7, 0.0];
+    assert!(out.iter().zip(want).all(|(o, w)| (o - w).abs() < 1e-6), "{out:?}");
+}
+
+#[test]
+fn top_k_errors_name_the_argument_and_leave_out_untouched() {
+    let x: Vec<f32> = random_normal(4 * 64, 1);
+    let xv = TensorView::from_slice(&x, &[4, 64]).unwrap();
+    let mut out = vec![f32::NAN; 4 * 64];
+    for op in [&top_k_mask_logits::INFO, &top_k_renorm_probs::INFO] {
+        let input = op.tensors[0].name;
+        for top_k in [0.0, -3.0, 2.5, f64::NAN, f64::INFINITY] {
+            let y = TensorView::from_slice_mut(&mut out, &[4, 64]).unwrap();
+            let result = op.call(&[&xv, &y], &[top_k], Stream::Cpu);
+            assert_refused(result, &out, &|e| matches!(e, Error::InvalidScalar { argument: "top_k", .. }));
+        }
+        let mut half_out = vec![half::bf16::NAN; 4 * 64];
+        let y = TensorView::from_slice_mut(&mut half_out, &[4, 64]).unwrap();
+        let error = op.call(&[&xv, &y], &[5.0], Stream::Cpu).unwrap_err();
+        assert!(
+            matches!(&error, Error::DTypeMismatch { argument: "out", reference, .. } if *reference == input),
+            "{error}"
+        );
+        assert!(half_out.iter().all(|v| v.is_nan()));
+        let y = TensorView::from_slice_mut(&mut out[..4 * 32], &[4, 32]).unwrap();
+        let result = op.call(&[&xv, &y], &[5.0], Stream::Cpu);
+        assert_refused(result, &out, &|e| matches!(e, Error::ShapeMismatch { argument: "out", .. }));
+    }
 }

@@ -1,13 +1,14 @@
-//! The sampling family on a CUDA GPU through the public API: softmax for every logits dtype over
-//! a grid of vocabularies (up to 262144, odd ones too) and rows, every kernel path at
-//! sanitizer-friendly sizes, bitwise determinism (repeated calls, rows permuted, a row alone),
-//! temperatures, and more than 2^31 elements. Without a CUDA driver or device every test prints
+//! The sampling family on a CUDA GPU through the public API: every op for every dtype over a grid
+//! of vocabularies (up to 2^20, odd ones too; rows staged in shared memory or not) and rows,
+//! every kernel path at sanitizer-friendly sizes, bitwise determinism (repeated calls, rows
+//! permuted, a row alone), temperatures, and more than 2^31 elements. Without a CUDA driver or device every test prints
 //! that it was skipped and passes (CI has no GPU).
 
 mod support;
 
+use ferrinfer_launch::op::OpInfo;
 use ferrinfer_launch::reference::{compare, random_normal};
-use ferrinfer_launch::{DType, softmax};
+use ferrinfer_launch::{DType, softmax, top_k_mask_logits, top_k_renorm_probs};
 use support::{Buffer, Case, Gpu, Runner, buffer_of, family, run_cases};
 
 #[test]
@@ -19,6 +20,8 @@ fn sampling_gpu_grid() {
             cases.extend([Case::contiguous(rows, vocab), Case::strided(rows, vocab)]);
         }
     }
+    // A slice too large for shared memory: the top-k passes read global memory each round.
+    cases.push(Case::contiguous(3, 1 << 20));
     run_cases(&gpu, &family("sampling"), 5_000_000, &cases);
 }
 
@@ -28,36 +31,58 @@ fn sampling_gpu_sanitizer_every_kernel_path() {
     // Beyond the shared cases: a row across 2, 4 and 8 blocks of a cluster, rows past the grid.
     let mut cases = support::sanitizer_cases();
     cases.extend([Case::strided(3, 16_384), Case::contiguous(2, 40_000), Case::strided(3, 65_543)]);
-    cases.push(Case::contiguous(70_000, 8));
+    cases.extend([Case::contiguous(70_000, 8), Case::contiguous(70_000, 64)]);
     run_cases(&gpu, &family("sampling"), 7_500_000, &cases);
 }
 
-/// `rows` rows of `vocab` f32 logits through softmax at `temperature` on the GPU: the probs.
-fn gpu_softmax(gpu: &Gpu, logits: &[f32], vocab: usize, temperature: f32) -> Vec<f32> {
-    let rows = logits.len() / vocab;
-    let mut buffers = [buffer_of(logits, &[rows, vocab]), buffer_of(&vec![f32::NAN; logits.len()], &[rows, vocab])];
-    gpu.run(&softmax::INFO, &mut buffers, &[temperature as f64]).unwrap();
+/// The top-k kernels' paths at racecheck-friendly sizes (their shared-memory traffic makes the
+/// whole sanitizer test outrun racecheck's time limit): a row in one block and across clusters
+/// of 2, 4 and 8.
+#[test]
+fn sampling_gpu_sanitizer_top_k_cluster_paths() {
+    let Some(gpu) = Gpu::get("sampling_gpu_sanitizer_top_k_cluster_paths") else { return };
+    let cases = [1000, 16_384, 40_000, 65_543].map(|vocab| Case::contiguous(2, vocab));
+    run_cases(&gpu, &[&top_k_mask_logits::INFO, &top_k_renorm_probs::INFO], 7_700_000, &cases);
+}
+
+/// `rows` rows of `vocab` f32 values through `op` with scalar `scalar` on the GPU: its output.
+fn gpu_call(gpu: &Gpu, op: &'static OpInfo, input: &[f32], vocab: usize, scalar: f64) -> Vec<f32> {
+    let rows = input.len() / vocab;
+    let mut buffers = [buffer_of(input, &[rows, vocab]), buffer_of(&vec![f32::NAN; input.len()], &[rows, vocab])];
+    gpu.run(op, &mut buffers, &[scalar]).unwrap();
     bytemuck::cast_slice(&buffers[1].bytes).to_vec()
 }
 
-/// Bitwise: the same call twice, the rows in another order, one row alone.
+fn gpu_softmax(gpu: &Gpu, logits: &[f32], vocab: usize, temperature: f32) -> Vec<f32> {
+    gpu_call(gpu, &softmax::INFO, logits, vocab, temperature as f64)
+}
+
+/// Bitwise, for every op: the same call twice, the rows in another order, one row alone.
 #[test]
-fn sampling_gpu_softmax_is_bitwise_deterministic_whatever_the_batch() {
-    let Some(gpu) = Gpu::get("sampling_gpu_softmax_is_bitwise_deterministic_whatever_the_batch") else { return };
+fn sampling_gpu_every_op_is_bitwise_deterministic_whatever_the_batch() {
+    let Some(gpu) = Gpu::get("sampling_gpu_every_op_is_bitwise_deterministic_whatever_the_batch") else { return };
     let (rows, vocab) = (64, 128_256);
     let logits: Vec<f32> = random_normal(rows * vocab, 11).iter().map(|x: &f32| 4.0 * x).collect();
-    let first = gpu_softmax(&gpu, &logits, vocab, 1.0);
-    for _ in 0..3 {
-        assert!(first == gpu_softmax(&gpu, &logits, vocab, 1.0), "a repeated call differs");
+    let probs: Vec<f32> = logits.iter().map(|x| x.abs()).collect();
+    for (op, input, scalar) in [
+        (&softmax::INFO, &logits, 1.0),
+        (&top_k_mask_logits::INFO, &logits, 50.0),
+        (&top_k_renorm_probs::INFO, &probs, 1000.0),
+    ] {
+        let first = gpu_call(&gpu, op, input, vocab, scalar);
+        for _ in 0..3 {
+            assert!(first == gpu_call(&gpu, op, input, vocab, scalar), "{}: a repeated call differs", op.name);
+        }
+        let order: Vec<usize> = (0..rows).map(|r| (r * 37 + 5) % rows).collect();
+        let permuted: Vec<f32> = order.iter().flat_map(|&r| input[r * vocab..(r + 1) * vocab].to_vec()).collect();
+        let permuted_out = gpu_call(&gpu, op, &permuted, vocab, scalar);
+        for (i, &r) in order.iter().enumerate() {
+            let moved = permuted_out[i * vocab..(i + 1) * vocab] != first[r * vocab..(r + 1) * vocab];
+            assert!(!moved, "{}: row {r} moved", op.name);
+        }
+        let alone = gpu_call(&gpu, op, &input[17 * vocab..18 * vocab], vocab, scalar);
+        assert!(alone == first[17 * vocab..18 * vocab], "{}: row 17 alone differs from row 17 in the batch", op.name);
     }
-    let order: Vec<usize> = (0..rows).map(|r| (r * 37 + 5) % rows).collect();
-    let permuted: Vec<f32> = order.iter().flat_map(|&r| logits[r * vocab..(r + 1) * vocab].to_vec()).collect();
-    let permuted_probs = gpu_softmax(&gpu, &permuted, vocab, 1.0);
-    for (i, &r) in order.iter().enumerate() {
-        assert!(permuted_probs[i * vocab..(i + 1) * vocab] == first[r * vocab..(r + 1) * vocab], "row {r} moved");
-    }
-    let alone = gpu_softmax(&gpu, &logits[17 * vocab..18 * vocab], vocab, 1.0);
-    assert!(alone == first[17 * vocab..18 * vocab], "row 17 alone differs from row 17 in the batch");
 }
 
 #[test]
@@ -81,10 +106,12 @@ fn sampling_gpu_over_2_pow_31_elements() {
     let Some(gpu) = Gpu::get("sampling_gpu_over_2_pow_31_elements") else { return };
     let case = Case::contiguous(17_000, 128_256);
     assert!(case.rows * case.hidden > 1 << 31);
-    let op = &softmax::INFO;
-    let before: Vec<Buffer> = support::buffers(op, DType::Bf16, false, &case, 61);
-    let mut after = before.clone();
-    gpu.run(op, &mut after, &[1.0]).unwrap();
-    let failures = support::check_in_slices(op, DType::Bf16, &case, &before, &after, &[1.0], 500);
-    assert!(failures.is_empty(), "{failures:?}");
+    for op in [&softmax::INFO, &top_k_mask_logits::INFO] {
+        let scalars = [op.scalars[0].example];
+        let before: Vec<Buffer> = support::buffers(op, DType::Bf16, false, &case, 61);
+        let mut after = before.clone();
+        gpu.run(op, &mut after, &scalars).unwrap();
+        let failures = support::check_in_slices(op, DType::Bf16, &case, &before, &after, &scalars, 500);
+        assert!(failures.is_empty(), "{}: {failures:?}", op.name);
+    }
 }

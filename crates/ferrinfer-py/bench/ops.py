@@ -8,9 +8,10 @@ are random normal. ferrinfer runs on torch's current stream (the capture stream)
 
 Families: `norm` (rmsnorm, fused_add_rmsnorm over H ∈ {4096, 8192} × T ∈ {1, …, 65536}),
 `activation` (silu/gelu/gelu_tanh_and_mul over d ∈ {4096, 11008, 14336} × T ∈ {1, …, 16384}) and
-`sampling` (softmax over vocabularies of 32000 and 128256 × batches of 1, 64, 256; `H` is the
-vocabulary, `T` the batch; FlashInfer's softmax returns a new tensor, its logits converted to f32
-first, as its API does).
+`sampling` (softmax, top_k_mask_logits and top_k_renorm_probs, k = 50, over vocabularies of 32000
+and 128256 × batches of 1, 64, 256; `H` is the vocabulary, `T` the batch; FlashInfer's sampling
+functions return a new tensor — softmax's logits converted to f32 first —, as its API does; the
+renorm's input is a softmax's probabilities in the run's dtype).
 `--eager` instead times the host path: the wall time per call of 2000 back-to-back calls outside
 any graph (T = 1), what eager PyTorch pays per op.
 
@@ -35,6 +36,7 @@ NORM_GRID = [(H, T) for H in (4096, 8192) for T in (1, 16, 128, 1024, 4096, 1638
 ACTIVATION_GRID = [(D, T) for D in (4096, 11008, 14336) for T in (1, 16, 128, 1024, 4096, 16384)]
 SAMPLING_GRID = [(V, B) for V in (32000, 128256) for B in (1, 64, 256)]
 TEMPERATURE = 0.7
+TOP_K = 50
 
 
 def graph_us(fn, n=50, reps=15):
@@ -196,25 +198,51 @@ def flashinfer_sampling():
         return None
 
 
-def sampling_cases(record, dtype, fi, time_fn, impl_suffix, grid):
+def top_k_kept(x, k):
+    """torch's top-k keep mask: entries at or above each row's k-th largest (ties kept)."""
+    return x >= x.topk(k, dim=-1).values[..., -1:]
+
+
+def top_k_mask_torch(x):
+    return torch.where(top_k_kept(x, TOP_K), x, float("-inf"))
+
+
+def top_k_renorm_torch(p):
+    kept = torch.where(top_k_kept(p, TOP_K), p, 0)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def sampling_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
+    """Per op: (torch version, FlashInfer call, ferrinfer call, input maker, output dtype)."""
     size = torch.tensor([], dtype=dtype).element_size()
-    eager = lambda x: torch.softmax(x.float() / TEMPERATURE, dim=-1)  # noqa: E731
-    compiled = torch.compile(eager)
-    for V, B in grid:
-        x, out = torch.randn(B, V, device="cuda", dtype=dtype), torch.empty(B, V, device="cuda", dtype=torch.float32)
-        nbytes = B * V * (size + 4)
-        record("softmax", B, V, nbytes, "torch_eager" + impl_suffix, time_fn(lambda: eager(x)))
-        compiled(x)
-        record("softmax", B, V, nbytes, "torch_compile" + impl_suffix, time_fn(lambda: compiled(x)))
-        if fi:
-            try:
-                fi.softmax(x, TEMPERATURE)
-                record("softmax", B, V, nbytes, "flashinfer" + impl_suffix, time_fn(lambda: fi.softmax(x, TEMPERATURE)))
-            except Exception as error:
-                print(f"# flashinfer softmax failed: {error!r}", file=sys.stderr)
-        record("softmax", B, V, nbytes, "ferrinfer-py" + impl_suffix,
-               time_fn(lambda: ferrinfer.softmax(x, TEMPERATURE, out=out)))
-        del x, out
+    logits = lambda B, V: torch.randn(B, V, device="cuda", dtype=dtype)  # noqa: E731
+    probs = lambda B, V: torch.softmax(torch.randn(B, V, device="cuda"), dim=-1).to(dtype)  # noqa: E731
+    table = {
+        "softmax": (lambda x: torch.softmax(x.float() / TEMPERATURE, dim=-1),
+                    lambda x: fi.softmax(x, TEMPERATURE),
+                    lambda x, out: ferrinfer.softmax(x, TEMPERATURE, out=out), logits, torch.float32),
+        "top_k_mask_logits": (top_k_mask_torch, lambda x: fi.top_k_mask_logits(x, TOP_K),
+                              lambda x, out: ferrinfer.top_k_mask_logits(x, TOP_K, out=out), logits, dtype),
+        "top_k_renorm_probs": (top_k_renorm_torch, lambda x: fi.top_k_renorm_probs(x, TOP_K),
+                               lambda x, out: ferrinfer.top_k_renorm_probs(x, TOP_K, out=out), probs, dtype),
+    }
+    for op in ops:
+        eager, theirs, ours, make, out_dtype = table[op]
+        compiled = torch.compile(eager)
+        for V, B in grid:
+            x, out = make(B, V), torch.empty(B, V, device="cuda", dtype=out_dtype)
+            nbytes = B * V * (size + out.element_size())
+            record(op, B, V, nbytes, "torch_eager" + impl_suffix, time_fn(lambda: eager(x)))
+            compiled(x)
+            record(op, B, V, nbytes, "torch_compile" + impl_suffix, time_fn(lambda: compiled(x)))
+            if fi:
+                try:
+                    theirs(x)
+                    record(op, B, V, nbytes, "flashinfer" + impl_suffix, time_fn(lambda: theirs(x)))
+                except Exception as error:
+                    print(f"# flashinfer {op} failed: {error!r}", file=sys.stderr)
+            record(op, B, V, nbytes, "ferrinfer-py" + impl_suffix, time_fn(lambda: ours(x, out)))
+            del x, out
 
 
 def only_tokens(grid, tokens):
@@ -245,8 +273,9 @@ def main():
         grid = [(4096, 1), (8192, 1)] if args.eager else only_tokens(NORM_GRID, args.tokens)
         norm_cases(record, dtype, ops, fi_norm, time_fn, suffix, grid)
     elif args.family == "sampling":
+        ops = (args.ops or "softmax,top_k_mask_logits,top_k_renorm_probs").split(",")
         grid = [(128256, 1)] if args.eager else only_tokens(SAMPLING_GRID, args.tokens)
-        sampling_cases(record, dtype, flashinfer_sampling(), time_fn, suffix, grid)
+        sampling_cases(record, dtype, ops, flashinfer_sampling(), time_fn, suffix, grid)
     else:
         ops = (args.ops or "silu_and_mul,gelu_and_mul,gelu_tanh_and_mul").split(",")
         grid = [(4096, 1), (14336, 1)] if args.eager else only_tokens(ACTIVATION_GRID, args.tokens)

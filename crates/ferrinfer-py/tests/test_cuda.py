@@ -141,3 +141,21 @@ def test_softmax_allocates_f32_probabilities_on_the_device(dtype, shape):
     again = torch.empty_like(probs)
     ferrinfer.softmax(x, 0.8, out=again)
     assert torch.equal(probs, again), "softmax is bitwise deterministic"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 128256), (64, 32000), (3, 7)])
+@pytest.mark.parametrize("k", [1, 50, 1000])
+def test_top_k_ops_match_torch_topk_on_the_device(dtype, shape, k):
+    x = 4 * randn(*shape, dtype=dtype)
+    kth = x.float().topk(min(k, shape[-1]), dim=-1).values[..., -1:]
+    kept = x.float() >= kth
+    masked = ferrinfer.top_k_mask_logits(x, k)
+    assert masked.dtype == dtype and masked.device == x.device
+    assert torch.equal(masked, torch.where(kept, x, torch.tensor(float("-inf"), dtype=dtype, device=DEV)))
+    p = x.float().abs()
+    renormed = ferrinfer.top_k_renorm_probs(p, k)
+    kept_p = p >= p.topk(min(k, shape[-1]), dim=-1).values[..., -1:]
+    want = torch.where(kept_p, p.double(), 0) / torch.where(kept_p, p.double(), 0).sum(-1, keepdim=True)
+    close(renormed, want, torch.float32)
+    assert torch.equal(renormed, ferrinfer.top_k_renorm_probs(p, k)), "bitwise deterministic"

@@ -43,3 +43,44 @@ def test_softmax_signature_and_errors():
     assert np.isnan(out).all()
     with pytest.raises(ValueError, match="`temperature` is -1"):
         ferrinfer.softmax(x, -1.0)
+
+
+def top_k_kept(x, k):
+    """Entries at or above each row's k-th largest (NumPy's order: no NaN in these tests)."""
+    kth = -np.sort(-x.astype(np.float64), axis=-1)[..., k - 1 : k]
+    return x >= kth
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("shape", [(3, 32000), (2, 5, 1000), (1, 7)])
+@pytest.mark.parametrize("k", [1, 50, 999])
+def test_top_k_mask_logits_keeps_the_k_largest_and_ties(dtype, shape, k):
+    x = np.round(4 * RNG.standard_normal(shape)).astype(dtype)  # many ties
+    masked = ferrinfer.top_k_mask_logits(x, k)
+    assert masked.dtype == x.dtype and masked.shape == x.shape
+    kept = top_k_kept(x, min(k, shape[-1]))
+    np.testing.assert_array_equal(masked, np.where(kept, x, -np.inf).astype(dtype))
+
+
+@pytest.mark.parametrize("shape", [(3, 32000), (1, 7)])
+@pytest.mark.parametrize("k", [1, 50, 40000])
+def test_top_k_renorm_probs_renormalises_the_k_largest(shape, k):
+    p = RNG.random(shape).astype(np.float32)
+    out = ferrinfer.top_k_renorm_probs(p, k)
+    kept = top_k_kept(p, min(k, shape[-1]))
+    want = np.where(kept, p, 0) / np.where(kept, p, 0).astype(np.float64).sum(-1, keepdims=True)
+    np.testing.assert_allclose(out, want, rtol=2e-5, atol=1e-9)
+
+
+def test_top_k_signatures_and_errors():
+    assert str(inspect.signature(ferrinfer.top_k_mask_logits)) == "(logits, top_k, out=None, enable_pdl=None)"
+    assert str(inspect.signature(ferrinfer.top_k_renorm_probs)) == "(probs, top_k, out=None, enable_pdl=None)"
+    x = RNG.standard_normal((2, 64)).astype(np.float32)
+    with pytest.raises(TypeError, match="missing required argument: 'top_k'"):
+        ferrinfer.top_k_mask_logits(x)
+    with pytest.raises(TypeError, match="`top_k` must be an int; got float"):
+        ferrinfer.top_k_mask_logits(x, 2.5)
+    out = np.full((2, 64), np.nan, dtype=np.float32)
+    with pytest.raises(ValueError, match="`top_k` is 0"):
+        ferrinfer.top_k_renorm_probs(x, 0, out=out)
+    assert np.isnan(out).all()

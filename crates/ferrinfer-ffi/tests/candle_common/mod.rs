@@ -24,12 +24,18 @@ pub fn dtype<T: Elem>() -> DType {
 /// columns 3.. of a larger tensor, so the view has a start offset and a row stride longer than
 /// its rows.
 pub fn tensor_on<T: Elem>(device: &Device, shape: &[usize], narrow: bool, seed: u64) -> Tensor {
+    values_on::<T>(device, shape, narrow, seed, false)
+}
+
+/// [`tensor_on`], made `|x|` where `nonnegative` (an input of probabilities).
+fn values_on<T: Elem>(device: &Device, shape: &[usize], narrow: bool, seed: u64, nonnegative: bool) -> Tensor {
     if !narrow {
         let n = shape.iter().product();
-        return Tensor::from_vec(random_normal::<T>(n, seed), shape, device).unwrap();
+        let values = Tensor::from_vec(random_normal::<T>(n, seed), shape, device).unwrap();
+        return if nonnegative { values.abs().unwrap() } else { values };
     }
     let (rows, hidden) = (shape[0], shape[1]);
-    let base = tensor_on::<T>(device, &[rows + 1, hidden + 5], false, seed);
+    let base = values_on::<T>(device, &[rows + 1, hidden + 5], false, seed, nonnegative);
     let view = base.i((1.., 3..3 + hidden)).unwrap();
     assert!(!view.is_contiguous() && view.layout().start_offset() == hidden + 5 + 3);
     view
@@ -60,7 +66,7 @@ pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &
             match arg.extent {
                 Extent::Row if arg.dtype == DTypeRule::SameOrF32 => tensor_on::<W>(device, &[hidden], false, seed),
                 Extent::Row => tensor_on::<T>(device, &[hidden], false, seed),
-                Extent::Rows => tensor_on::<T>(device, shape, narrow, seed),
+                Extent::Rows => values_on::<T>(device, shape, narrow, seed, arg.nonnegative),
                 Extent::DoubleRows => {
                     let mut wide = shape.to_vec();
                     *wide.last_mut().unwrap() *= 2;
@@ -70,7 +76,7 @@ pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &
         })
         .collect();
     let before: Vec<Vec<f64>> = inputs.iter().map(values).collect();
-    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.default).collect();
+    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
     let refs: Vec<&Tensor> = inputs.iter().collect();
     let out = fc::Op::of(op, &scalars).unwrap().apply(&refs).unwrap();
     let context = format!("{} {:?} {shape:?} narrow={narrow}", op.name, dtype::<T>());

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use ferrinfer_launch::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
-use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role};
+use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, TensorArg};
 use ferrinfer_launch::reference::{self, Agreement};
 use ferrinfer_launch::{DType, Device, Error, HostElement, Stream, TensorView, cuda_device_count, with_host_element};
 
@@ -65,10 +65,11 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    /// Random normal values (seeded), or NaN everywhere (`poison`).
-    fn new(dtype: DType, shape: Vec<usize>, strides: Vec<i64>, len: usize, seed: u64, poison: bool) -> Self {
+    /// Random values for `arg` (seeded: `reference::random_input`), or NaN everywhere for an output.
+    fn new(arg: &TensorArg, dtype: DType, shape: Vec<usize>, strides: Vec<i64>, len: usize, seed: u64) -> Self {
         let bytes = with_host_element!(dtype, T => {
-            let values: Vec<T> = if poison { vec![T::from_f64(f64::NAN); len] } else { reference::random_normal(len, seed) };
+            let poison = arg.role == Role::Out;
+            let values: Vec<T> = if poison { vec![T::from_f64(f64::NAN); len] } else { reference::random_input(arg, len, seed) };
             bytemuck::cast_slice(&values).to_vec()
         });
         Buffer { dtype, bytes, shape, strides }
@@ -133,7 +134,7 @@ pub fn buffers(op: &OpInfo, dtype: DType, wide: bool, case: &Case, seed: u64) ->
                     (vec![case.rows, width], vec![stride as i64, 1], (case.rows - 1) * stride + width)
                 }
             };
-            Buffer::new(dtype, shape, strides, len, seed ^ (i as u64 * 0x9e37), arg.role == Role::Out)
+            Buffer::new(arg, dtype, shape, strides, len, seed ^ (i as u64 * 0x9e37))
         })
         .collect()
 }
@@ -150,7 +151,7 @@ pub fn run_case(
 ) -> Result<Agreement, String> {
     let before = buffers(op, dtype, wide, case, seed);
     let mut after = before.clone();
-    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.default).collect();
+    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
     let context = |e: String| format!("{} {case:?} {dtype}{}: {e}", op.name, if wide { " (f32 weights)" } else { "" });
     runner.run(op, &mut after, &scalars).map_err(|e| context(e.to_string()))?;
     check(op, dtype, case, &before, &after, &scalars).map_err(context)
