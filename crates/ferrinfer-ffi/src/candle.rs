@@ -157,13 +157,13 @@ macro_rules! candle_functions {
             $(#[doc = $doc:literal])*
             fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : $kind:ident $(= $default:literal)? $((example $example:literal))?),+)?
+                $(; $($scalar:ident : $kind:tt $(= $default:literal)? $((example $example:literal))?),+)?
                 => $op:expr, reference $reference:path;
         )+
     ) => {
         $(
             $(#[doc = $doc])*
-            pub fn $name($($tensor: &Tensor,)+ $($($scalar: $kind,)+)?) -> Result<returns_of!($($($out)+)?)> {
+            pub fn $name($($tensor: &Tensor,)+ $($($scalar: ferrinfer_launch::__scalar_value!($kind),)+)?) -> Result<returns_of!($($($out)+)?)> {
                 let op = Op::of(&ferrinfer_launch::$family::$name::INFO, &[$($($scalar as f64),+)?])?;
                 Produced::run(&op, &[$($tensor),+])
             }

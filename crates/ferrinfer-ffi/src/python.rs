@@ -144,15 +144,35 @@ fn call<'py>(
         .map(|(arg, object)| target.import(arg.name, object))
         .collect::<PyResult<Vec<_>>>()?;
     let views = imported.iter().map(Imported::view).collect::<PyResult<Vec<_>>>()?;
+    let scalar_object = |i: usize| bound.iter().find(|(p, _)| *p == Parameter::Scalar(i)).and_then(|(_, v)| v.as_ref());
+    // A per-row scalar given as a tensor (anything but a number): imported as the others.
+    let per_row_objects: Vec<Option<&Bound<PyAny>>> = (0..op.scalars.len())
+        .map(|i| scalar_object(i).filter(|v| op.scalars[i].per_row && v.extract::<f64>().is_err()))
+        .collect();
+    let per_row_imported = op
+        .scalars
+        .iter()
+        .zip(&per_row_objects)
+        .map(|(arg, object)| object.map(|object| target.import(arg.name, object)).transpose())
+        .collect::<PyResult<Vec<_>>>()?;
+    let per_row_views = per_row_imported
+        .iter()
+        .map(|imported| imported.as_ref().map(Imported::view).transpose())
+        .collect::<PyResult<Vec<_>>>()?;
     let scalars = (0..op.scalars.len())
-        .map(|i| scalar(op, i, bound.iter().find(|(p, _)| *p == Parameter::Scalar(i)).and_then(|(_, v)| v.as_ref())))
+        .map(|i| match per_row_objects[i] {
+            Some(_) => Ok(f64::NAN),
+            None => scalar(op, i, scalar_object(i)),
+        })
         .collect::<PyResult<Vec<f64>>>()?;
     let pdl = match bound.iter().find(|(p, _)| *p == Parameter::EnablePdl).and_then(|(_, v)| v.as_ref()) {
         Some(value) if !value.is_none() => Some(value.extract::<bool>()?),
         _ => None,
     };
     let view_refs: Vec<&TensorView> = views.iter().collect();
-    ferrinfer_launch::with_pdl(pdl, || op.call(&view_refs, &scalars, target.stream())).map_err(to_python)?;
+    let per_row: Vec<Option<&TensorView>> = per_row_views.iter().map(Option::as_ref).collect();
+    ferrinfer_launch::with_pdl(pdl, || op.call_per_row(&view_refs, &scalars, &per_row, target.stream()))
+        .map_err(to_python)?;
     target.finish()?;
     match op.tensors.iter().position(|arg| arg.role == Role::Out) {
         Some(i) => Ok(objects[i].clone()),

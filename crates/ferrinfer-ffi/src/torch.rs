@@ -67,7 +67,7 @@ macro_rules! tch_functions {
             $(#[doc = $doc:literal])*
             fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : $kind:ident $(= $default:literal)? $((example $example:literal))?),+)?
+                $(; $($scalar:ident : $kind:tt $(= $default:literal)? $((example $example:literal))?),+)?
                 => $op:expr, reference $reference:path;
         )+
     ) => {
@@ -77,7 +77,7 @@ macro_rules! tch_functions {
             pub fn $name(
                 $($tensor: tch_param!($role),)+
                 $($($out: Option<&mut Tensor>,)+)?
-                $($($scalar: $kind,)+)?
+                $($($scalar: ferrinfer_launch::__scalar_value!($kind),)+)?
                 stream: &TorchStream,
             ) -> Result<returns_of!($($($out)+)?), TchError> {
                 let outputs: Vec<Option<&Tensor>> = vec![$($($out.map(|t| &*t)),+)?];

@@ -34,8 +34,10 @@ pub struct SoftmaxParams {
     pub rows: u64,
     pub logits_row_stride: u64,
     pub probs_row_stride: u64,
+    /// `[rows]` f32, one temperature a row; 0: `temperature` for every row.
+    pub temperatures: u64,
     pub vocab: u32,
-    /// The temperature of every row.
+    /// The temperature of every row, unless `temperatures` is given.
     pub temperature: f32,
     /// Blocks sharing a row (the launch's thread-block cluster, sm_90), each reducing and writing
     /// a contiguous slice of it; 1 without a cluster.
@@ -47,6 +49,19 @@ pub struct SoftmaxParams {
 #[inline(always)]
 pub fn logit_scale(temperature: f32) -> f32 {
     if temperature == 0.0 { 0.0 } else { core::f32::consts::LOG2_E / temperature }
+}
+
+/// The temperature of row `row`: its entry of `p.temperatures`, or `p.temperature`.
+///
+/// # Safety
+/// `p.temperatures`, when not 0, must hold `p.rows` f32.
+#[inline(always)]
+pub unsafe fn row_temperature(p: &SoftmaxParams, row: u64) -> f32 {
+    if p.temperatures == 0 {
+        return p.temperature;
+    }
+    let at = (p.temperatures as *const f32).wrapping_add(row as usize);
+    unsafe { crate::vector::Packed::<f32, 1>::load::<crate::vector::Reused>(at) }.get(0)
 }
 
 /// A running softmax denominator in base 2: `sum = Σ 2^(u − max)` over the values seen.
@@ -108,7 +123,7 @@ const HOST_CHUNK: usize = 256;
 pub unsafe fn softmax_row<T: Element>(p: &SoftmaxParams, row: u64) {
     let logits = (p.logits as *const T).wrapping_add((row * p.logits_row_stride) as usize);
     let probs = (p.probs as *mut f32).wrapping_add((row * p.probs_row_stride) as usize);
-    let scale = logit_scale(p.temperature);
+    let scale = logit_scale(unsafe { row_temperature(p, row) });
     let scaled = |i: usize| unsafe { logits.add(i).read() }.to_f32() * scale;
     let vocab = p.vocab as usize;
     let mut partial = Partial::EMPTY;
@@ -423,7 +438,6 @@ mod device_kernels {
         let per_slice = vectors.div_ceil(slices.count() as usize);
         let begin = (slices.rank() as usize * per_slice).min(vectors);
         let end = (begin + per_slice).min(vectors);
-        let scale = logit_scale(p.temperature);
         let (step, first) = (block_size() as usize, begin + thread_index() as usize);
         let (mut row, row_step) =
             unsafe { (core::arch::nvptx::_block_idx_y() as u64, core::arch::nvptx::_grid_dim_y() as u64) };
@@ -431,6 +445,7 @@ mod device_kernels {
         while row < p.rows {
             let logits = (p.logits as *const T).wrapping_add((row * p.logits_row_stride) as usize);
             let probs = (p.probs as *mut f32).wrapping_add((row * p.probs_row_stride) as usize);
+            let scale = logit_scale(unsafe { row_temperature(p, row) });
             let scaled = |v: usize| {
                 let x = unsafe { Packed::<T, VEC>::load::<Reused>(logits.add(v * VEC)) }.to_f32();
                 x.map(|x| x * scale)
@@ -638,6 +653,7 @@ mod tests {
             rows: 1,
             logits_row_stride: N as u64,
             probs_row_stride: N as u64,
+            temperatures: 0,
             vocab: N as u32,
             temperature,
             slices: 1,

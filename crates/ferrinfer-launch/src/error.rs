@@ -55,6 +55,9 @@ pub enum Error {
     #[error("`{op}` takes {} tensors and {} scalars; it was given {} and {}", expected.0, expected.1, found.0, found.1)]
     Arity { op: &'static str, expected: (usize, usize), found: (usize, usize) },
 
+    #[error("`{argument}` of `{op}` is one value for every row; it takes no tensor of values a row")]
+    NotPerRow { op: &'static str, argument: &'static str },
+
     #[error("CUDA device {ordinal} does not exist; this process sees {count} CUDA device(s)")]
     NoSuchDevice { ordinal: usize, count: usize },
 

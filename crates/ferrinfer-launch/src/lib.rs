@@ -40,7 +40,7 @@ pub use cuda::{ENABLE_PDL_VAR, borrowed_stream, cuda_device_count, with_pdl};
 pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
 pub use norm::{fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm};
-pub use op::OpInfo;
+pub use op::{OpInfo, PerRow};
 pub use sampling::{softmax, top_k_mask_logits, top_k_renorm_probs};
 pub use tensor::{Device, HostElement, MAX_DIMS, Stream, TensorView, contiguous_strides};
 

@@ -87,8 +87,11 @@ pub(crate) fn begin(call: &Call) {
         }
         // Every scalar of the op tables is an f32 (what the kernels take): shown as one, so
         // `eps = 1e-6` reads 0.000001, not the f64 widening of its f32 rounding.
-        for (arg, value) in call.op.scalars.iter().zip(call.scalars) {
-            write_line(&format!("  {} = {}", arg.name, *value as f32));
+        for (i, (arg, value)) in call.op.scalars.iter().zip(call.scalars).enumerate() {
+            match call.per_row(i) {
+                Some(view) => write_line(&format!("  {}: {} (one a row)", arg.name, describe(view))),
+                None => write_line(&format!("  {} = {}", arg.name, *value as f32)),
+            }
         }
     }
 }

@@ -90,6 +90,54 @@ pub struct ScalarArg {
     /// The default, or for a required scalar a typical value: what the benchmark and the tests
     /// that walk every op pass.
     pub example: f64,
+    /// May be given a tensor of one value a row instead (`[f32]` in the table: FlashInfer's
+    /// "tensor or scalar"; [`PerRow`]).
+    pub per_row: bool,
+}
+
+/// A parameter given once for every row, or — for the scalars a table marks `[f32]` — as a tensor
+/// of one value a row (FlashInfer's "tensor or scalar"): `softmax(&logits, &mut out, 0.7, s)` or
+/// `softmax(&logits, &mut out, &temperatures, s)` with `temperatures` a `[rows]` f32 tensor.
+#[derive(Clone, Copy, Debug)]
+pub enum PerRow<'a, T> {
+    All(T),
+    Rows(&'a TensorView<'a>),
+}
+
+impl From<f32> for PerRow<'_, f32> {
+    fn from(value: f32) -> Self {
+        PerRow::All(value)
+    }
+}
+
+impl From<i32> for PerRow<'_, i32> {
+    fn from(value: i32) -> Self {
+        PerRow::All(value)
+    }
+}
+
+/// A float literal (`0.7`, an f64 to Rust) for an f32 parameter, rounded to f32 as the kernels take it.
+impl From<f64> for PerRow<'_, f32> {
+    fn from(value: f64) -> Self {
+        PerRow::All(value as f32)
+    }
+}
+
+impl<'a, T> From<&'a TensorView<'a>> for PerRow<'a, T> {
+    fn from(view: &'a TensorView<'a>) -> Self {
+        PerRow::Rows(view)
+    }
+}
+
+impl<'a, T: Into<f64>> PerRow<'a, T> {
+    /// `(the value, the tensor)`: the value is NaN (never read) when a tensor is given.
+    #[doc(hidden)]
+    pub fn split(self) -> (f64, Option<&'a TensorView<'a>>) {
+        match self {
+            PerRow::All(value) => (value.into(), None),
+            PerRow::Rows(view) => (f64::NAN, Some(view)),
+        }
+    }
 }
 
 /// Everything the registry knows of one op.
@@ -116,11 +164,13 @@ impl std::fmt::Debug for OpInfo {
 }
 
 /// One call of an op, arguments by position: `tensors` in [`OpInfo::tensors`] order (inputs, then
-/// outputs; written ones writable), `scalars` in [`OpInfo::scalars`] order.
+/// outputs; written ones writable), `scalars` in [`OpInfo::scalars`] order, and for each scalar
+/// its tensor of values a row where one was given (`per_row`: empty, or one entry a scalar).
 pub struct Call<'c, 'v> {
     pub op: &'static OpInfo,
     pub tensors: &'c [&'c TensorView<'v>],
     pub scalars: &'c [f64],
+    pub per_row: &'c [Option<&'c TensorView<'v>>],
     pub stream: Stream<'c>,
 }
 
@@ -146,14 +196,31 @@ impl OpInfo {
     /// Runs the op with arguments by position (see [`Call`]); the typed functions and the
     /// adapters all come through here. Checks the argument counts, then logs and runs.
     pub fn call(&'static self, tensors: &[&TensorView], scalars: &[f64], stream: Stream) -> Result<(), Error> {
-        if tensors.len() != self.tensors.len() || scalars.len() != self.scalars.len() {
+        self.call_per_row(tensors, scalars, &[], stream)
+    }
+
+    /// [`OpInfo::call`] with, for each scalar, the tensor of its values a row where one is given
+    /// (`per_row`: empty for none, else one entry a scalar; only scalars marked
+    /// [`ScalarArg::per_row`] take one, their value in `scalars` is then ignored).
+    pub fn call_per_row(
+        &'static self,
+        tensors: &[&TensorView],
+        scalars: &[f64],
+        per_row: &[Option<&TensorView>],
+        stream: Stream,
+    ) -> Result<(), Error> {
+        let per_row_ok = per_row.is_empty() || per_row.len() == scalars.len();
+        if tensors.len() != self.tensors.len() || scalars.len() != self.scalars.len() || !per_row_ok {
             return Err(Error::Arity {
                 op: self.name,
                 expected: (self.tensors.len(), self.scalars.len()),
-                found: (tensors.len(), scalars.len()),
+                found: (tensors.len(), scalars.len().max(per_row.len())),
             });
         }
-        let call = Call { op: self, tensors, scalars, stream };
+        if let Some((arg, _)) = self.scalars.iter().zip(per_row).find(|(arg, view)| view.is_some() && !arg.per_row) {
+            return Err(Error::NotPerRow { op: self.name, argument: arg.name });
+        }
+        let call = Call { op: self, tensors, scalars, per_row, stream };
         logging::begin(&call);
         (self.run)(&call)?;
         logging::end(&call);
@@ -211,6 +278,11 @@ impl Call<'_, '_> {
     /// Scalar `i` (validated by the family: e.g. `eps` finite and ≥ 0).
     pub fn scalar(&self, i: usize) -> f64 {
         self.scalars.get(i).copied().unwrap_or(f64::NAN)
+    }
+
+    /// Scalar `i`'s tensor of values a row, where the caller gave one.
+    pub fn per_row(&self, i: usize) -> Option<&TensorView<'_>> {
+        self.per_row.get(i).copied().flatten()
     }
 }
 
@@ -288,7 +360,7 @@ macro_rules! __scalar_example {
     };
 }
 
-/// Whether a scalar's type (`f32` or `i32`) is an integer.
+/// Whether a scalar's type (`f32`, `i32`, or `[f32]`: per row) is an integer.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scalar_integer {
@@ -298,6 +370,54 @@ macro_rules! __scalar_integer {
     (i32) => {
         true
     };
+    ([$kind:tt]) => {
+        $crate::__scalar_integer!($kind)
+    };
+}
+
+/// Whether a scalar's type is per row (`[f32]`).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scalar_per_row {
+    ($kind:ident) => {
+        false
+    };
+    ([$kind:tt]) => {
+        true
+    };
+}
+
+/// The typed API's parameter type of a scalar: `f32`, `i32`, or `impl Into<PerRow<f32>>`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scalar_param {
+    ($kind:ident, $life:lifetime) => { $kind };
+    ([$kind:tt], $life:lifetime) => { impl Into<$crate::PerRow<$life, $kind>> };
+}
+
+/// A scalar's value type, whether or not it may be per row (what adapters that take one value
+/// for every row accept).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scalar_value {
+    ($kind:ident) => {
+        $kind
+    };
+    ([$kind:tt]) => {
+        $kind
+    };
+}
+
+/// `(value, per-row tensor)` of a typed API's scalar argument.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scalar_split {
+    ($kind:ident, $value:expr) => {
+        ($value as f64, None)
+    };
+    ([$kind:tt], $value:expr) => {
+        $crate::PerRow::<'_, $kind>::split($value.into())
+    };
 }
 
 /// Turns a family's op table into the typed public functions, their [`OpInfo`]s and `OPS`.
@@ -305,10 +425,11 @@ macro_rules! __scalar_integer {
 ///
 /// The table's grammar, one line per op (what every consumer of a table matches):
 /// `fn NAME(INPUT: In|InOut [Extent (| f32)? (, nonnegative)?], …) (-> OUTPUT: Out [Extent (as f32)?], …)? (;
-/// SCALAR: f32|i32 (= DEFAULT)? ((example VALUE))?, …)? => SELECTOR, reference PATH;` with doc
+/// SCALAR: f32|i32|[f32] (= DEFAULT)? ((example VALUE))?, …)? => SELECTOR, reference PATH;` with doc
 /// comments before it. `/ alias` after an argument's name gives FlashInfer's Python name when it
 /// differs; `| f32` lets an input be f32 whatever the first tensor's dtype, `as f32` makes an
-/// output f32 always, `nonnegative` marks an input of probabilities. A scalar without a default is required and needs an example (see
+/// output f32 always, `nonnegative` marks an input of probabilities. `[f32]` makes a scalar per
+/// row: one value, or a `[rows]` tensor ([`PerRow`]). A scalar without a default is required and needs an example (see
 /// [`ScalarArg::example`]); required scalars come before the others.
 #[doc(hidden)]
 #[macro_export]
@@ -319,20 +440,24 @@ macro_rules! define_ops {
             $(#[doc = $doc:literal])*
             fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : $kind:ident $(= $default:literal)? $((example $example:literal))?),+)?
+                $(; $($scalar:ident : $kind:tt $(= $default:literal)? $((example $example:literal))?),+)?
                 => $op:expr, reference $reference:path;
         )+
     ) => {
         $(
             $(#[doc = $doc])*
-            #[allow(clippy::too_many_arguments)]
-            pub fn $name(
+            // `'p`: the borrow of a per-row scalar's tensor (unused by ops without one).
+            #[allow(clippy::too_many_arguments, clippy::extra_unused_lifetimes)]
+            pub fn $name<'p>(
                 $($tensor: $crate::__tensor_param!($role),)+
                 $($($out: &mut $crate::TensorView<'_>,)+)?
-                $($($scalar: $kind,)+)?
+                $($($scalar: $crate::__scalar_param!($kind, 'p),)+)?
                 stream: $crate::Stream<'_>,
             ) -> Result<(), $crate::Error> {
-                $name::INFO.call(&[$(&*$tensor,)+ $($(&*$out,)+)?], &[$($($scalar as f64),+)?], stream)
+                let scalars: &[(f64, Option<&$crate::TensorView>)] = &[$($($crate::__scalar_split!($kind, $scalar)),+)?];
+                let values: Vec<f64> = scalars.iter().map(|s| s.0).collect();
+                let per_row: Vec<Option<&$crate::TensorView>> = scalars.iter().map(|s| s.1).collect();
+                $name::INFO.call_per_row(&[$(&*$tensor,)+ $($(&*$out,)+)?], &values, &per_row, stream)
             }
 
             #[doc(hidden)]
@@ -367,6 +492,7 @@ macro_rules! define_ops {
                         integer: $crate::__scalar_integer!($kind),
                         default: $crate::__scalar_default!($($default)?),
                         example: $crate::__scalar_example!($($default)?; $($example)?),
+                        per_row: $crate::__scalar_per_row!($kind),
                     }),+)?],
                     run: |call| $crate::op::FamilyOp::run(&$op, call),
                     reference: $reference,

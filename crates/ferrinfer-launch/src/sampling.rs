@@ -23,7 +23,7 @@ use ferrinfer_kernels::{CLUSTER_EXCHANGE_BYTES, MAX_CLUSTER_BLOCKS};
 use crate::cuda::{self, KernelModule, Launch, Limits, MAX_BLOCK, ModuleCache};
 use crate::layout::{self, RowLayout};
 use crate::op::{Call, FamilyOp, Problem};
-use crate::{Error, Stream, TensorView, cpu, logging, tuning};
+use crate::{Device, Error, Stream, TensorView, cpu, logging, tuning};
 
 /// The sampling family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
 #[macro_export]
@@ -35,7 +35,7 @@ macro_rules! sampling_ops {
             /// the logits' dtype. `temperature` 0 weighs every finite logit alike; a row of −∞
             /// only, or with +∞ or NaN, gives NaN. Deterministic: a row's result never depends
             /// on timing or on the other rows.
-            fn softmax(logits: In[Rows]) -> out: Out[Rows as f32]; temperature: f32 = 1.0
+            fn softmax(logits: In[Rows]) -> out: Out[Rows as f32]; temperature: [f32] = 1.0
                 => SamplingKernel::Softmax, reference softmax_reference;
             /// `out` = `logits` where the logit is among the row's `top_k` largest (every logit
             /// tied with the `top_k`-th too), −∞ elsewhere. Ranks follow IEEE 754's total order
@@ -59,7 +59,7 @@ impl FamilyOp for SamplingKernel {
         let [input, out] = call.tensors()?;
         let input_name = call.op.tensors[0].name;
         let plan = match self {
-            SamplingKernel::Softmax => softmax_plan(input, out, call.scalar(0), &call.stream)?,
+            SamplingKernel::Softmax => softmax_plan(input, out, call.scalar(0), call.per_row(0), &call.stream)?,
             SamplingKernel::TopKMaskLogits | SamplingKernel::TopKRenormProbs => {
                 top_k_plan(input_name, input, out, call.scalar(0), &call.stream)?
             }
@@ -159,11 +159,12 @@ fn check_devices(input_name: &'static str, input: &TensorView, out: &TensorView,
     Ok(())
 }
 
-/// `softmax`'s checks and parameters.
+/// `softmax`'s checks and parameters: one temperature, or `temperatures` a row.
 fn softmax_plan(
     logits: &TensorView,
     out: &TensorView,
     temperature: f64,
+    temperatures: Option<&TensorView>,
     stream: &Stream,
 ) -> Result<Option<Plan>, Error> {
     check_devices("logits", logits, out, stream)?;
@@ -175,10 +176,17 @@ fn softmax_plan(
         });
     }
     layout::check_writable("out", out)?;
-    if !(temperature.is_finite() && temperature >= 0.0) {
+    let valid_temperature = |t: f64| t.is_finite() && t >= 0.0;
+    if temperatures.is_none() && !valid_temperature(temperature) {
         return Err(Error::InvalidScalar { argument: "temperature", value: temperature, expected: "finite and ≥ 0" });
     }
-    let Some((x, y)) = rows_of("logits", logits, out)? else { return Ok(None) };
+    let rows = rows_of("logits", logits, out)?;
+    let per_row = PerRowCheck { argument: "temperature", reference: "logits", expected: "finite and ≥ 0" };
+    let temperatures = match temperatures {
+        Some(view) => per_row.check(view, rows.map_or(0, |(x, _)| x.rows), DType::F32, out, valid_temperature)?,
+        None => 0,
+    };
+    let Some((x, y)) = rows else { return Ok(None) };
     let dtype = logits.dtype();
     let vec = vector_width(dtype, x.hidden, (x.row_stride, logits.address()), (y.row_stride, out.address()));
     let params = SoftmaxParams {
@@ -187,12 +195,70 @@ fn softmax_plan(
         rows: x.rows,
         logits_row_stride: x.row_stride,
         probs_row_stride: y.row_stride,
+        temperatures,
         vocab: x.hidden as u32,
-        temperature: temperature as f32,
+        temperature: if temperatures == 0 { temperature as f32 } else { 0.0 },
         slices: 1,
         _reserved: 0,
     };
     Ok(Some(Plan { params: Params::Softmax(params), dtype, vec, rows: x.rows, vocab: x.hidden }))
+}
+
+/// The checks of a scalar given as a tensor of one value a row (FlashInfer's "tensor or
+/// scalar").
+struct PerRowCheck {
+    argument: &'static str,
+    /// The input whose rows it follows.
+    reference: &'static str,
+    /// What each value must be.
+    expected: &'static str,
+}
+
+impl PerRowCheck {
+    /// `view` as the `[rows]` tensor of `dtype` on `out`'s device, contiguous, aligned, apart from
+    /// `out`; on the CPU every value passes `valid` (read before anything is written). Values on a
+    /// GPU are not read (that would wait for the device): the kernel takes them as they are.
+    /// Returns its address.
+    fn check(
+        &self,
+        view: &TensorView,
+        rows: u64,
+        dtype: DType,
+        out: &TensorView,
+        valid: impl Fn(f64) -> bool,
+    ) -> Result<u64, Error> {
+        let argument = self.argument;
+        layout::check_device(argument, view, self.reference, out.device())?;
+        if view.dtype() != dtype {
+            let expected = format!("{dtype} (one value a row)");
+            return Err(Error::UnsupportedDType { argument, found: view.dtype().to_string(), expected });
+        }
+        if view.shape() != [rows as i64] {
+            let expected = format!("[{rows}] (one value a row of `{}`)", self.reference);
+            return Err(Error::ShapeMismatch { argument, expected, found: view.shape().to_vec() });
+        }
+        if rows > 1 && view.strides() != [1] {
+            let reason = format!("stride {}; expected the values contiguous (stride 1)", view.strides()[0]);
+            return Err(Error::UnsupportedLayout { argument, reason });
+        }
+        layout::check_aligned(argument, view)?;
+        if layout::overlaps(out, view) {
+            return Err(Error::Overlap { argument: "out", other: argument });
+        }
+        if view.device() == Device::Cpu {
+            // SAFETY: a validated host view: `rows` contiguous elements of `dtype` from its address.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(view.address() as *const u8, rows as usize * dtype.size()) };
+            let values = crate::with_host_element!(dtype, T => bytes
+                .chunks_exact(dtype.size())
+                .map(|b| <T as crate::HostElement>::to_f64(bytemuck::pod_read_unaligned(b)))
+                .collect::<Vec<f64>>());
+            if let Some(&value) = values.iter().find(|&&v| !valid(v)) {
+                return Err(Error::InvalidScalar { argument, value, expected: self.expected });
+            }
+        }
+        Ok(view.address())
+    }
 }
 
 /// The top-k ops' checks and parameters (`input_name`: `logits` or `probs`).
@@ -441,6 +507,7 @@ mod tests {
             rows,
             logits_row_stride: vocab as u64,
             probs_row_stride: vocab as u64,
+            temperatures: 0,
             vocab,
             temperature: 1.0,
             slices: 1,

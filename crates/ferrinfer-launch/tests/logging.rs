@@ -3,10 +3,10 @@
 
 use std::process::Command;
 
-use ferrinfer_launch::{Stream, TensorView, rmsnorm};
+use ferrinfer_launch::{Stream, TensorView, rmsnorm, softmax};
 
 /// Child side (a no-op unless started by the tests below): one good call with a NaN and an Inf
-/// in its input, then one that fails validation.
+/// in its input, then one that fails validation, then a softmax with a temperature a row.
 #[test]
 fn logging_child() {
     if std::env::var_os("FERRINFER_TEST_LOGGING_CHILD").is_none() {
@@ -25,6 +25,10 @@ fn logging_child() {
     assert!(
         rmsnorm(&xv, &short, &mut TensorView::from_slice_mut(&mut out, &[2, 8]).unwrap(), 1e-6, Stream::Cpu).is_err()
     );
+    let temperatures = TensorView::from_slice(&w[..2], &[2]).unwrap();
+    let logits = TensorView::from_slice(&w, &[2, 4]).unwrap();
+    softmax(&logits, &mut TensorView::from_slice_mut(&mut out[..8], &[2, 4]).unwrap(), &temperatures, Stream::Cpu)
+        .unwrap();
 }
 
 /// Runs the child at `level` logging to `dest`; returns (log file text or "", child stdout).
@@ -64,6 +68,7 @@ fn logging_level_1_names_every_call_even_failing_ones() {
         "[ferrinfer] rmsnorm",
         "[ferrinfer] warning: test_api is experimental: only for this test",
         "[ferrinfer] rmsnorm",
+        "[ferrinfer] softmax",
     ];
     assert_eq!(log.lines().collect::<Vec<_>>(), calls, "{log}");
 }
@@ -74,6 +79,7 @@ fn logging_level_3_adds_arguments_and_outputs() {
     assert_eq!(lines_with(&log, "  input: shape [2, 8] strides [8, 1] f32 on cpu").len(), 2, "{log}");
     assert_eq!(lines_with(&log, "  weight: shape [4] strides [1] f32 on cpu").len(), 1, "{log}");
     assert_eq!(lines_with(&log, "  eps = 0.000001").len(), 2, "{log}");
+    assert_eq!(lines_with(&log, "  temperature: shape [2] strides [1] f32 on cpu (one a row)").len(), 1, "{log}");
     assert_eq!(lines_with(&log, "rmsnorm done; out: shape [2, 8]").len(), 1, "only the good call finishes: {log}");
     assert!(lines_with(&log, "stats").is_empty());
 }

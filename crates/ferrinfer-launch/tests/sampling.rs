@@ -197,3 +197,68 @@ fn top_k_errors_name_the_argument_and_leave_out_untouched() {
         assert_refused(result, &out, &|e| matches!(e, Error::ShapeMismatch { argument: "out", .. }));
     }
 }
+
+#[test]
+fn softmax_takes_a_temperature_a_row() {
+    let op = &softmax::INFO;
+    let (rows, vocab) = (4, 1000);
+    let logits: Vec<f32> = random_normal(rows * vocab, 17);
+    let temperatures = [0.25f32, 1.0, 0.0, 3.0];
+    let x = TensorView::from_slice(&logits, &[rows, vocab]).unwrap();
+    let t = TensorView::from_slice(&temperatures, &[rows]).unwrap();
+    let mut probs = vec![f32::NAN; rows * vocab];
+    softmax(&x, &mut TensorView::from_slice_mut(&mut probs, &[rows, vocab]).unwrap(), &t, Stream::Cpu).unwrap();
+    for (row, &temperature) in temperatures.iter().enumerate() {
+        let logits_f64: Vec<f64> = logits[row * vocab..(row + 1) * vocab].iter().map(|&x| x as f64).collect();
+        let want = &op.reference_of(DType::F32, vocab, &[logits_f64, Vec::new()], &[temperature as f64])[0];
+        let got: Vec<f64> = probs[row * vocab..(row + 1) * vocab].iter().map(|&p| p as f64).collect();
+        compare(DType::F32, &got, want).unwrap_or_else(|e| panic!("row {row}, temperature {temperature}: {e}"));
+    }
+    // The same rows one temperature at a time: bit for bit.
+    for (row, &temperature) in temperatures.iter().enumerate() {
+        assert_eq!(
+            cpu_softmax(&logits[row * vocab..(row + 1) * vocab], vocab, temperature),
+            probs[row * vocab..(row + 1) * vocab]
+        );
+    }
+}
+
+#[test]
+fn per_row_temperatures_are_checked_before_anything_is_written() {
+    let (rows, vocab) = (3, 64);
+    let logits: Vec<f32> = random_normal(rows * vocab, 19);
+    let x = TensorView::from_slice(&logits, &[rows, vocab]).unwrap();
+    let mut probs = vec![f32::NAN; rows * vocab];
+    let mut call = |t: &TensorView| {
+        let result = softmax(&x, &mut TensorView::from_slice_mut(&mut probs, &[rows, vocab]).unwrap(), t, Stream::Cpu);
+        (result, probs.iter().all(|p| p.is_nan()))
+    };
+    let bad = [1.0f32, -0.5, 1.0];
+    let (result, untouched) = call(&TensorView::from_slice(&bad, &[3]).unwrap());
+    assert!(
+        untouched
+            && matches!(result, Err(Error::InvalidScalar { argument: "temperature", value, .. }) if value == -0.5)
+    );
+    let nan = [1.0f32, 1.0, f32::NAN];
+    assert!(matches!(call(&TensorView::from_slice(&nan, &[3]).unwrap()).0, Err(Error::InvalidScalar { .. })));
+    let short = [1.0f32, 1.0];
+    let (result, untouched) = call(&TensorView::from_slice(&short, &[2]).unwrap());
+    assert!(
+        untouched
+            && matches!(&result, Err(Error::ShapeMismatch { argument: "temperature", expected, .. }) if expected.contains("[3]"))
+    );
+    let halves = [half::f16::ONE; 3];
+    let (result, _) = call(&TensorView::from_slice(&halves, &[3]).unwrap());
+    assert!(
+        matches!(&result, Err(e @ Error::UnsupportedDType { argument: "temperature", .. }) if e.to_string().contains("f32"))
+    );
+    let spaced = [1.0f32, 9.0, 1.0, 9.0, 1.0];
+    let strided = TensorView::from_slice_strided(&spaced, &[3], &[2]).unwrap();
+    assert!(matches!(call(&strided).0, Err(Error::UnsupportedLayout { argument: "temperature", .. })));
+    // A scalar that is not per row takes no tensor.
+    let k = [5.0f32; 3];
+    let y = TensorView::from_slice_mut(&mut probs, &[rows, vocab]).unwrap();
+    let k = TensorView::from_slice(&k, &[3]).unwrap();
+    let error = top_k_mask_logits::INFO.call_per_row(&[&x, &y], &[5.0], &[Some(&k)], Stream::Cpu).unwrap_err();
+    assert!(matches!(error, Error::NotPerRow { op: "top_k_mask_logits", argument: "top_k" }), "{error}");
+}

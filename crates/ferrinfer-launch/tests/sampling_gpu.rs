@@ -1,14 +1,15 @@
 //! The sampling family on a CUDA GPU through the public API: every op for every dtype over a grid
 //! of vocabularies (up to 2^20, odd ones too; rows staged in shared memory or not) and rows,
 //! every kernel path at sanitizer-friendly sizes, bitwise determinism (repeated calls, rows
-//! permuted, a row alone), temperatures, and more than 2^31 elements. Without a CUDA driver or device every test prints
+//! permuted, a row alone), temperatures (one, or one a row from device memory), and more than
+//! 2^31 elements. Without a CUDA driver or device every test prints
 //! that it was skipped and passes (CI has no GPU).
 
 mod support;
 
 use ferrinfer_launch::op::OpInfo;
 use ferrinfer_launch::reference::{compare, random_normal};
-use ferrinfer_launch::{DType, softmax, top_k_mask_logits, top_k_renorm_probs};
+use ferrinfer_launch::{DType, Error, Stream, TensorView, softmax, top_k_mask_logits, top_k_renorm_probs};
 use support::{Buffer, Case, Gpu, Runner, buffer_of, family, run_cases};
 
 #[test]
@@ -98,6 +99,34 @@ fn sampling_gpu_softmax_follows_the_temperature() {
         compare(DType::F32, &got, want).unwrap_or_else(|e| panic!("temperature {temperature}: {e}"));
     }
     assert!(gpu_softmax(&gpu, &logits, vocab, 0.0).iter().all(|&p| p == 1.0 / vocab as f32));
+}
+
+/// A temperature a row from device memory: each row as softmax at that one temperature, bit for
+/// bit; the tensor on another device than the logits is refused.
+#[test]
+fn sampling_gpu_softmax_takes_a_temperature_a_row() {
+    let Some(gpu) = Gpu::get("sampling_gpu_softmax_takes_a_temperature_a_row") else { return };
+    let (rows, vocab) = (6, 128_256);
+    let logits: Vec<f32> = random_normal(rows * vocab, 23).iter().map(|x: &f32| 3.0 * x).collect();
+    let temperatures = [0.3f32, 0.7, 1.0, 2.0, 0.0, 1.5];
+    let s = &gpu.stream;
+    let (x, t) = (s.clone_htod(&logits).unwrap(), s.clone_htod(&temperatures).unwrap());
+    let mut probs = s.alloc_zeros::<f32>(rows * vocab).unwrap();
+    let (xv, tv) =
+        (TensorView::from_cuda(&x, &[rows, vocab], None).unwrap(), TensorView::from_cuda(&t, &[rows], None).unwrap());
+    softmax(&xv, &mut TensorView::from_cuda_mut(&mut probs, &[rows, vocab], None).unwrap(), &tv, Stream::Cuda(s))
+        .unwrap();
+    let probs = s.clone_dtoh(&probs).unwrap();
+    for (row, &temperature) in temperatures.iter().enumerate() {
+        let alone = gpu_softmax(&gpu, &logits[row * vocab..(row + 1) * vocab], vocab, temperature);
+        assert!(alone == probs[row * vocab..(row + 1) * vocab], "row {row} (temperature {temperature})");
+    }
+    let host = TensorView::from_slice(&temperatures, &[rows]).unwrap();
+    let mut out = s.alloc_zeros::<f32>(rows * vocab).unwrap();
+    let error =
+        softmax(&xv, &mut TensorView::from_cuda_mut(&mut out, &[rows, vocab], None).unwrap(), &host, Stream::Cuda(s))
+            .unwrap_err();
+    assert!(matches!(error, Error::DeviceMismatch { argument: "temperature", .. }), "{error}");
 }
 
 /// More than 2^31 logits: every offset must be 64-bit. Checked on slices of rows, on all cores.

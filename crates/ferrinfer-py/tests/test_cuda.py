@@ -143,6 +143,14 @@ def test_softmax_allocates_f32_probabilities_on_the_device(dtype, shape):
     assert torch.equal(probs, again), "softmax is bitwise deterministic"
 
 
+def test_softmax_takes_a_temperature_a_row_on_the_device():
+    x = 4 * randn(5, 32000, dtype=torch.float32)
+    temperatures = torch.tensor([0.3, 0.7, 1.0, 2.0, 0.0], device=DEV)
+    probs = ferrinfer.softmax(x, temperatures)
+    for row in range(5):
+        assert torch.equal(probs[row], ferrinfer.softmax(x[row : row + 1], temperatures[row].item())[0])
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 128256), (64, 32000), (3, 7)])
 @pytest.mark.parametrize("k", [1, 50, 1000])

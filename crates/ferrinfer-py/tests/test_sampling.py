@@ -84,3 +84,18 @@ def test_top_k_signatures_and_errors():
     with pytest.raises(ValueError, match="`top_k` is 0"):
         ferrinfer.top_k_renorm_probs(x, 0, out=out)
     assert np.isnan(out).all()
+
+
+def test_softmax_takes_a_temperature_a_row():
+    x = (3 * RNG.standard_normal((3, 500))).astype(np.float32)
+    temperatures = np.array([0.5, 1.0, 2.0], dtype=np.float32)
+    probs = ferrinfer.softmax(x, temperatures)
+    for row, t in enumerate(temperatures):
+        np.testing.assert_allclose(probs[row], softmax_ref(x[row], t), rtol=2e-5, atol=1e-9)
+        assert np.array_equal(probs[row], ferrinfer.softmax(x[row : row + 1], float(t))[0])
+    with pytest.raises(ValueError, match=r"`temperature` has shape \[2\]; expected \[3\]"):
+        ferrinfer.softmax(x, temperatures[:2])
+    with pytest.raises(ValueError, match="`temperature` is -1"):
+        ferrinfer.softmax(x, np.array([1.0, -1.0, 1.0], dtype=np.float32))
+    with pytest.raises(TypeError, match="`temperature` has dtype f16"):
+        ferrinfer.softmax(x, temperatures.astype(np.float16))
