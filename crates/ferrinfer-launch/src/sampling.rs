@@ -471,29 +471,23 @@ fn top_k_kept(row: &[f64], k: usize) -> Vec<bool> {
 
 /// `top_k_mask_logits` in f64: kept logits, −∞ elsewhere.
 fn top_k_mask_reference(p: &Problem) -> Vec<Vec<f64>> {
-    let k = p.scalars[0] as usize;
-    let rows = p.tensors[0].chunks_exact(p.hidden);
-    vec![
-        rows.flat_map(|row| {
-            let kept = top_k_kept(row, k);
-            row.iter().zip(kept).map(|(&x, kept)| if kept { x } else { f64::NEG_INFINITY }).collect::<Vec<_>>()
-        })
-        .collect(),
-    ]
+    top_k_reference(p, |row, kept| {
+        row.iter().zip(kept).map(|(&x, kept)| if kept { x } else { f64::NEG_INFINITY }).collect()
+    })
 }
 
 /// `top_k_renorm_probs` in f64: kept probabilities over their sum, 0 elsewhere.
 fn top_k_renorm_reference(p: &Problem) -> Vec<Vec<f64>> {
+    top_k_reference(p, |row, kept| {
+        let sum: f64 = row.iter().zip(&kept).filter(|(_, kept)| **kept).map(|(x, _)| x).sum();
+        row.iter().zip(kept).map(|(&x, kept)| if kept { x / sum } else { 0.0 }).collect()
+    })
+}
+
+/// A top-k op's one output, row by row: `write(row, which entries it keeps)`.
+fn top_k_reference(p: &Problem, write: impl Fn(&[f64], Vec<bool>) -> Vec<f64>) -> Vec<Vec<f64>> {
     let k = p.scalars[0] as usize;
-    let rows = p.tensors[0].chunks_exact(p.hidden);
-    vec![
-        rows.flat_map(|row| {
-            let kept = top_k_kept(row, k);
-            let sum: f64 = row.iter().zip(&kept).filter(|(_, kept)| **kept).map(|(x, _)| x).sum();
-            row.iter().zip(kept).map(|(&x, kept)| if kept { x / sum } else { 0.0 }).collect::<Vec<_>>()
-        })
-        .collect(),
-    ]
+    vec![p.tensors[0].chunks_exact(p.hidden).flat_map(|row| write(row, top_k_kept(row, k))).collect()]
 }
 
 #[cfg(test)]
