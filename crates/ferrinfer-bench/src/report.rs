@@ -42,6 +42,7 @@ impl Row {
             DType::Bf16 => "bfloat16",
             DType::F16 => "float16",
             DType::F32 => "float32",
+            DType::I32 => "int32",
         }
     }
 

@@ -13,6 +13,7 @@ pub const DL_CUDA: i32 = 2;
 pub const DL_CUDA_HOST: i32 = 3;
 
 /// `DLDataTypeCode` values ferrinfer understands.
+pub const DL_INT: u8 = 0;
 pub const DL_FLOAT: u8 = 2;
 pub const DL_BFLOAT: u8 = 4;
 
@@ -58,20 +59,22 @@ pub fn dtype_from_dlpack(argument: &'static str, dtype: DLDataType) -> Result<DT
         (DL_FLOAT, 16, 1) => Ok(DType::F16),
         (DL_BFLOAT, 16, 1) => Ok(DType::Bf16),
         (DL_FLOAT, 32, 1) => Ok(DType::F32),
+        (DL_INT, 32, 1) => Ok(DType::I32),
         _ => {
             Err(Error::UnsupportedDType { argument, found: dlpack_dtype_name(dtype), expected: EXPECTED_DTYPES.into() })
         }
     }
 }
 
-/// What every op accepts, as the frameworks spell it.
-const EXPECTED_DTYPES: &str = "float16, bfloat16 or float32";
+/// What ops accept, as the frameworks spell it (int32 only where an op takes integers: each op
+/// says so when it refuses one).
+const EXPECTED_DTYPES: &str = "float16, bfloat16, float32 or int32";
 
 /// A DLPack dtype as NumPy and torch name it (`int32`, `float64`, `uint8`, `bool`, …), with the
 /// lane count when it is a vector type.
 fn dlpack_dtype_name(dtype: DLDataType) -> String {
     let kind = match dtype.code {
-        0 => "int",
+        DL_INT => "int",
         1 => "uint",
         DL_FLOAT => "float",
         3 => "opaque_handle",
@@ -90,6 +93,7 @@ pub fn dtype_to_dlpack(dtype: DType) -> DLDataType {
         DType::F16 => DLDataType { code: DL_FLOAT, bits: 16, lanes: 1 },
         DType::Bf16 => DLDataType { code: DL_BFLOAT, bits: 16, lanes: 1 },
         DType::F32 => DLDataType { code: DL_FLOAT, bits: 32, lanes: 1 },
+        DType::I32 => DLDataType { code: DL_INT, bits: 32, lanes: 1 },
     }
 }
 
@@ -208,17 +212,20 @@ mod tests {
 
     #[test]
     fn dlpack_unsupported_dtypes_and_devices_name_the_argument() {
-        let int32 = DLDataType { code: 0, bits: 32, lanes: 1 };
-        let err = dtype_from_dlpack("input", int32).unwrap_err();
+        let int32 = DLDataType { code: DL_INT, bits: 32, lanes: 1 };
+        assert_eq!(dtype_from_dlpack("top_k", int32).unwrap(), DType::I32, "int32: per-row `top_k`");
+        let int64 = DLDataType { code: DL_INT, bits: 64, lanes: 1 };
+        let err = dtype_from_dlpack("input", int64).unwrap_err();
         assert!(
-            err.is_dtype() && err.to_string() == "`input` has dtype int32; expected float16, bfloat16 or float32",
+            err.is_dtype()
+                && err.to_string() == "`input` has dtype int64; expected float16, bfloat16, float32 or int32",
             "{err}"
         );
         let f64x2 = DLDataType { code: DL_FLOAT, bits: 64, lanes: 2 };
         assert!(dtype_from_dlpack("x", f64x2).unwrap_err().to_string().contains("float64x2"));
-        let int8 = DLDataType { code: 0, bits: 8, lanes: 1 };
+        let int8 = DLDataType { code: DL_INT, bits: 8, lanes: 1 };
         let err = dtype_from_dlpack("weight", int8).unwrap_err().to_string();
-        assert_eq!(err, "`weight` has dtype int8; expected float16, bfloat16 or float32");
+        assert_eq!(err, "`weight` has dtype int8; expected float16, bfloat16, float32 or int32");
         let rocm = DLDevice { device_type: 10, device_id: 0 };
         assert!(device_from_dlpack("input", rocm).unwrap_err().to_string().contains("device type 10"));
     }

@@ -234,7 +234,7 @@ const DLPACK_CUDA: i32 = 2;
 /// torch's objects the light path compares with, looked up once (only if torch is imported).
 struct Torch {
     tensor: Py<PyAny>,
-    dtypes: [(Py<PyAny>, DType); 3],
+    dtypes: [(Py<PyAny>, DType); 4],
     strided: Py<PyAny>,
     /// `torch._C._cuda_getCurrentRawStream(device)`: the current stream as an integer.
     raw_stream: Py<PyAny>,
@@ -260,6 +260,7 @@ fn torch(py: Python<'_>) -> PyResult<Option<&Torch>> {
                     (dtype("float16")?, DType::F16),
                     (dtype("bfloat16")?, DType::Bf16),
                     (dtype("float32")?, DType::F32),
+                    (dtype("int32")?, DType::I32),
                 ],
                 strided: dtype("strided")?,
                 raw_stream: torch.getattr("_C")?.getattr("_cuda_getCurrentRawStream")?.unbind(),
@@ -434,7 +435,7 @@ fn torch_parts(argument: &'static str, object: &Bound<'_, PyAny>, torch: &Torch)
     let dtype_object = object.getattr(intern!(py, "dtype"))?;
     let Some(&(_, dtype)) = torch.dtypes.iter().find(|(d, _)| d.bind(py).is(&dtype_object)) else {
         let found = dtype_object.str()?.to_string().trim_start_matches("torch.").to_owned();
-        let expected = "float16, bfloat16 or float32".into();
+        let expected = "float16, bfloat16, float32 or int32".into();
         return Err(to_python(Error::UnsupportedDType { argument, found, expected }));
     };
     let layout_error = |reason: String| to_python(Error::UnsupportedLayout { argument, reason });

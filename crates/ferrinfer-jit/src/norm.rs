@@ -68,7 +68,8 @@ impl NormKernel {
         matches!(self, NormKernel::FusedAddRms | NormKernel::GemmaFusedAddRms)
     }
 
-    /// Weight dtypes it takes with `dtype` input: its own, and f32 for layernorm.
+    /// Weight dtypes it takes with `dtype` input: its own, and f32 for layernorm (none for an
+    /// integer input, which no norm takes).
     pub fn weight_dtypes(self, dtype: DType) -> &'static [DType] {
         match (self, dtype) {
             (NormKernel::Layer, DType::F16) => &[DType::F16, DType::F32],
@@ -76,6 +77,7 @@ impl NormKernel {
             (_, DType::F16) => &[DType::F16],
             (_, DType::Bf16) => &[DType::Bf16],
             (_, DType::F32) => &[DType::F32],
+            (_, DType::I32) => &[],
         }
     }
 }

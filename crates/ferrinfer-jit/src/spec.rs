@@ -70,12 +70,14 @@ impl JitSpec {
     }
 }
 
-/// The kernels crate's type for a dtype, as a path relative to `ferrinfer_kernels`.
+/// The kernels crate's type for a dtype, as a path relative to `ferrinfer_kernels` (`i32` is
+/// Rust's: no kernel computes in it).
 pub fn element_type(dtype: DType) -> &'static str {
     match dtype {
         DType::F16 => "element::F16",
         DType::Bf16 => "element::Bf16",
         DType::F32 => "f32",
+        DType::I32 => "i32",
     }
 }
 

@@ -4,22 +4,26 @@
 //! patterns (`#[repr(transparent)]` over `u16`), layout-compatible with `half::bf16`/`half::f16`
 //! on the host, so host buffers can be reinterpreted without copying.
 
-/// The storage types the kernels are instantiated for.
+/// The dtypes of tensors: the floating-point storage types the kernels are instantiated for
+/// ([`DType::ALL`]), and `I32` for the integer tensors some ops take beside them (a `top_k` a
+/// row), which the kernels read but never compute in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     F16,
     Bf16,
     F32,
+    I32,
 }
 
 impl DType {
+    /// The floating-point element types, each a kernel instantiation.
     pub const ALL: [DType; 3] = [DType::F16, DType::Bf16, DType::F32];
 
     /// Bytes per element.
     pub const fn size(self) -> usize {
         match self {
             DType::F16 | DType::Bf16 => 2,
-            DType::F32 => 4,
+            DType::F32 | DType::I32 => 4,
         }
     }
 
@@ -29,7 +33,13 @@ impl DType {
             DType::F16 => "f16",
             DType::Bf16 => "bf16",
             DType::F32 => "f32",
+            DType::I32 => "i32",
         }
+    }
+
+    /// One of [`DType::ALL`]: a type kernels compute in.
+    pub const fn is_float(self) -> bool {
+        !matches!(self, DType::I32)
     }
 }
 
@@ -306,11 +316,14 @@ impl core::fmt::Display for DType {
 }
 
 /// Runs `$body` with `$t` naming the kernels' element type for `$dtype` (a [`DType`]): the one
-/// dtype dispatch of host code that instantiates kernel numerics (the CPU backends).
+/// dtype dispatch of host code that instantiates kernel numerics (the CPU backends). `$dtype`
+/// must be a float type ([`DType::is_float`]): the launch layer refuses any other tensor dtype
+/// where an op computes (`OpInfo::call`) before a family dispatches.
 #[macro_export]
 macro_rules! with_element {
     ($dtype:expr, $t:ident => $body:expr) => {
         match $dtype {
+            $crate::element::DType::I32 => unreachable!("integer tensors are refused before any dispatch"),
             $crate::element::DType::F16 => {
                 type $t = $crate::element::F16;
                 $body

@@ -158,6 +158,8 @@ pub struct TopKParams {
     pub rows: u64,
     pub input_row_stride: u64,
     pub output_row_stride: u64,
+    /// `[rows]` i32, one `top_k` a row (≤ 0 keeps the row); 0: `top_k` for every row.
+    pub top_ks: u64,
     pub vocab: u32,
     /// Entries kept a row (ties with the last one kept too); 0 or `≥ vocab` keeps them all.
     pub top_k: u32,
@@ -167,6 +169,21 @@ pub struct TopKParams {
     /// 1 when each block keeps its slice in shared memory (after the exchange and counting areas,
     /// `top_k_shared_bytes`) between the passes over it; 0: every pass reads global memory.
     pub staged: u32,
+}
+
+/// The `top_k` of row `row`: its entry of `p.top_ks` (≤ 0 read as 0: the whole row), or
+/// `p.top_k`.
+///
+/// # Safety
+/// `p.top_ks`, when not 0, must hold `p.rows` i32.
+#[inline(always)]
+pub unsafe fn row_top_k(p: &TopKParams, row: u64) -> u32 {
+    if p.top_ks == 0 {
+        return p.top_k;
+    }
+    let at = (p.top_ks as *const f32).wrapping_add(row as usize);
+    let bits = unsafe { crate::vector::Packed::<f32, 1>::load::<crate::vector::Reused>(at) }.get(0).to_bits();
+    (bits as i32).max(0) as u32
 }
 
 /// What a top-k kernel writes for the entries it keeps and those it drops.
@@ -351,7 +368,7 @@ pub unsafe fn top_k_row<T: Element>(p: &TopKParams, row: u64, output: TopKOutput
     let out = (p.output as *mut T).wrapping_add((row * p.output_row_stride) as usize);
     let value = |i: usize| unsafe { input.add(i).read() };
     let vocab = p.vocab as usize;
-    let mut search = PivotSearch::new::<T>(p.top_k, p.vocab);
+    let mut search = PivotSearch::new::<T>(unsafe { row_top_k(p, row) }, p.vocab);
     while !search.done() {
         let mut totals = [0u32; DIGITS];
         for i in 0..vocab {
@@ -546,7 +563,7 @@ mod device_kernels {
                     Packed::<T, VEC>::load::<Reused>(input.add(v * VEC)).map_words(word_keys::<T>)
                 }
             };
-            let mut search = PivotSearch::new::<T>(p.top_k, p.vocab);
+            let mut search = PivotSearch::new::<T>(unsafe { row_top_k(p, row) }, p.vocab);
             while !search.done() {
                 let mut counts = DigitCounts::ZERO;
                 let mut v = first;

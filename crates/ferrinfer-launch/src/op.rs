@@ -222,6 +222,12 @@ impl OpInfo {
         }
         let call = Call { op: self, tensors, scalars, per_row, stream };
         logging::begin(&call);
+        // Every tensor argument of every table is floating point; integer tensors come only as
+        // per-row scalars, which their family checks. So no family dispatches on an integer.
+        if let Some((arg, view)) = self.tensors.iter().zip(tensors).find(|(_, view)| !view.dtype().is_float()) {
+            let expected = "f16, bf16 or f32".to_owned();
+            return Err(Error::UnsupportedDType { argument: arg.name, found: view.dtype().to_string(), expected });
+        }
         (self.run)(&call)?;
         logging::end(&call);
         Ok(())
@@ -503,4 +509,49 @@ macro_rules! define_ops {
         /// This family's ops, in table order.
         pub static OPS: &[&$crate::op::OpInfo] = &[$(&$name::INFO),+];
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Error, Stream, TensorView};
+
+    /// No op computes in integers: an int32 tensor anywhere is refused, naming the argument,
+    /// before any family runs (so none dispatches on it).
+    #[test]
+    fn every_op_refuses_an_integer_tensor_by_name() {
+        for op in crate::ops() {
+            for integer in 0..op.tensors.len() {
+                let (rows, width) = (2usize, 16usize);
+                let mut buffers: Vec<Vec<u32>> = vec![vec![0; rows * 2 * width]; op.tensors.len()];
+                let views: Vec<TensorView> = buffers
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, buffer)| {
+                        let dtype = if i == integer { DType::I32 } else { DType::F32 };
+                        let shape = [rows as i64, width as i64];
+                        // SAFETY: each buffer holds twice the elements the view addresses.
+                        unsafe {
+                            TensorView::from_raw_parts(
+                                buffer.as_mut_ptr().cast(),
+                                0,
+                                dtype,
+                                &shape,
+                                &[width as i64, 1],
+                                crate::Device::Cpu,
+                            )
+                        }
+                        .unwrap()
+                    })
+                    .collect();
+                let scalars: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
+                let error = op.call(&views.iter().collect::<Vec<_>>(), &scalars, Stream::Cpu).unwrap_err();
+                let name = op.tensors[integer].name;
+                assert!(
+                    matches!(&error, Error::UnsupportedDType { argument, .. } if *argument == name),
+                    "{}: {error}",
+                    op.name
+                );
+            }
+        }
+    }
 }

@@ -10,7 +10,11 @@
 //!   it; f32 for `softmax` whatever the logits' dtype (as FlashInfer's), the input's dtype for
 //!   the top-k ops;
 //! - `temperature`: finite and ≥ 0; 0 weighs every finite logit alike (FlashInfer's rule);
-//! - `top_k`: a whole number ≥ 1; `top_k ≥ vocab` keeps every entry.
+//! - `top_k`: a whole number ≥ 1; `top_k ≥ vocab` keeps every entry;
+//! - a scalar given a row (`temperature`: f32, `top_k`: i32): a `[rows]` contiguous tensor on
+//!   the input's device, apart from `out`; on the CPU every temperature finite and ≥ 0 (checked
+//!   before anything is written; a GPU tensor's values are not read: that would wait for the
+//!   device); a `top_k` ≤ 0 keeps its row (a mixed batch's "no top-k").
 
 use std::sync::OnceLock;
 
@@ -40,13 +44,13 @@ macro_rules! sampling_ops {
             /// `out` = `logits` where the logit is among the row's `top_k` largest (every logit
             /// tied with the `top_k`-th too), −∞ elsewhere. Ranks follow IEEE 754's total order
             /// (−0 below +0, NaN above +∞); `top_k ≥ vocab` copies the row. Deterministic.
-            fn top_k_mask_logits(logits: In[Rows]) -> out: Out[Rows]; top_k: i32 (example 50)
+            fn top_k_mask_logits(logits: In[Rows]) -> out: Out[Rows]; top_k: [i32] (example 50)
                 => SamplingKernel::TopKMaskLogits, reference top_k_mask_reference;
             /// `out` = `probs` divided by the sum of the row's `top_k` largest where the
             /// probability is among them (ties with the `top_k`-th too), 0 elsewhere;
             /// `top_k ≥ vocab` renormalises the whole row. Deterministic: the sum is taken in a
             /// fixed tree.
-            fn top_k_renorm_probs(probs: In[Rows, nonnegative]) -> out: Out[Rows]; top_k: i32 (example 50)
+            fn top_k_renorm_probs(probs: In[Rows, nonnegative]) -> out: Out[Rows]; top_k: [i32] (example 50)
                 => SamplingKernel::TopKRenormProbs, reference top_k_renorm_reference;
         }
     };
@@ -61,7 +65,7 @@ impl FamilyOp for SamplingKernel {
         let plan = match self {
             SamplingKernel::Softmax => softmax_plan(input, out, call.scalar(0), call.per_row(0), &call.stream)?,
             SamplingKernel::TopKMaskLogits | SamplingKernel::TopKRenormProbs => {
-                top_k_plan(input_name, input, out, call.scalar(0), &call.stream)?
+                top_k_plan(input_name, input, out, call.scalar(0), call.per_row(0), &call.stream)?
             }
         };
         let Some(plan) = plan else { return Ok(()) };
@@ -267,16 +271,24 @@ fn top_k_plan(
     input: &TensorView,
     out: &TensorView,
     top_k: f64,
+    top_ks: Option<&TensorView>,
     stream: &Stream,
 ) -> Result<Option<Plan>, Error> {
     check_devices(input_name, input, out, stream)?;
     let dtype = input.dtype();
     layout::check_dtype("out", out, input_name, dtype)?;
     layout::check_writable("out", out)?;
-    if !(top_k.fract() == 0.0 && top_k >= 1.0) {
+    if top_ks.is_none() && !(top_k.fract() == 0.0 && top_k >= 1.0) {
         return Err(Error::InvalidScalar { argument: "top_k", value: top_k, expected: "a whole number ≥ 1" });
     }
-    let Some((x, y)) = rows_of(input_name, input, out)? else { return Ok(None) };
+    let rows = rows_of(input_name, input, out)?;
+    // Any i32 a row: ≤ 0 (as ≥ vocab) keeps the row, a mixed batch's "no top-k".
+    let per_row = PerRowCheck { argument: "top_k", reference: input_name, expected: "an int32" };
+    let top_ks = match top_ks {
+        Some(view) => per_row.check(view, rows.map_or(0, |(x, _)| x.rows), DType::I32, out, |_| true)?,
+        None => 0,
+    };
+    let Some((x, y)) = rows else { return Ok(None) };
     let vec = layout::vector_width(dtype, x.hidden, &[x.row_stride, y.row_stride], &[input.address(), out.address()]);
     let params = TopKParams {
         input: input.address(),
@@ -284,9 +296,10 @@ fn top_k_plan(
         rows: x.rows,
         input_row_stride: x.row_stride,
         output_row_stride: y.row_stride,
+        top_ks,
         vocab: x.hidden as u32,
         // Past the vocabulary every k keeps the whole row.
-        top_k: top_k.min(x.hidden as f64) as u32,
+        top_k: if top_ks == 0 { top_k.min(x.hidden as f64) as u32 } else { 0 },
         slices: 1,
         staged: 0,
     };

@@ -47,7 +47,8 @@ impl Stream<'_> {
     }
 }
 
-/// Host element types a view can be made of; f64 conversions serve references and checks.
+/// Host element types a view can be made of; f64 conversions serve references and checks
+/// (exact for every type but f64 → 16-bit floats, which round to nearest even).
 pub trait HostElement: bytemuck::Pod + cudarc::driver::DeviceRepr + Send + Sync {
     const DTYPE: DType;
     fn to_f64(self) -> f64;
@@ -73,11 +74,12 @@ host_element! {
     half::f16 => F16, half::f16::to_f64, half::f16::from_f64;
     half::bf16 => Bf16, half::bf16::to_f64, half::bf16::from_f64;
     f32 => F32, f64::from, |v: f64| v as f32;
+    i32 => I32, f64::from, |v: f64| v.round_ties_even() as i32;
 }
 
 /// Runs `$body` with `$t` naming the host element type ([`HostElement`]: `half::f16`,
-/// `half::bf16`, `f32`) for `$dtype`: the one dtype dispatch of code that handles host values
-/// (logging, the benchmark, the tests, adapters).
+/// `half::bf16`, `f32`, `i32`) for `$dtype`: the one dtype dispatch of code that handles host
+/// values (logging, the benchmark, the tests, adapters).
 #[macro_export]
 macro_rules! with_host_element {
     ($dtype:expr, $t:ident => $body:expr) => {
@@ -92,6 +94,10 @@ macro_rules! with_host_element {
             }
             $crate::DType::F32 => {
                 type $t = f32;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $t = i32;
                 $body
             }
         }

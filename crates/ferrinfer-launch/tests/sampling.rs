@@ -255,10 +255,39 @@ fn per_row_temperatures_are_checked_before_anything_is_written() {
     let spaced = [1.0f32, 9.0, 1.0, 9.0, 1.0];
     let strided = TensorView::from_slice_strided(&spaced, &[3], &[2]).unwrap();
     assert!(matches!(call(&strided).0, Err(Error::UnsupportedLayout { argument: "temperature", .. })));
-    // A scalar that is not per row takes no tensor.
-    let k = [5.0f32; 3];
+    // A scalar that is not per row (rmsnorm's `eps`) takes no tensor.
+    let (weight, eps) = (vec![1.0f32; vocab], [1e-6f32; 3]);
+    let w = TensorView::from_slice(&weight, &[vocab]).unwrap();
     let y = TensorView::from_slice_mut(&mut probs, &[rows, vocab]).unwrap();
-    let k = TensorView::from_slice(&k, &[3]).unwrap();
-    let error = top_k_mask_logits::INFO.call_per_row(&[&x, &y], &[5.0], &[Some(&k)], Stream::Cpu).unwrap_err();
-    assert!(matches!(error, Error::NotPerRow { op: "top_k_mask_logits", argument: "top_k" }), "{error}");
+    let eps = TensorView::from_slice(&eps, &[3]).unwrap();
+    let error =
+        ferrinfer_launch::rmsnorm::INFO.call_per_row(&[&x, &w, &y], &[1e-6], &[Some(&eps)], Stream::Cpu).unwrap_err();
+    assert!(matches!(error, Error::NotPerRow { op: "rmsnorm", argument: "eps" }), "{error}");
+}
+
+#[test]
+fn top_k_takes_a_k_a_row_and_one_at_most_zero_keeps_its_row() {
+    let (rows, vocab) = (5, 301);
+    let logits: Vec<f32> = random_normal::<f32>(rows * vocab, 29).iter().map(|x| (x * 4.0).round() / 4.0).collect();
+    let top_ks = [1i32, 5, 0, 1000, -3];
+    let x = TensorView::from_slice(&logits, &[rows, vocab]).unwrap();
+    let k = TensorView::from_slice(&top_ks, &[rows]).unwrap();
+    let mut out = vec![f32::NAN; rows * vocab];
+    top_k_mask_logits(&x, &mut TensorView::from_slice_mut(&mut out, &[rows, vocab]).unwrap(), &k, Stream::Cpu).unwrap();
+    for (row, &k) in top_ks.iter().enumerate() {
+        let kept = if k <= 0 { vocab as i32 } else { k };
+        let one = cpu_top_k_mask(&logits[row * vocab..(row + 1) * vocab], vocab, kept);
+        assert_eq!(one, out[row * vocab..(row + 1) * vocab], "row {row}, top_k {k}");
+    }
+    let floats = [5.0f32; 5];
+    let mut call = |k: &TensorView| {
+        top_k_mask_logits(&x, &mut TensorView::from_slice_mut(&mut out, &[rows, vocab]).unwrap(), k, Stream::Cpu)
+    };
+    let error = call(&TensorView::from_slice(&floats, &[rows]).unwrap()).unwrap_err();
+    assert!(
+        matches!(&error, Error::UnsupportedDType { argument: "top_k", .. }) && error.to_string().contains("i32"),
+        "{error}"
+    );
+    let error = call(&TensorView::from_slice(&top_ks[..3], &[3]).unwrap()).unwrap_err();
+    assert!(matches!(error, Error::ShapeMismatch { argument: "top_k", .. }), "{error}");
 }

@@ -129,6 +129,34 @@ fn sampling_gpu_softmax_takes_a_temperature_a_row() {
     assert!(matches!(error, Error::DeviceMismatch { argument: "temperature", .. }), "{error}");
 }
 
+/// A `top_k` a row from device memory (≤ 0 keeps the row): each row bit for bit as the op at its
+/// one k.
+#[test]
+fn sampling_gpu_top_k_takes_a_k_a_row() {
+    let Some(gpu) = Gpu::get("sampling_gpu_top_k_takes_a_k_a_row") else { return };
+    let (rows, vocab) = (5, 128_256);
+    let logits: Vec<f32> = random_normal(rows * vocab, 31);
+    let top_ks = [1i32, 50, 0, 1000, -1];
+    let s = &gpu.stream;
+    let (x, k) = (s.clone_htod(&logits).unwrap(), s.clone_htod(&top_ks).unwrap());
+    let mut out = s.alloc_zeros::<f32>(rows * vocab).unwrap();
+    let (xv, kv) =
+        (TensorView::from_cuda(&x, &[rows, vocab], None).unwrap(), TensorView::from_cuda(&k, &[rows], None).unwrap());
+    top_k_mask_logits(
+        &xv,
+        &mut TensorView::from_cuda_mut(&mut out, &[rows, vocab], None).unwrap(),
+        &kv,
+        Stream::Cuda(s),
+    )
+    .unwrap();
+    let out = s.clone_dtoh(&out).unwrap();
+    for (row, &k) in top_ks.iter().enumerate() {
+        let one = if k > 0 { k as f64 } else { vocab as f64 };
+        let alone = gpu_call(&gpu, &top_k_mask_logits::INFO, &logits[row * vocab..(row + 1) * vocab], vocab, one);
+        assert!(alone == out[row * vocab..(row + 1) * vocab], "row {row} (top_k {k})");
+    }
+}
+
 /// More than 2^31 logits: every offset must be 64-bit. Checked on slices of rows, on all cores.
 #[test]
 fn sampling_gpu_over_2_pow_31_elements() {

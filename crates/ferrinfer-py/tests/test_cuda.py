@@ -151,6 +151,14 @@ def test_softmax_takes_a_temperature_a_row_on_the_device():
         assert torch.equal(probs[row], ferrinfer.softmax(x[row : row + 1], temperatures[row].item())[0])
 
 
+def test_top_k_takes_a_k_a_row_on_the_device():
+    x = 4 * randn(4, 32000, dtype=torch.bfloat16)
+    ks = torch.tensor([1, 50, 0, 7], device=DEV, dtype=torch.int32)
+    masked = ferrinfer.top_k_mask_logits(x, ks)
+    for row, k in enumerate(ks.tolist()):
+        assert torch.equal(masked[row], ferrinfer.top_k_mask_logits(x[row : row + 1], k if k > 0 else 32000)[0])
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 128256), (64, 32000), (3, 7)])
 @pytest.mark.parametrize("k", [1, 50, 1000])

@@ -99,3 +99,16 @@ def test_softmax_takes_a_temperature_a_row():
         ferrinfer.softmax(x, np.array([1.0, -1.0, 1.0], dtype=np.float32))
     with pytest.raises(TypeError, match="`temperature` has dtype f16"):
         ferrinfer.softmax(x, temperatures.astype(np.float16))
+
+
+def test_top_k_takes_a_k_a_row():
+    x = np.round(4 * RNG.standard_normal((4, 300))).astype(np.float32)
+    ks = np.array([1, 7, 0, 50], dtype=np.int32)
+    masked = ferrinfer.top_k_mask_logits(x, ks)
+    for row, k in enumerate(ks):
+        want = ferrinfer.top_k_mask_logits(x[row : row + 1], int(k) if k > 0 else 300)[0]
+        np.testing.assert_array_equal(masked[row], want)
+    with pytest.raises(TypeError, match="`top_k` has dtype int64"):
+        ferrinfer.top_k_mask_logits(x, ks.astype(np.int64))
+    with pytest.raises(ValueError, match=r"`top_k` has shape \[3\]; expected \[4\]"):
+        ferrinfer.top_k_renorm_probs(np.abs(x), ks[:3])
