@@ -108,6 +108,63 @@ pub(crate) fn same_view(a: &TensorView, b: &TensorView) -> bool {
         == (b.device(), b.address(), b.dtype(), b.shape(), b.strides())
 }
 
+/// The checks of a scalar given as a tensor of one value a row (FlashInfer's "tensor or
+/// scalar").
+pub(crate) struct PerRowCheck {
+    pub argument: &'static str,
+    /// The input whose rows it follows.
+    pub reference: &'static str,
+    /// What each value must be.
+    pub expected: &'static str,
+}
+
+impl PerRowCheck {
+    /// `view` as the `[rows]` tensor of `dtype` on `out`'s device, contiguous, aligned, apart from
+    /// `out`; on the CPU every value passes `valid` (read before anything is written). Values on a
+    /// GPU are not read (that would wait for the device): the kernel takes them as they are.
+    /// Returns its address.
+    pub(crate) fn check(
+        &self,
+        view: &TensorView,
+        rows: u64,
+        dtype: DType,
+        out: &TensorView,
+        valid: impl Fn(f64) -> bool,
+    ) -> Result<u64, Error> {
+        let argument = self.argument;
+        check_device(argument, view, self.reference, out.device())?;
+        if view.dtype() != dtype {
+            let expected = format!("{dtype} (one value a row)");
+            return Err(Error::UnsupportedDType { argument, found: view.dtype().to_string(), expected });
+        }
+        if view.shape() != [rows as i64] {
+            let expected = format!("[{rows}] (one value a row of `{}`)", self.reference);
+            return Err(Error::ShapeMismatch { argument, expected, found: view.shape().to_vec() });
+        }
+        if rows > 1 && view.strides() != [1] {
+            let reason = format!("stride {}; expected the values contiguous (stride 1)", view.strides()[0]);
+            return Err(Error::UnsupportedLayout { argument, reason });
+        }
+        check_aligned(argument, view)?;
+        if overlaps(out, view) {
+            return Err(Error::Overlap { argument: "out", other: argument });
+        }
+        if view.device() == Device::Cpu && rows > 0 {
+            // SAFETY: a validated host view: `rows` contiguous elements of `dtype` from its address.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(view.address() as *const u8, rows as usize * dtype.size()) };
+            let values = crate::with_host_element!(dtype, T => bytes
+                .chunks_exact(dtype.size())
+                .map(|b| <T as crate::HostElement>::to_f64(bytemuck::pod_read_unaligned(b)))
+                .collect::<Vec<f64>>());
+            if let Some(&value) = values.iter().find(|&&v| !valid(v)) {
+                return Err(Error::InvalidScalar { argument, value, expected: self.expected });
+            }
+        }
+        Ok(view.address())
+    }
+}
+
 /// The widest vector (in elements) every access allows: FlashInfer's `gcd(16 / size, hidden)`,
 /// narrowed further until it divides every row stride and every address in elements — a tensor
 /// that is not 16-byte aligned still runs, with narrower accesses, rather than failing.

@@ -27,7 +27,7 @@ use ferrinfer_kernels::{CLUSTER_EXCHANGE_BYTES, MAX_CLUSTER_BLOCKS};
 use crate::cuda::{self, KernelModule, Launch, Limits, MAX_BLOCK, ModuleCache};
 use crate::layout::{self, RowLayout};
 use crate::op::{Call, FamilyOp, Problem};
-use crate::{Device, Error, Stream, TensorView, cpu, logging, tuning};
+use crate::{Error, Stream, TensorView, cpu, logging, tuning};
 
 /// The sampling family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
 #[macro_export]
@@ -185,7 +185,7 @@ fn softmax_plan(
         return Err(Error::InvalidScalar { argument: "temperature", value: temperature, expected: "finite and ≥ 0" });
     }
     let rows = rows_of("logits", logits, out)?;
-    let per_row = PerRowCheck { argument: "temperature", reference: "logits", expected: "finite and ≥ 0" };
+    let per_row = layout::PerRowCheck { argument: "temperature", reference: "logits", expected: "finite and ≥ 0" };
     let temperatures = match temperatures {
         Some(view) => per_row.check(view, rows.map_or(0, |(x, _)| x.rows), DType::F32, out, valid_temperature)?,
         None => 0,
@@ -208,63 +208,6 @@ fn softmax_plan(
     Ok(Some(Plan { params: Params::Softmax(params), dtype, vec, rows: x.rows, vocab: x.hidden }))
 }
 
-/// The checks of a scalar given as a tensor of one value a row (FlashInfer's "tensor or
-/// scalar").
-struct PerRowCheck {
-    argument: &'static str,
-    /// The input whose rows it follows.
-    reference: &'static str,
-    /// What each value must be.
-    expected: &'static str,
-}
-
-impl PerRowCheck {
-    /// `view` as the `[rows]` tensor of `dtype` on `out`'s device, contiguous, aligned, apart from
-    /// `out`; on the CPU every value passes `valid` (read before anything is written). Values on a
-    /// GPU are not read (that would wait for the device): the kernel takes them as they are.
-    /// Returns its address.
-    fn check(
-        &self,
-        view: &TensorView,
-        rows: u64,
-        dtype: DType,
-        out: &TensorView,
-        valid: impl Fn(f64) -> bool,
-    ) -> Result<u64, Error> {
-        let argument = self.argument;
-        layout::check_device(argument, view, self.reference, out.device())?;
-        if view.dtype() != dtype {
-            let expected = format!("{dtype} (one value a row)");
-            return Err(Error::UnsupportedDType { argument, found: view.dtype().to_string(), expected });
-        }
-        if view.shape() != [rows as i64] {
-            let expected = format!("[{rows}] (one value a row of `{}`)", self.reference);
-            return Err(Error::ShapeMismatch { argument, expected, found: view.shape().to_vec() });
-        }
-        if rows > 1 && view.strides() != [1] {
-            let reason = format!("stride {}; expected the values contiguous (stride 1)", view.strides()[0]);
-            return Err(Error::UnsupportedLayout { argument, reason });
-        }
-        layout::check_aligned(argument, view)?;
-        if layout::overlaps(out, view) {
-            return Err(Error::Overlap { argument: "out", other: argument });
-        }
-        if view.device() == Device::Cpu {
-            // SAFETY: a validated host view: `rows` contiguous elements of `dtype` from its address.
-            let bytes =
-                unsafe { std::slice::from_raw_parts(view.address() as *const u8, rows as usize * dtype.size()) };
-            let values = crate::with_host_element!(dtype, T => bytes
-                .chunks_exact(dtype.size())
-                .map(|b| <T as crate::HostElement>::to_f64(bytemuck::pod_read_unaligned(b)))
-                .collect::<Vec<f64>>());
-            if let Some(&value) = values.iter().find(|&&v| !valid(v)) {
-                return Err(Error::InvalidScalar { argument, value, expected: self.expected });
-            }
-        }
-        Ok(view.address())
-    }
-}
-
 /// The top-k ops' checks and parameters (`input_name`: `logits` or `probs`).
 fn top_k_plan(
     input_name: &'static str,
@@ -283,7 +226,7 @@ fn top_k_plan(
     }
     let rows = rows_of(input_name, input, out)?;
     // Any i32 a row: ≤ 0 (as ≥ vocab) keeps the row, a mixed batch's "no top-k".
-    let per_row = PerRowCheck { argument: "top_k", reference: input_name, expected: "an int32" };
+    let per_row = layout::PerRowCheck { argument: "top_k", reference: input_name, expected: "an int32" };
     let top_ks = match top_ks {
         Some(view) => per_row.check(view, rows.map_or(0, |(x, _)| x.rows), DType::I32, out, |_| true)?,
         None => 0,
