@@ -90,14 +90,15 @@ pub struct ScalarArg {
     /// The default, or for a required scalar a typical value: what the benchmark and the tests
     /// that walk every op pass.
     pub example: f64,
-    /// May be given a tensor of one value a row instead (`[f32]` in the table: FlashInfer's
-    /// "tensor or scalar"; [`PerRow`]).
+    /// May be given a tensor of one value a row instead (`[f32]` or `[i32]` in the table:
+    /// FlashInfer's "tensor or scalar"; [`PerRow`]).
     pub per_row: bool,
 }
 
-/// A parameter given once for every row, or — for the scalars a table marks `[f32]` — as a tensor
-/// of one value a row (FlashInfer's "tensor or scalar"): `softmax(&logits, &mut out, 0.7, s)` or
-/// `softmax(&logits, &mut out, &temperatures, s)` with `temperatures` a `[rows]` f32 tensor.
+/// A parameter given once for every row, or — for the scalars a table marks `[f32]` or `[i32]` —
+/// as a tensor of one value a row (FlashInfer's "tensor or scalar"): `softmax(&logits, &mut out,
+/// 0.7, s)` or `softmax(&logits, &mut out, &temperatures, s)` with `temperatures` a `[rows]` f32
+/// tensor; `top_k_mask_logits(&logits, &mut out, 50, s)` or with a `[rows]` int32 tensor.
 #[derive(Clone, Copy, Debug)]
 pub enum PerRow<'a, T> {
     All(T),
