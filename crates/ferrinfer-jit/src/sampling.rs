@@ -1,6 +1,7 @@
 //! The sampling family at layer 3: [`SamplingModule::spec`] describes one module per op and
 //! logits dtype, with one entry point per vector width (the launcher picks
-//! [`SamplingModule::entry`]): `softmax`, `top_k_mask_logits`, `top_k_renorm_probs`.
+//! [`SamplingModule::entry`]): `softmax`, `top_k_mask_logits`, `top_k_renorm_probs`,
+//! `top_p_renorm_probs`.
 
 use ferrinfer_kernels::element::DType;
 
@@ -16,11 +17,16 @@ pub enum SamplingKernel {
     Softmax,
     TopKMaskLogits,
     TopKRenormProbs,
+    TopPRenormProbs,
 }
 
 impl SamplingKernel {
-    pub const ALL: [SamplingKernel; 3] =
-        [SamplingKernel::Softmax, SamplingKernel::TopKMaskLogits, SamplingKernel::TopKRenormProbs];
+    pub const ALL: [SamplingKernel; 4] = [
+        SamplingKernel::Softmax,
+        SamplingKernel::TopKMaskLogits,
+        SamplingKernel::TopKRenormProbs,
+        SamplingKernel::TopPRenormProbs,
+    ];
 
     /// FlashInfer's name of the op.
     pub fn name(self) -> &'static str {
@@ -28,6 +34,7 @@ impl SamplingKernel {
             SamplingKernel::Softmax => "softmax",
             SamplingKernel::TopKMaskLogits => "top_k_mask_logits",
             SamplingKernel::TopKRenormProbs => "top_k_renorm_probs",
+            SamplingKernel::TopPRenormProbs => "top_p_renorm_probs",
         }
     }
 
@@ -35,8 +42,9 @@ impl SamplingKernel {
     fn kernel(self) -> (&'static str, &'static str) {
         match self {
             SamplingKernel::Softmax => ("sampling::softmax_rows", "sampling::SoftmaxParams"),
-            SamplingKernel::TopKMaskLogits => ("sampling::top_k_mask_rows", "sampling::TopKParams"),
-            SamplingKernel::TopKRenormProbs => ("sampling::top_k_renorm_rows", "sampling::TopKParams"),
+            SamplingKernel::TopKMaskLogits => ("sampling::top_k_mask_rows", "sampling::FilterParams"),
+            SamplingKernel::TopKRenormProbs => ("sampling::top_k_renorm_rows", "sampling::FilterParams"),
+            SamplingKernel::TopPRenormProbs => ("sampling::top_p_renorm_rows", "sampling::FilterParams"),
         }
     }
 
@@ -98,7 +106,7 @@ mod tests {
         assert_eq!(v8.name, "ferrinfer_softmax_bf16_v8");
         assert_eq!(v8.generics, ["element::Bf16", "8"]);
         assert_eq!(SamplingModule { kernel: SamplingKernel::Softmax, dtype: DType::F32 }.entry(8), None);
-        assert_eq!(declared_specs(CudaArch::HOPPER, false).len(), 9);
+        assert_eq!(declared_specs(CudaArch::HOPPER, false).len(), 12);
         let top_k =
             SamplingModule { kernel: SamplingKernel::TopKMaskLogits, dtype: DType::F16 }.spec(CudaArch::HOPPER, false);
         assert_eq!(top_k.entry_points[0].kernel, "sampling::top_k_mask_rows");

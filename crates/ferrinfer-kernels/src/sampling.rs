@@ -1,6 +1,6 @@
 //! The sampling family: what turns a decode step's logits into probabilities and tokens —
-//! `softmax(logits / temperature)` (FlashInfer's `softmax`) and the top-k filters
-//! (`top_k_mask_logits`, `top_k_renorm_probs`).
+//! `softmax(logits / temperature)` (FlashInfer's `softmax`) and the filters that keep a row's
+//! largest entries (`top_k_mask_logits`, `top_k_renorm_probs`, `top_p_renorm_probs`).
 //!
 //! Softmax numerics, shared by the device kernel and the CPU backend: a logit `x` of a row with
 //! temperature `t` becomes `u = x · s` with `s = log2(e) / t` (`s = 0` for `t = 0`, FlashInfer's
@@ -11,14 +11,20 @@
 //! a result never depends on timing or on the other rows. A row of −∞ only, or holding +∞ or
 //! NaN, comes out NaN (as FlashInfer's).
 //!
-//! Top-k: a row's entries are ranked by [`order_key`] (IEEE 754's total order: −NaN < −∞ < … <
-//! −0 < +0 < … < +∞ < +NaN), and its *pivot* is the key of its k-th largest entry, found by a
-//! radix search ([`PivotSearch`]) over the keys' digits from the top, counting how many entries
-//! fall in each digit — integer counts, so the pivot never depends on the order they are added in.
-//! Every entry whose key is at least the pivot is kept (ties with the k-th are all kept, as
-//! FlashInfer's `>= pivot`); `top_k = 0` or `≥ vocab` keeps the whole row. The mask writes −∞ in
-//! place of the others; the renorm writes the kept probabilities divided by their sum (a fixed
-//! tree on the device) and 0 in place of the others.
+//! Filters (`top_k_mask_logits`, `top_k_renorm_probs`, `top_p_renorm_probs`): a row's entries
+//! are ranked by [`order_key`] (IEEE 754's total order: −NaN < −∞ < … < −0 < +0 < … < +∞ <
+//! +NaN), each entry has a *weight*, and the row's *pivot* is the largest key at or above which
+//! the row holds a target weight — found by a radix search ([`PivotSearch`]) over the keys'
+//! digits from the top, summing the weights of each digit. Every entry whose key is at least the
+//! pivot is kept (ties with it too: FlashInfer's `>= pivot`). Top-k weighs each entry 1 and
+//! targets `top_k` (`top_k = 0` or `≥ vocab` keeps the whole row): the pivot is the k-th
+//! largest. Top-p weighs each entry by its probability as an exact fixed-point integer
+//! ([`MassScale`]) and targets `⌈top_p · the row's mass⌉`: an entry is kept when the mass of the
+//! entries above it is short of the target — FlashInfer's rule, with `top_p` a share of the row's
+//! own sum (probabilities that do not quite sum to 1 lose nothing). Weights are integers, so the
+//! pivot never depends on the order they are added in: device and CPU find the same one. The
+//! mask writes −∞ in place of the others; the renorms write the kept probabilities divided by
+//! their sum (a fixed tree on the device) and 0 in place of the others.
 
 use crate::element::Element;
 use crate::math::exp2;
@@ -146,59 +152,88 @@ pub unsafe fn softmax_row<T: Element>(p: &SoftmaxParams, row: u64) {
     }
 }
 
-/// Arguments of the top-k kernels (`top_k_mask_logits`, `top_k_renorm_probs`), passed by value.
-/// Strides and counts in elements; input and output of one dtype.
+/// Arguments of the filter kernels (`top_k_mask_logits`, `top_k_renorm_probs`,
+/// `top_p_renorm_probs`), passed by value. Strides and counts in elements; input and output of
+/// one dtype.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[repr(C)]
-pub struct TopKParams {
-    /// `[rows, vocab]`: logits (mask) or probabilities (renorm).
+pub struct FilterParams {
+    /// `[rows, vocab]`: logits (mask) or probabilities (renorms).
     pub input: u64,
     /// `[rows, vocab]`.
     pub output: u64,
     pub rows: u64,
     pub input_row_stride: u64,
     pub output_row_stride: u64,
-    /// `[rows]` i32, one `top_k` a row (≤ 0 keeps the row); 0: `top_k` for every row.
-    pub top_ks: u64,
+    /// `[rows]`, one threshold a row — i32 `top_k` (≤ 0 keeps the row) or f32 `top_p`; 0:
+    /// `threshold` for every row.
+    pub thresholds: u64,
     pub vocab: u32,
-    /// Entries kept a row (ties with the last one kept too); 0 or `≥ vocab` keeps them all.
-    pub top_k: u32,
+    /// Every row's threshold unless `thresholds` is given: `top_k` (0 or `≥ vocab` keeps the
+    /// row), or `top_p`'s f32 bits.
+    pub threshold: u32,
     /// Blocks sharing a row (the launch's thread-block cluster, sm_90), each counting and writing
     /// a contiguous slice of it; 1 without a cluster.
     pub slices: u32,
     /// 1 when each block keeps its slice in shared memory (after the exchange and counting areas,
-    /// `top_k_shared_bytes`) between the passes over it; 0: every pass reads global memory.
+    /// `filter_shared_bytes`) between the passes over it; 0: every pass reads global memory.
     pub staged: u32,
 }
 
-/// The `top_k` of row `row`: its entry of `p.top_ks` (≤ 0 read as 0: the whole row), or
-/// `p.top_k`.
+/// Row `row`'s threshold bits: its entry of `p.thresholds`, or `p.threshold`.
 ///
 /// # Safety
-/// `p.top_ks`, when not 0, must hold `p.rows` i32.
+/// `p.thresholds`, when not 0, must hold `p.rows` 32-bit values.
 #[inline(always)]
-pub unsafe fn row_top_k(p: &TopKParams, row: u64) -> u32 {
-    if p.top_ks == 0 {
-        return p.top_k;
+unsafe fn row_threshold(p: &FilterParams, row: u64) -> u32 {
+    if p.thresholds == 0 {
+        return p.threshold;
     }
-    let at = (p.top_ks as *const f32).wrapping_add(row as usize);
-    let bits = unsafe { crate::vector::Packed::<f32, 1>::load::<crate::vector::Reused>(at) }.get(0).to_bits();
-    (bits as i32).max(0) as u32
+    let at = (p.thresholds as *const f32).wrapping_add(row as usize);
+    unsafe { crate::vector::Packed::<f32, 1>::load::<crate::vector::Reused>(at) }.get(0).to_bits()
 }
 
-/// What a top-k kernel writes for the entries it keeps and those it drops.
+/// The `top_k` of row `row` (a row's ≤ 0 read as 0: the whole row).
+///
+/// # Safety
+/// As [`row_threshold`]: `p.thresholds`, when not 0, holds `p.rows` i32.
+#[inline(always)]
+pub unsafe fn row_top_k(p: &FilterParams, row: u64) -> u32 {
+    (unsafe { row_threshold(p, row) } as i32).max(0) as u32
+}
+
+/// The `top_p` of row `row`.
+///
+/// # Safety
+/// As [`row_threshold`]: `p.thresholds`, when not 0, holds `p.rows` f32.
+#[inline(always)]
+pub unsafe fn row_top_p(p: &FilterParams, row: u64) -> f32 {
+    f32::from_bits(unsafe { row_threshold(p, row) })
+}
+
+/// Which entries a filter keeps: the row's `top_k` largest, or its largest holding `top_p` of
+/// its mass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TopKOutput {
+pub enum Filter {
+    TopK,
+    TopP,
+}
+
+/// What a filter kernel writes for the entries it keeps and those it drops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilterOutput {
     /// `top_k_mask_logits`: kept logits as they are, −∞ for the others.
     Mask,
-    /// `top_k_renorm_probs`: kept probabilities divided by their sum, 0 for the others.
+    /// The renorms: kept probabilities divided by their sum, 0 for the others.
     Renorm,
 }
 
-/// Bits of a digit of the pivot search: 16 counts per round.
-pub const DIGIT_BITS: u32 = 4;
-/// Digits a round counts.
-pub const DIGITS: usize = 1 << DIGIT_BITS;
+/// Bits of a digit of top-k's search: 16 counts a round.
+pub const COUNT_DIGIT_BITS: u32 = 4;
+/// Digits a round of top-k's search counts.
+pub const DIGITS: usize = 1 << COUNT_DIGIT_BITS;
+/// Bits of a digit of top-p's search: 4 masses a round (a thread sums each apart, in registers).
+pub const MASS_DIGIT_BITS: u32 = 2;
 
 /// Bits of `T`'s keys: its size.
 #[inline(always)]
@@ -236,27 +271,41 @@ pub fn word_values<T>(keys: u32) -> u32 {
     keys ^ (negative | signs)
 }
 
-/// The search for a row's pivot, a digit a round from the top: `prefix` holds the digits found
-/// (`known` their bits), and `rank` is how many of the entries that share them the pivot must
-/// still leave at or above it. A round counts the candidates' next digit ([`PivotSearch::digit`]);
-/// [`PivotSearch::choose`] takes the totals. It ends early when the chosen digit's candidates are
-/// exactly those still wanted: the pivot is then the digit's lowest key.
+/// The search for a row's pivot, `BITS` of the keys a round from the top: `prefix` holds the
+/// digits found (`known` their bits), and `rank` is how much weight of the entries that share
+/// them the pivot must still leave at or above it. A round sums the candidates' weights by their
+/// next digit ([`PivotSearch::digit`]); [`PivotSearch::choose`] takes the totals (every block's,
+/// in `1 << BITS` digits). With unit weights it ends early when the chosen digit's candidates are
+/// exactly those still wanted: the pivot is then the digit's lowest key. (Not with masses: an
+/// entry of mass 0 below the others would be kept.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PivotSearch {
+pub struct PivotSearch<const BITS: u32> {
     prefix: u32,
     known: u32,
     shift: u32,
-    rank: u32,
+    rank: u64,
+    unit_weights: bool,
     done: bool,
 }
 
-impl PivotSearch {
+impl<const BITS: u32> PivotSearch<BITS> {
+    const DIGIT_MASK: u32 = (1 << BITS) - 1;
+
     /// The search for the `top_k`-th largest of `vocab` keys of `T` (done at once, pivot 0 —
     /// every key — for 0 or `≥ vocab`).
     #[inline(always)]
-    pub fn new<T: Element>(top_k: u32, vocab: u32) -> Self {
+    pub fn top_k<T: Element>(top_k: u32, vocab: u32) -> Self {
         let done = top_k == 0 || top_k >= vocab;
-        PivotSearch { prefix: 0, known: 0, shift: key_bits::<T>() - DIGIT_BITS, rank: top_k, done }
+        PivotSearch { prefix: 0, known: 0, shift: key_bits::<T>() - BITS, rank: top_k as u64, unit_weights: true, done }
+    }
+
+    /// The search for the largest keys of `T` holding `top_p` of a row's mass (done at once,
+    /// every key, for `top_p ≥ 1`); its target is set by the first round
+    /// ([`PivotSearch::choose_share`]).
+    #[inline(always)]
+    pub fn top_p<T: Element>(top_p: f32) -> Self {
+        let shift = key_bits::<T>() - BITS;
+        PivotSearch { prefix: 0, known: 0, shift, rank: 0, unit_weights: false, done: top_p >= 1.0 }
     }
 
     #[inline(always)]
@@ -276,33 +325,131 @@ impl PivotSearch {
         key & self.known == self.prefix
     }
 
-    /// The digit this round counts for `key`, or [`DIGITS`] when `key` is no longer a candidate.
+    /// The digit this round sums `key` in, or `1 << BITS` when `key` is no longer a candidate.
     #[inline(always)]
     pub fn digit(&self, key: u32) -> u32 {
-        if self.is_candidate(key) { (key >> self.shift) & (DIGITS as u32 - 1) } else { DIGITS as u32 }
+        if self.is_candidate(key) { (key >> self.shift) & Self::DIGIT_MASK } else { 1 << BITS }
     }
 
-    /// Takes a round's totals (candidates per digit, over the whole row): the largest digit at
-    /// or above which `rank` candidates lie.
+    /// Takes a round's totals (candidates' weight per digit, over the whole row): the largest
+    /// digit at or above which `rank` of it lies.
     #[inline(always)]
-    pub fn choose(&mut self, totals: &[u32; DIGITS]) {
-        let mut above = 0;
-        for digit in (0..DIGITS).rev() {
+    pub fn choose(&mut self, totals: &[u64]) {
+        let mut above = 0u64;
+        for digit in (0..totals.len()).rev() {
             let with = above + totals[digit];
             if with >= self.rank {
                 self.prefix |= (digit as u32) << self.shift;
-                self.known |= (DIGITS as u32 - 1) << self.shift;
+                self.known |= Self::DIGIT_MASK << self.shift;
                 self.rank -= above;
-                self.done = self.rank == totals[digit] || self.shift == 0;
-                self.shift = self.shift.saturating_sub(DIGIT_BITS);
+                self.done = (self.unit_weights && self.rank == totals[digit]) || self.shift == 0;
+                self.shift = self.shift.saturating_sub(BITS);
                 return;
             }
             above = with;
         }
-        // Fewer candidates than `rank`: counts that disagree with the row (never, when every
-        // block counts the same row); keep what was found rather than loop.
+        // Less weight than `rank`: counts that disagree with the row (never, when every block
+        // counts the same row), or a row without mass; keep what was found rather than loop.
         self.done = true;
     }
+
+    /// [`PivotSearch::choose`] for top-p: the first round's totals are the row's whole mass,
+    /// and set the target, `⌈top_p · mass⌉` and at least 1 (`top_p ≤ 0` or NaN: the largest
+    /// entries only).
+    #[inline(always)]
+    pub fn choose_share(&mut self, totals: &[u64], top_p: f32) {
+        if self.known == 0 {
+            self.rank = share_of(totals.iter().sum(), top_p).max(1);
+        }
+        self.choose(totals);
+    }
+}
+
+/// `⌈mass · share⌉`, exactly, for `share` in [0, 1) (0 for less or NaN): the share's f32
+/// mantissa times the mass in 128 bits, shifted by its exponent, rounded up.
+#[inline(always)]
+pub fn share_of(mass: u64, share: f32) -> u64 {
+    if share.is_nan() || share <= 0.0 {
+        return 0;
+    }
+    let bits = share.to_bits();
+    let exponent = (bits >> 23) as i32;
+    let mantissa = ((bits & 0x7f_ffff) | if exponent > 0 { 0x80_0000 } else { 0 }) as u128;
+    // share = mantissa · 2^−drop, drop > 23 below 1.
+    let drop = (150 - exponent.max(1)) as u32;
+    let product = mass as u128 * mantissa;
+    let whole = product.checked_shr(drop).unwrap_or(0);
+    let below = product.wrapping_sub(whole.checked_shl(drop).unwrap_or(0));
+    (whole + (below != 0) as u128).min(mass as u128) as u64
+}
+
+/// Top-p's fixed point: an entry `x ≥ 0` weighs `⌊x · 2^(F − e)⌋`, `e` the exponent of the
+/// row's largest entry and `F = 62 − ⌈log2 vocab⌉`, so that a row's mass fits 63 bits and every
+/// entry counts to within 2^−F of the largest. Negative, infinite and NaN entries weigh 0.
+/// Integer weights sum to the same total in any order: the device's blocks and the CPU find the
+/// same pivot, bit for bit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MassScale {
+    /// The biased exponent an entry must have to weigh its mantissa as it is (`e − F + 23`).
+    base: i32,
+}
+
+impl MassScale {
+    /// The scale of a row of `vocab` entries whose largest (or 0) is `max`.
+    #[inline(always)]
+    pub fn new(max: f32, vocab: u32) -> Self {
+        let fraction_bits = 62 - (32 - vocab.max(1).wrapping_sub(1).leading_zeros()) as i32;
+        let max_exponent = ((max.to_bits() >> 23) & 0xff).clamp(1, 254) as i32;
+        MassScale { base: max_exponent - fraction_bits + 23 }
+    }
+
+    /// `x`'s weight.
+    #[inline(always)]
+    pub fn mass(&self, x: f32) -> u64 {
+        let bits = x.to_bits();
+        // With the sign: negative values' exponents read ≥ 256.
+        let exponent = (bits >> 23) as i32;
+        if exponent >= 255 {
+            return 0;
+        }
+        let mantissa = ((bits & 0x7f_ffff) | if exponent > 0 { 0x80_0000 } else { 0 }) as u64;
+        let shift = exponent.max(1) - self.base;
+        if shift >= 0 {
+            mantissa.checked_shl(shift as u32).unwrap_or(0)
+        } else {
+            mantissa.checked_shr(shift.unsigned_abs()).unwrap_or(0)
+        }
+    }
+}
+
+/// Bits of a limb of a mass as blocks exchange it: a block's and then a cluster's sum of limbs
+/// (≤ 1024 threads × 8 blocks) stays below 2^32.
+const LIMB_BITS: u32 = 19;
+/// Limbs of a mass: 4 × 19 bits ≥ 64.
+pub const MASS_LIMBS: usize = 4;
+
+/// Top-p's masses by digit as 16 words to sum: word `4 · digit + limb`.
+#[inline(always)]
+pub fn mass_limbs(masses: [u64; 1 << MASS_DIGIT_BITS]) -> [u32; DIGITS] {
+    let mut words = [0u32; DIGITS];
+    for (digit, mass) in masses.iter().enumerate() {
+        for limb in 0..MASS_LIMBS {
+            words[MASS_LIMBS * digit + limb] = ((mass >> (LIMB_BITS * limb as u32)) & ((1 << LIMB_BITS) - 1)) as u32;
+        }
+    }
+    words
+}
+
+/// The masses whose limbs, summed, `words` are.
+#[inline(always)]
+pub fn masses_of_limbs(words: &[u32; DIGITS]) -> [u64; 1 << MASS_DIGIT_BITS] {
+    let mut masses = [0u64; 1 << MASS_DIGIT_BITS];
+    for (digit, mass) in masses.iter_mut().enumerate() {
+        for limb in 0..MASS_LIMBS {
+            *mass = mass.wrapping_add((words[MASS_LIMBS * digit + limb] as u64) << (LIMB_BITS * limb as u32));
+        }
+    }
+    masses
 }
 
 /// Counts of the [`DIGITS`] digits without indexing (on the device an indexed array would live in
@@ -357,32 +504,52 @@ impl DigitCounts {
     }
 }
 
-/// One row of a top-k op on the host (the CPU backend): the same keys, search and rounding as
-/// the device; the renorm's sum by chunks of [`HOST_CHUNK`].
+/// One row of a filter on the host (the CPU backend): the same keys, weights and search as the
+/// device (so the same pivot); the renorm's sum by chunks of [`HOST_CHUNK`].
 ///
 /// # Safety
 /// `p` must describe valid memory as the launcher validates it: the row in bounds, input and
 /// output of `T`, disjoint.
-pub unsafe fn top_k_row<T: Element>(p: &TopKParams, row: u64, output: TopKOutput) {
+pub unsafe fn filter_row<T: Element>(p: &FilterParams, row: u64, filter: Filter, output: FilterOutput) {
     let input = (p.input as *const T).wrapping_add((row * p.input_row_stride) as usize);
     let out = (p.output as *mut T).wrapping_add((row * p.output_row_stride) as usize);
     let value = |i: usize| unsafe { input.add(i).read() };
     let vocab = p.vocab as usize;
-    let mut search = PivotSearch::new::<T>(unsafe { row_top_k(p, row) }, p.vocab);
-    while !search.done() {
-        let mut totals = [0u32; DIGITS];
-        for i in 0..vocab {
-            let digit = search.digit(order_key(value(i)));
-            if let Some(total) = totals.get_mut(digit as usize) {
-                *total += 1;
+    let pivot = match filter {
+        Filter::TopK => {
+            let mut search = PivotSearch::<COUNT_DIGIT_BITS>::top_k::<T>(unsafe { row_top_k(p, row) }, p.vocab);
+            while !search.done() {
+                let mut totals = [0u64; DIGITS];
+                for i in 0..vocab {
+                    if let Some(total) = totals.get_mut(search.digit(order_key(value(i))) as usize) {
+                        *total += 1;
+                    }
+                }
+                search.choose(&totals);
             }
+            search.pivot()
         }
-        search.choose(&totals);
-    }
-    let kept = |i: usize| order_key(value(i)) >= search.pivot();
+        Filter::TopP => {
+            let top_p = unsafe { row_top_p(p, row) };
+            let max = (0..vocab).fold(0.0f32, |max, i| max.max(value(i).to_f32()));
+            let scale = MassScale::new(max, p.vocab);
+            let mut search = PivotSearch::<MASS_DIGIT_BITS>::top_p::<T>(top_p);
+            while !search.done() {
+                let mut totals = [0u64; 1 << MASS_DIGIT_BITS];
+                for i in 0..vocab {
+                    if let Some(total) = totals.get_mut(search.digit(order_key(value(i))) as usize) {
+                        *total = total.wrapping_add(scale.mass(value(i).to_f32()));
+                    }
+                }
+                search.choose_share(&totals, top_p);
+            }
+            search.pivot()
+        }
+    };
+    let kept = |i: usize| order_key(value(i)) >= pivot;
     let scale = match output {
-        TopKOutput::Mask => 1.0,
-        TopKOutput::Renorm => {
+        FilterOutput::Mask => 1.0,
+        FilterOutput::Renorm => {
             let chunk_sum = |start: usize| {
                 (start..(start + HOST_CHUNK).min(vocab)).filter(|&i| kept(i)).map(|i| value(i).to_f32()).sum::<f32>()
             };
@@ -392,21 +559,21 @@ pub unsafe fn top_k_row<T: Element>(p: &TopKParams, row: u64, output: TopKOutput
     for i in 0..vocab {
         let x = value(i);
         let y = match (kept(i), output) {
-            (true, TopKOutput::Mask) => x,
-            (true, TopKOutput::Renorm) => T::from_f32(x.to_f32() * scale),
-            (false, TopKOutput::Mask) => T::from_f32(f32::NEG_INFINITY),
-            (false, TopKOutput::Renorm) => T::from_f32(0.0),
+            (true, FilterOutput::Mask) => x,
+            (true, FilterOutput::Renorm) => T::from_f32(x.to_f32() * scale),
+            (false, FilterOutput::Mask) => T::from_f32(f32::NEG_INFINITY),
+            (false, FilterOutput::Renorm) => T::from_f32(0.0),
         };
         unsafe { out.add(i).write(y) };
     }
 }
 
-/// Dynamic shared memory of a top-k block before its staged slice: the cluster exchange, the
-/// digit counts' scratch and the round's 16 totals.
-pub const TOP_K_HEADER_BYTES: u32 = crate::CLUSTER_EXCHANGE_BYTES + crate::BIN_SCRATCH_BYTES + 4 * DIGITS as u32;
+/// Dynamic shared memory of a filter block before its staged slice: the cluster exchange, the
+/// digit sums' scratch and the round's 16 totals.
+pub const FILTER_HEADER_BYTES: u32 = crate::CLUSTER_EXCHANGE_BYTES + crate::BIN_SCRATCH_BYTES + 4 * DIGITS as u32;
 
 #[cfg(target_arch = "nvptx64")]
-pub use device_kernels::{softmax_rows, top_k_mask_rows, top_k_renorm_rows};
+pub use device_kernels::{softmax_rows, top_k_mask_rows, top_k_renorm_rows, top_p_renorm_rows};
 
 #[cfg(target_arch = "nvptx64")]
 mod device_kernels {
@@ -508,16 +675,22 @@ mod device_kernels {
         }
     }
 
-    /// `top_k_mask_logits`: see [`top_k_rows`].
+    /// `top_k_mask_logits`: see [`filter_rows`].
     #[inline(always)]
-    pub unsafe fn top_k_mask_rows<T: Element, const VEC: usize>(p: &TopKParams) {
-        unsafe { top_k_rows::<T, VEC, false>(p) }
+    pub unsafe fn top_k_mask_rows<T: Element, const VEC: usize>(p: &FilterParams) {
+        unsafe { filter_rows::<T, VEC, false, false>(p) }
     }
 
-    /// `top_k_renorm_probs`: see [`top_k_rows`].
+    /// `top_k_renorm_probs`: see [`filter_rows`].
     #[inline(always)]
-    pub unsafe fn top_k_renorm_rows<T: Element, const VEC: usize>(p: &TopKParams) {
-        unsafe { top_k_rows::<T, VEC, true>(p) }
+    pub unsafe fn top_k_renorm_rows<T: Element, const VEC: usize>(p: &FilterParams) {
+        unsafe { filter_rows::<T, VEC, false, true>(p) }
+    }
+
+    /// `top_p_renorm_probs`: see [`filter_rows`].
+    #[inline(always)]
+    pub unsafe fn top_p_renorm_rows<T: Element, const VEC: usize>(p: &FilterParams) {
+        unsafe { filter_rows::<T, VEC, true, true>(p) }
     }
 
     #[inline(always)]
@@ -525,17 +698,197 @@ mod device_kernels {
         [a[0] + b[0], a[1] + b[1]]
     }
 
-    /// The top-k kernels: the grid's y dimension strides over rows; the `p.slices` blocks of a
-    /// cluster (x) share a row, each counting its slice's digits a round, the counts summed over
-    /// the cluster, until every block holds the same pivot; then (renorm) the kept sum, exchanged
-    /// likewise, and each block writes its slice. With `p.staged` a block keeps its slice's keys
-    /// in shared memory from the first round on, so the row is read from global memory once.
-    /// Launcher's guarantees: `vocab`, strides and pointers multiples of `VEC` elements; the
-    /// launch's cluster is `(slices, 1, 1)` (none for 1); its dynamic shared memory
-    /// [`TOP_K_HEADER_BYTES`] plus, with `staged`, the largest slice (`⌈vocab / VEC / slices⌉`
-    /// vectors).
     #[inline(always)]
-    unsafe fn top_k_rows<T: Element, const VEC: usize, const RENORM: bool>(p: &TopKParams) {
+    fn max_pairs(a: [f32; 2], b: [f32; 2]) -> [f32; 2] {
+        [a[0].max(b[0]), a[1].max(b[1])]
+    }
+
+    /// One block's part of a row: vectors `first`, `first + step`, … below `end`, read from
+    /// global memory or, once staged, from shared memory, as keys.
+    struct Slice<T: Element, const VEC: usize> {
+        input: *const T,
+        begin: usize,
+        first: usize,
+        end: usize,
+        step: usize,
+        staged: bool,
+        in_shared: bool,
+    }
+
+    impl<T: Element, const VEC: usize> Slice<T, VEC> {
+        /// Where vector `v` is staged: after the header, from the block's first vector on.
+        #[inline(always)]
+        fn staged_at(&self, v: usize) -> *mut T {
+            (FILTER_HEADER_BYTES as usize + dynamic_shared() as usize + (v - self.begin) * VEC * size_of::<T>())
+                as *mut T
+        }
+
+        /// The keys of vector `v`.
+        #[inline(always)]
+        fn keys(&self, v: usize) -> Packed<T, VEC> {
+            unsafe {
+                if self.in_shared {
+                    Packed::<T, VEC>::load::<Shared>(self.staged_at(v))
+                } else {
+                    Packed::<T, VEC>::load::<Reused>(self.input.add(v * VEC)).map_words(word_keys::<T>)
+                }
+            }
+        }
+
+        /// `visit(v, keys)` over the slice, [`UNROLL`] vectors' loads in flight together; the
+        /// first pass stages the keys in shared memory where the launch gave it room, and the
+        /// passes after it read them there.
+        #[inline(always)]
+        fn pass(&mut self, mut visit: impl FnMut(&Packed<T, VEC>)) {
+            let mut v = self.first;
+            while v < self.end {
+                let mut loaded = [Packed::<T, VEC>::ZERO; UNROLL];
+                for (k, vector) in loaded.iter_mut().enumerate() {
+                    if v + k * self.step < self.end {
+                        *vector = self.keys(v + k * self.step);
+                    }
+                }
+                for (k, vector) in loaded.iter().enumerate() {
+                    if v + k * self.step < self.end {
+                        if self.staged && !self.in_shared {
+                            unsafe { vector.store::<Shared>(self.staged_at(v + k * self.step)) };
+                        }
+                        visit(vector);
+                    }
+                }
+                v += UNROLL * self.step;
+            }
+            self.in_shared = self.staged;
+        }
+
+        /// Whether any key of `keys` is a candidate of `search`'s round: after the first rounds
+        /// few are, and a vector without any skips the summing (a branch the warp mostly takes
+        /// together).
+        #[inline(always)]
+        fn any_candidate<const BITS: u32>(keys: &Packed<T, VEC>, search: &PivotSearch<BITS>) -> bool {
+            let mut any = false;
+            for i in 0..VEC {
+                any |= search.is_candidate(keys.get(i).to_bits());
+            }
+            any
+        }
+    }
+
+    /// Where a block sums a round's 16 words: the cluster exchange, then the scratch of
+    /// [`block_sum_bins`], then the totals every thread reads.
+    #[derive(Clone, Copy)]
+    struct RoundSums {
+        cluster: ClusterExchange,
+        scratch: u32,
+        totals_at: u32,
+    }
+
+    impl RoundSums {
+        /// Every thread's 16 words summed over the block and the cluster, in every thread (of
+        /// exchange `round`).
+        #[inline(always)]
+        fn total(&self, words: [u32; DIGITS], round: u32) -> [u32; DIGITS] {
+            let total = self.cluster.sum_words(block_sum_bins(words, self.scratch), round);
+            let word = thread_index();
+            if word < DIGITS as u32 {
+                unsafe {
+                    asm!("st.shared.u32 [{a}], {v};", a = in(reg32) self.totals_at + 4 * word, v = in(reg32) total, options(nostack))
+                };
+            }
+            block_barrier();
+            let mut totals = [0u32; DIGITS];
+            for (word, total) in totals.iter_mut().enumerate() {
+                unsafe {
+                    asm!("ld.shared.u32 {v}, [{a}];", v = out(reg32) *total, a = in(reg32) self.totals_at + 4 * word as u32, options(nostack))
+                };
+            }
+            totals
+        }
+    }
+
+    /// Top-k's pivot of the row `slice` holds: a round counts the candidates' digits.
+    #[inline(always)]
+    fn top_k_pivot<T: Element, const VEC: usize>(
+        slice: &mut Slice<T, VEC>,
+        sums: RoundSums,
+        top_k: u32,
+        vocab: u32,
+        round: &mut u32,
+    ) -> u32 {
+        let mut search = PivotSearch::<COUNT_DIGIT_BITS>::top_k::<T>(top_k, vocab);
+        while !search.done() {
+            let mut counts = DigitCounts::ZERO;
+            slice.pass(|keys| {
+                if Slice::any_candidate(keys, &search) {
+                    for i in 0..VEC {
+                        counts.add(search.digit(keys.get(i).to_bits()));
+                    }
+                    counts.spread(VEC as u32);
+                }
+            });
+            counts.widen();
+            let totals = sums.total(counts.wide, *round).map(|count| count as u64);
+            *round += 1;
+            search.choose(&totals);
+        }
+        search.pivot()
+    }
+
+    /// Top-p's pivot of the row `slice` holds: a first pass finds the row's largest entry (the
+    /// masses' scale), then a round sums the candidates' masses by digit.
+    #[inline(always)]
+    fn top_p_pivot<T: Element, const VEC: usize>(
+        slice: &mut Slice<T, VEC>,
+        sums: RoundSums,
+        top_p: f32,
+        vocab: u32,
+        round: &mut u32,
+    ) -> u32 {
+        if top_p >= 1.0 {
+            return 0;
+        }
+        let mut max = 0.0f32;
+        slice.pass(|keys| {
+            let values = keys.map_words(word_values::<T>);
+            for i in 0..VEC {
+                max = max.max(values.get_f32(i));
+            }
+        });
+        let max = sums.cluster.merge(block_pairs([max, 0.0], [0.0, 0.0], max_pairs), *round, max_pairs)[0];
+        *round += 1;
+        let scale = MassScale::new(max, vocab);
+        let mut search = PivotSearch::<MASS_DIGIT_BITS>::top_p::<T>(top_p);
+        while !search.done() {
+            let mut masses = [0u64; 1 << MASS_DIGIT_BITS];
+            slice.pass(|keys| {
+                if Slice::any_candidate(keys, &search) {
+                    let values = keys.map_words(word_values::<T>);
+                    for i in 0..VEC {
+                        let (digit, mass) = (search.digit(keys.get(i).to_bits()), scale.mass(values.get_f32(i)));
+                        for (d, sum) in masses.iter_mut().enumerate() {
+                            *sum += if digit == d as u32 { mass } else { 0 };
+                        }
+                    }
+                }
+            });
+            let totals = masses_of_limbs(&sums.total(mass_limbs(masses), *round));
+            *round += 1;
+            search.choose_share(&totals, top_p);
+        }
+        search.pivot()
+    }
+
+    /// The filter kernels: the grid's y dimension strides over rows; the `p.slices` blocks of a
+    /// cluster (x) share a row, each summing its slice's weights by digit a round, the sums
+    /// added over the cluster, until every block holds the same pivot; then (renorms) the kept
+    /// sum, exchanged likewise, and each block writes its slice. With `p.staged` a block keeps
+    /// its slice's keys in shared memory from the first pass on, so the row is read from global
+    /// memory once. Launcher's guarantees: `vocab`, strides and pointers multiples of `VEC`
+    /// elements; the launch's cluster is `(slices, 1, 1)` (none for 1); its dynamic shared
+    /// memory [`FILTER_HEADER_BYTES`] plus, with `staged`, the largest slice
+    /// (`⌈vocab / VEC / slices⌉` vectors).
+    #[inline(always)]
+    unsafe fn filter_rows<T: Element, const VEC: usize, const TOP_P: bool, const RENORM: bool>(p: &FilterParams) {
         chain_after_prior_grids();
         let cluster = ClusterExchange::new(p.slices);
         let vectors = p.vocab as usize / VEC;
@@ -544,82 +897,25 @@ mod device_kernels {
         let end = (begin + per_slice).min(vectors);
         let (step, first) = (block_size() as usize, begin + thread_index() as usize);
         let scratch = dynamic_shared() + crate::CLUSTER_EXCHANGE_BYTES;
-        let totals_at = scratch + crate::BIN_SCRATCH_BYTES;
-        let staged_at = |v: usize| {
-            (TOP_K_HEADER_BYTES as usize + dynamic_shared() as usize + (v - begin) * VEC * size_of::<T>()) as *mut T
-        };
+        let sums = RoundSums { cluster, scratch, totals_at: scratch + crate::BIN_SCRATCH_BYTES };
         let (mut row, row_step) =
             unsafe { (core::arch::nvptx::_block_idx_y() as u64, core::arch::nvptx::_grid_dim_y() as u64) };
         let mut round = 0u32;
         while row < p.rows {
             let input = (p.input as *const T).wrapping_add((row * p.input_row_stride) as usize);
             let output = (p.output as *mut T).wrapping_add((row * p.output_row_stride) as usize);
-            // Keys, not values, are staged: the rounds after the first read them as they are.
-            let mut in_shared = false;
-            let keys = |v: usize, in_shared: bool| unsafe {
-                if in_shared {
-                    Packed::<T, VEC>::load::<Shared>(staged_at(v))
-                } else {
-                    Packed::<T, VEC>::load::<Reused>(input.add(v * VEC)).map_words(word_keys::<T>)
-                }
+            // Keys, not values, are staged: the passes after the first read them as they are.
+            let mut slice = Slice::<T, VEC> { input, begin, first, end, step, staged: p.staged != 0, in_shared: false };
+            let pivot = if TOP_P {
+                top_p_pivot(&mut slice, sums, unsafe { row_top_p(p, row) }, p.vocab, &mut round)
+            } else {
+                top_k_pivot(&mut slice, sums, unsafe { row_top_k(p, row) }, p.vocab, &mut round)
             };
-            let mut search = PivotSearch::new::<T>(unsafe { row_top_k(p, row) }, p.vocab);
-            while !search.done() {
-                let mut counts = DigitCounts::ZERO;
-                let mut v = first;
-                while v < end {
-                    let mut loaded = [Packed::<T, VEC>::ZERO; UNROLL];
-                    for (k, vector) in loaded.iter_mut().enumerate() {
-                        if v + k * step < end {
-                            *vector = keys(v + k * step, in_shared);
-                        }
-                    }
-                    for (k, vector) in loaded.iter().enumerate() {
-                        if v + k * step < end {
-                            if p.staged != 0 && !in_shared {
-                                unsafe { vector.store::<Shared>(staged_at(v + k * step)) };
-                            }
-                            // After the first rounds few keys are candidates: a vector without
-                            // any skips the counting (a branch the warp mostly takes together).
-                            let mut any = false;
-                            for i in 0..VEC {
-                                any |= search.is_candidate(vector.get(i).to_bits());
-                            }
-                            if any {
-                                for i in 0..VEC {
-                                    counts.add(search.digit(vector.get(i).to_bits()));
-                                }
-                                counts.spread(VEC as u32);
-                            }
-                        }
-                    }
-                    v += UNROLL * step;
-                }
-                counts.widen();
-                let total = cluster.sum_words(block_sum_bins(counts.wide, scratch), round);
-                round += 1;
-                let digit = thread_index();
-                if digit < DIGITS as u32 {
-                    unsafe {
-                        asm!("st.shared.u32 [{a}], {v};", a = in(reg32) totals_at + 4 * digit, v = in(reg32) total, options(nostack))
-                    };
-                }
-                block_barrier();
-                let mut totals = [0u32; DIGITS];
-                for (digit, total) in totals.iter_mut().enumerate() {
-                    unsafe {
-                        asm!("ld.shared.u32 {v}, [{a}];", v = out(reg32) *total, a = in(reg32) totals_at + 4 * digit as u32, options(nostack))
-                    };
-                }
-                search.choose(&totals);
-                in_shared = p.staged != 0;
-            }
-            let pivot = search.pivot();
             let scale = if RENORM {
                 let mut sum = 0.0f32;
                 let mut v = first;
                 while v < end {
-                    let keys = keys(v, in_shared);
+                    let keys = slice.keys(v);
                     let values = keys.map_words(word_values::<T>);
                     for i in 0..VEC {
                         if keys.get(i).to_bits() >= pivot {
@@ -637,7 +933,7 @@ mod device_kernels {
             let dropped = if RENORM { 0.0 } else { f32::NEG_INFINITY };
             let mut v = first;
             while v < end {
-                let keys = keys(v, in_shared);
+                let keys = slice.keys(v);
                 let values = keys.map_words(word_values::<T>);
                 let mut out = [0.0f32; VEC];
                 for (i, out) in out.iter_mut().enumerate() {
@@ -728,37 +1024,123 @@ mod tests {
         assert!(order_key(F16::from_f32(f32::INFINITY)) <= 0xffff, "16-bit keys stay in 16 bits");
     }
 
+    /// Pseudo-random f32 values with many ties.
+    fn tied_values<const N: usize>() -> [f32; N] {
+        let mut state = 12345u32;
+        core::array::from_fn(|_| {
+            state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            (state >> 20) as f32 - 2048.0 + if state & 1 == 0 { 0.0 } else { 0.5 }
+        })
+    }
+
+    /// Runs `search` over `keys` weighed by `weight` to its end; the rounds it took.
+    fn run_search<const BITS: u32>(
+        search: &mut PivotSearch<BITS>,
+        keys: &[u32],
+        weight: impl Fn(usize) -> u64,
+        top_p: Option<f32>,
+    ) -> u32 {
+        let mut rounds = 0;
+        while !search.done() {
+            let mut all_digits = [0u64; DIGITS];
+            let totals = &mut all_digits[..1 << BITS];
+            for (i, &key) in keys.iter().enumerate() {
+                if let Some(total) = totals.get_mut(search.digit(key) as usize) {
+                    *total += weight(i);
+                }
+            }
+            match top_p {
+                Some(top_p) => search.choose_share(totals, top_p),
+                None => search.choose(totals),
+            }
+            rounds += 1;
+        }
+        rounds
+    }
+
     /// The search against a sort, over values with ties, every k.
     #[test]
     fn pivot_search_finds_the_kth_largest_key() {
-        let mut keys = [0u32; 200];
-        let mut state = 12345u32;
-        for key in keys.iter_mut() {
-            state = state.wrapping_mul(1_103_515_245).wrapping_add(12345);
-            *key = order_key((state >> 20) as f32 - 2048.0 + if state & 1 == 0 { 0.0 } else { 0.5 });
-        }
+        let keys = tied_values::<200>().map(order_key);
         let mut sorted = keys;
         sorted.sort_unstable_by(|a, b| b.cmp(a));
         for k in 1..keys.len() as u32 {
-            let mut search = PivotSearch::new::<f32>(k, keys.len() as u32);
-            let mut rounds = 0;
-            while !search.done() {
-                let mut totals = [0u32; DIGITS];
-                for &key in &keys {
-                    if let Some(total) = totals.get_mut(search.digit(key) as usize) {
-                        *total += 1;
-                    }
-                }
-                search.choose(&totals);
-                rounds += 1;
-            }
+            let mut search = PivotSearch::<COUNT_DIGIT_BITS>::top_k::<f32>(k, keys.len() as u32);
+            let rounds = run_search(&mut search, &keys, |_| 1, None);
             let kth = sorted[k as usize - 1];
             let kept = keys.iter().filter(|&&key| key >= search.pivot()).count();
             assert_eq!(kept, keys.iter().filter(|&&key| key >= kth).count(), "k = {k}");
             assert!(rounds <= 8, "k = {k}: {rounds} rounds");
         }
-        assert!(PivotSearch::new::<f32>(200, 200).done() && PivotSearch::new::<f32>(0, 200).done());
-        assert_eq!(PivotSearch::new::<f32>(500, 200).pivot(), 0, "every key kept");
+        let top_k = PivotSearch::<COUNT_DIGIT_BITS>::top_k::<f32>;
+        assert!(top_k(200, 200).done() && top_k(0, 200).done());
+        assert_eq!(top_k(500, 200).pivot(), 0, "every key kept");
+    }
+
+    /// Top-p's pivot against its definition: an entry is kept exactly when the mass of the
+    /// entries above it is short of `⌈top_p · mass⌉`, for every share, ties included.
+    #[test]
+    fn top_p_keeps_an_entry_when_the_mass_above_it_is_short_of_the_share() {
+        let values = tied_values::<300>().map(|x| (x / 512.0).abs());
+        let keys = values.map(order_key);
+        let max = values.iter().copied().fold(0.0f32, f32::max);
+        let scale = MassScale::new(max, values.len() as u32);
+        let masses = values.map(|x| scale.mass(x));
+        let total: u64 = masses.iter().sum();
+        for top_p in [1e-6f32, 0.1, 0.25, 0.5, 0.77, 0.9, 0.999, 0.0, f32::NAN] {
+            let mut search = PivotSearch::<MASS_DIGIT_BITS>::top_p::<f32>(top_p);
+            let rounds = run_search(&mut search, &keys, |i| masses[i], Some(top_p));
+            assert_eq!(rounds, 16, "two bits a round, to the last");
+            let target = share_of(total, top_p).max(1);
+            for (i, &key) in keys.iter().enumerate() {
+                let above: u64 = keys.iter().zip(&masses).filter(|&(&other, _)| other > key).map(|(_, m)| m).sum();
+                assert_eq!(key >= search.pivot(), above < target, "top_p {top_p}, entry {i}");
+            }
+        }
+        assert!(PivotSearch::<MASS_DIGIT_BITS>::top_p::<f32>(1.0).done(), "1 keeps every entry");
+    }
+
+    #[test]
+    fn shares_round_up_exactly() {
+        assert_eq!(share_of(10, 0.5), 5);
+        assert_eq!(share_of(11, 0.5), 6);
+        assert_eq!(share_of(3, 0.1), 1, "0.3000000045 rounds up");
+        assert_eq!(share_of(1 << 62, 0.25), 1 << 60);
+        assert_eq!(
+            share_of(u64::MAX >> 1, f32::from_bits(0x3f7f_ffff)),
+            ((u64::MAX >> 1) as u128 * 0xff_ffff).div_ceil(1 << 24) as u64
+        );
+        assert_eq!(share_of(1000, f32::from_bits(1)), 1, "the least subnormal");
+        for share in [0.0, -0.5, f32::NAN] {
+            assert_eq!(share_of(1000, share), 0);
+        }
+    }
+
+    #[test]
+    fn masses_are_exact_fixed_point_and_a_row_fits() {
+        let scale = MassScale::new(0.75, 128_256);
+        // F = 62 − 17 = 45; 0.75's exponent is −1: a weight is x · 2^46.
+        assert_eq!(scale.mass(0.75), 3 << 44);
+        assert_eq!(scale.mass(2f32.powi(-40)), 1 << 6);
+        assert_eq!(scale.mass(2f32.powi(-50)), 0, "below 2^−46: truncated");
+        for nothing in [-0.5, -0.0, 0.0, f32::INFINITY, f32::NAN, f32::NEG_INFINITY] {
+            assert_eq!(scale.mass(nothing), 0, "{nothing}");
+        }
+        let biggest = MassScale::new(f32::MAX, u32::MAX);
+        assert!(biggest.mass(f32::MAX) as u128 * u32::MAX as u128 <= 1 << 63);
+        let one = MassScale::new(1.0, 1);
+        assert_eq!(one.mass(1.0), 1 << 62);
+        assert_eq!(MassScale::new(0.0, 5).mass(1e-45), 1 << 36, "F = 59: the least subnormal is 2^(F − 23) of 2^−126");
+    }
+
+    #[test]
+    fn mass_limbs_sum_as_the_masses() {
+        let masses = [u64::MAX >> 1, 12345, 0, 1 << 57];
+        let words = mass_limbs(masses);
+        assert!(words.iter().all(|&w| w < 1 << LIMB_BITS));
+        assert_eq!(masses_of_limbs(&words), masses);
+        let doubled = words.map(|w| w * 2);
+        assert_eq!(masses_of_limbs(&doubled), masses.map(|m| m.wrapping_mul(2)));
     }
 
     #[test]

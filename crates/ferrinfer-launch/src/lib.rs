@@ -41,7 +41,7 @@ pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
 pub use norm::{fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm};
 pub use op::{OpInfo, PerRow};
-pub use sampling::{softmax, top_k_mask_logits, top_k_renorm_probs};
+pub use sampling::{softmax, top_k_mask_logits, top_k_renorm_probs, top_p_renorm_probs};
 pub use tensor::{Device, HostElement, MAX_DIMS, Stream, TensorView, contiguous_strides};
 
 /// Re-exported so callers name the same cudarc and half types this crate uses.

@@ -24,15 +24,17 @@ pub fn compare(dtype: DType, got: &[f64], want: &[f64]) -> Result<Agreement, Str
     if got.len() != want.len() {
         return Err(format!("length {} vs reference {}", got.len(), want.len()));
     }
-    let (relative_bound, unit) = match dtype {
-        DType::F32 => (1e-5, 1e-5),
+    // The last: half the spacing of the dtype's subnormals, the least error of rounding to it
+    // (f16's 2^−25 matters: renormalised probabilities of a 32k vocabulary are ~2e−5).
+    let (relative_bound, unit, subnormal) = match dtype {
+        DType::F32 => (1e-5, 1e-5, 2f64.powi(-150)),
         // Integers (indices, sampled tokens) are exact.
-        DType::I32 => (f64::MIN_POSITIVE, 0.0),
-        DType::F16 => (1e-2, 2f64.powi(-10)),
-        DType::Bf16 => (1e-2, 2f64.powi(-7)),
+        DType::I32 => (f64::MIN_POSITIVE, 0.0, 0.0),
+        DType::F16 => (1e-2, 2f64.powi(-10), 2f64.powi(-25)),
+        DType::Bf16 => (1e-2, 2f64.powi(-7), 2f64.powi(-134)),
     };
     let scale = want.iter().fold(0f64, |m, w| m.max(w.abs()));
-    let floor = scale * 1e-6 + f64::MIN_POSITIVE;
+    let floor = scale * 1e-6 + subnormal + f64::MIN_POSITIVE;
     let (mut diff2, mut want2, mut worst) = (0.0, 0.0, 0.0f64);
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         if g.is_infinite() && g == w {
@@ -51,7 +53,9 @@ pub fn compare(dtype: DType, got: &[f64], want: &[f64]) -> Result<Agreement, Str
         want2 += w * w;
     }
     let relative_error = (diff2 / want2.max(f64::MIN_POSITIVE)).sqrt();
-    if relative_error >= relative_bound {
+    // Rounding into the subnormals adds up to `subnormal` an element to the error's norm.
+    let rounding = subnormal * (got.len() as f64 / want2.max(f64::MIN_POSITIVE)).sqrt();
+    if relative_error >= relative_bound + rounding {
         return Err(format!("relative error {relative_error:e} ≥ {relative_bound:e}"));
     }
     Ok(Agreement { relative_error, worst_element: worst })
@@ -145,6 +149,12 @@ mod tests {
         assert!(compare(DType::Bf16, &[1.02, -2.0, 3.0], &want).is_err(), "beyond one bf16 unit");
         assert!(compare(DType::F32, &[f64::NAN, -2.0, 3.0], &want).is_err(), "NaN poison");
         assert!(compare(DType::F32, &[1.0 + 1e-4, -2.0, 3.0], &want).is_err());
+        // f16 subnormals are 2^−24 apart: values of ~1e−6 round by up to 3 %, and no further.
+        let tiny: Vec<f64> = (0..1000).map(|i| 1e-6 + i as f64 * 1e-9).collect();
+        let rounded: Vec<f64> = tiny.iter().map(|&w| (w * 2f64.powi(24)).round() / 2f64.powi(24)).collect();
+        assert!(compare(DType::F16, &rounded, &tiny).is_ok());
+        let off_by_a_step: Vec<f64> = rounded.iter().map(|&g| g + 2f64.powi(-24)).collect();
+        assert!(compare(DType::F16, &off_by_a_step, &tiny).is_err(), "a whole subnormal step off");
     }
 
     #[test]

@@ -1,27 +1,31 @@
 //! The sampling family at layers 1 and 4: the op table, validation, the launch planner, the CPU
 //! path and the f64 references. Each op validates its arguments, then runs on the CPU backend or
 //! launches a kernel of `ferrinfer-kernels/src/sampling.rs` on the caller's stream: `softmax`,
-//! `top_k_mask_logits`, `top_k_renorm_probs`.
+//! `top_k_mask_logits`, `top_k_renorm_probs`, `top_p_renorm_probs`.
 //!
 //! Rules, checked before anything is written (so on error `out` is untouched):
 //! - the input (`logits`, `probs`): f16, bf16 or f32, any rank ≥ 1, the last dimension (the
 //!   vocabulary, ≥ 1) contiguous, leading dimensions collapsible into rows; no rows is a no-op;
 //! - `out`: writable, the input's shape and device, rows as the input's may be, not overlapping
 //!   it; f32 for `softmax` whatever the logits' dtype (as FlashInfer's), the input's dtype for
-//!   the top-k ops;
+//!   the filters;
 //! - `temperature`: finite and ≥ 0; 0 weighs every finite logit alike (FlashInfer's rule);
 //! - `top_k`: a whole number ≥ 1; `top_k ≥ vocab` keeps every entry;
+//! - `top_p`: in (0, 1]; 1 keeps every entry;
 //! - a scalar given a row (`temperature`: f32, `top_k`: i32): a `[rows]` contiguous tensor on
 //!   the input's device, apart from `out`; on the CPU every temperature finite and ≥ 0 (checked
 //!   before anything is written; a GPU tensor's values are not read: that would wait for the
-//!   device); a `top_k` ≤ 0 keeps its row (a mixed batch's "no top-k").
+//!   device); a `top_k` ≤ 0 keeps its row (a mixed batch's "no top-k"), a `top_p` ≥ 1 keeps
+//!   its row and one ≤ 0 or NaN its largest entries only.
 
 use std::sync::OnceLock;
 
 use ferrinfer_jit::sampling::{SamplingKernel, SamplingModule};
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
-use ferrinfer_kernels::sampling::{SoftmaxParams, TOP_K_HEADER_BYTES, TopKOutput, TopKParams, softmax_row, top_k_row};
+use ferrinfer_kernels::sampling::{
+    FILTER_HEADER_BYTES, Filter, FilterOutput, FilterParams, SoftmaxParams, filter_row, softmax_row,
+};
 use ferrinfer_kernels::{CLUSTER_EXCHANGE_BYTES, MAX_CLUSTER_BLOCKS};
 
 use crate::cuda::{self, KernelModule, Launch, Limits, MAX_BLOCK, ModuleCache};
@@ -52,6 +56,13 @@ macro_rules! sampling_ops {
             /// fixed tree.
             fn top_k_renorm_probs(probs: In[Rows, nonnegative]) -> out: Out[Rows]; top_k: [i32] (example 50)
                 => SamplingKernel::TopKRenormProbs, reference top_k_renorm_reference;
+            /// `out` = `probs` divided by the sum of those it keeps, 0 elsewhere: a row keeps its
+            /// largest probabilities holding `top_p` of its sum — an entry is kept when the entries
+            /// above it hold less than `top_p` of the row's sum (its ties are kept with it; the
+            /// row need not sum to 1). `top_p = 1` renormalises the whole row. Deterministic: the
+            /// masses are summed as exact integers (the CPU keeps the same entries as the GPU).
+            fn top_p_renorm_probs(probs: In[Rows, nonnegative]) -> out: Out[Rows]; top_p: [f32] (example 0.9)
+                => SamplingKernel::TopPRenormProbs, reference top_p_renorm_reference;
         }
     };
 }
@@ -64,8 +75,8 @@ impl FamilyOp for SamplingKernel {
         let input_name = call.op.tensors[0].name;
         let plan = match self {
             SamplingKernel::Softmax => softmax_plan(input, out, call.scalar(0), call.per_row(0), &call.stream)?,
-            SamplingKernel::TopKMaskLogits | SamplingKernel::TopKRenormProbs => {
-                top_k_plan(input_name, input, out, call.scalar(0), call.per_row(0), &call.stream)?
+            SamplingKernel::TopKMaskLogits | SamplingKernel::TopKRenormProbs | SamplingKernel::TopPRenormProbs => {
+                filter_plan(*self, input_name, input, out, call.scalar(0), call.per_row(0), &call.stream)?
             }
         };
         let Some(plan) = plan else { return Ok(()) };
@@ -87,8 +98,8 @@ impl FamilyOp for SamplingKernel {
                     Params::Softmax(params) => cuda::launch(stream, &MODULES, module, |limits| {
                         plan.softmax_launch(params, entry, limits, forced)
                     }),
-                    Params::TopK(params) => cuda::launch(stream, &MODULES, module, |limits| {
-                        plan.top_k_launch(params, entry, limits, forced)
+                    Params::Filter(params) => cuda::launch(stream, &MODULES, module, |limits| {
+                        plan.filter_launch(params, entry, limits, forced)
                     }),
                 }
             }
@@ -114,7 +125,7 @@ struct Plan {
 #[derive(Clone, Copy)]
 enum Params {
     Softmax(SoftmaxParams),
-    TopK(TopKParams),
+    Filter(FilterParams),
 }
 
 /// The checks every op of the family makes of its input (named `input_name`) and `out`, in
@@ -208,45 +219,59 @@ fn softmax_plan(
     Ok(Some(Plan { params: Params::Softmax(params), dtype, vec, rows: x.rows, vocab: x.hidden }))
 }
 
-/// The top-k ops' checks and parameters (`input_name`: `logits` or `probs`).
-fn top_k_plan(
+/// The filters' checks and parameters (`input_name`: `logits` or `probs`; `threshold`: `top_k`
+/// or `top_p`, or `thresholds` a row).
+fn filter_plan(
+    kernel: SamplingKernel,
     input_name: &'static str,
     input: &TensorView,
     out: &TensorView,
-    top_k: f64,
-    top_ks: Option<&TensorView>,
+    threshold: f64,
+    thresholds: Option<&TensorView>,
     stream: &Stream,
 ) -> Result<Option<Plan>, Error> {
     check_devices(input_name, input, out, stream)?;
     let dtype = input.dtype();
     layout::check_dtype("out", out, input_name, dtype)?;
     layout::check_writable("out", out)?;
-    if top_ks.is_none() && !(top_k.fract() == 0.0 && top_k >= 1.0) {
-        return Err(Error::InvalidScalar { argument: "top_k", value: top_k, expected: "a whole number ≥ 1" });
+    let top_p = kernel == SamplingKernel::TopPRenormProbs;
+    let (argument, valid, expected, per_row_dtype, per_row_expected) = if top_p {
+        ("top_p", threshold > 0.0 && threshold <= 1.0, "in (0, 1]", DType::F32, "an f32")
+    } else {
+        ("top_k", threshold.fract() == 0.0 && threshold >= 1.0, "a whole number ≥ 1", DType::I32, "an int32")
+    };
+    if thresholds.is_none() && !valid {
+        return Err(Error::InvalidScalar { argument, value: threshold, expected });
     }
     let rows = rows_of(input_name, input, out)?;
-    // Any i32 a row: ≤ 0 (as ≥ vocab) keeps the row, a mixed batch's "no top-k".
-    let per_row = layout::PerRowCheck { argument: "top_k", reference: input_name, expected: "an int32" };
-    let top_ks = match top_ks {
-        Some(view) => per_row.check(view, rows.map_or(0, |(x, _)| x.rows), DType::I32, out, |_| true)?,
+    // Any value a row: a top_k ≤ 0 (as ≥ vocab) or a top_p ≥ 1 keeps the row, a mixed batch's
+    // "no filter".
+    let per_row = layout::PerRowCheck { argument, reference: input_name, expected: per_row_expected };
+    let thresholds = match thresholds {
+        Some(view) => per_row.check(view, rows.map_or(0, |(x, _)| x.rows), per_row_dtype, out, |_| true)?,
         None => 0,
     };
     let Some((x, y)) = rows else { return Ok(None) };
     let vec = layout::vector_width(dtype, x.hidden, &[x.row_stride, y.row_stride], &[input.address(), out.address()]);
-    let params = TopKParams {
+    let threshold = match (thresholds, top_p) {
+        (0, true) => (threshold as f32).to_bits(),
+        // Past the vocabulary every k keeps the whole row.
+        (0, false) => threshold.min(x.hidden as f64) as u32,
+        _ => 0,
+    };
+    let params = FilterParams {
         input: input.address(),
         output: out.address(),
         rows: x.rows,
         input_row_stride: x.row_stride,
         output_row_stride: y.row_stride,
-        top_ks,
+        thresholds,
         vocab: x.hidden as u32,
-        // Past the vocabulary every k keeps the whole row.
-        top_k: if top_ks == 0 { top_k.min(x.hidden as f64) as u32 } else { 0 },
+        threshold,
         slices: 1,
         staged: 0,
     };
-    Ok(Some(Plan { params: Params::TopK(params), dtype, vec, rows: x.rows, vocab: x.hidden }))
+    Ok(Some(Plan { params: Params::Filter(params), dtype, vec, rows: x.rows, vocab: x.hidden }))
 }
 
 /// The widest vector of logits (16 bytes at most) whose f32 probabilities are aligned too (to
@@ -262,16 +287,17 @@ fn vector_width(dtype: DType, vocab: u64, logits: (u64, u64), probs: (u64, u64))
 impl Plan {
     /// The CPU backend: the kernels crate's host numerics, rows split across cores.
     fn run_on_cpu(&self, kernel: SamplingKernel) {
-        let output = match kernel {
-            SamplingKernel::TopKRenormProbs => TopKOutput::Renorm,
-            _ => TopKOutput::Mask,
+        let (filter, output) = match kernel {
+            SamplingKernel::TopPRenormProbs => (Filter::TopP, FilterOutput::Renorm),
+            SamplingKernel::TopKRenormProbs => (Filter::TopK, FilterOutput::Renorm),
+            _ => (Filter::TopK, FilterOutput::Mask),
         };
         ferrinfer_kernels::with_element!(self.dtype, T => cpu::for_rows(self.rows, self.vocab, |rows| {
             for row in rows {
                 // SAFETY: the launcher validated every pointer, stride and overlap in `params`.
                 match &self.params {
                     Params::Softmax(params) => unsafe { softmax_row::<T>(params, row) },
-                    Params::TopK(params) => unsafe { top_k_row::<T>(params, row, output) },
+                    Params::Filter(params) => unsafe { filter_row::<T>(params, row, filter, output) },
                 }
             }
         }))
@@ -280,7 +306,7 @@ impl Plan {
 
 /// Threads per block at most: a block reduces and writes its slice of a row.
 const BLOCK_THREADS: u32 = 512;
-/// The top-k kernels' blocks at most: each round of the search waits at barriers, so more,
+/// The filter kernels' blocks at most: each round of the search waits at barriers, so more,
 /// smaller blocks a multiprocessor keep it busier (H200, f32 128256-entry rows, 2026-12-01: 256
 /// threads 101 / 334 µs at 64 / 256 rows against 123 / 428 with 512; docs/perf/sampling.md).
 const TOP_K_BLOCK_THREADS: u32 = 256;
@@ -334,29 +360,30 @@ impl Plan {
         Ok(Launch { entry, params, grid: (slices, rows), block, shared_bytes, cluster: slices })
     }
 
-    /// A top-k launch: as softmax's, plus the block's slice staged in shared memory when it fits
-    /// there (the row is then read from global memory once, whatever the rounds of the search).
-    fn top_k_launch(
+    /// A filter's launch: as softmax's, plus the block's slice staged in shared memory when it
+    /// fits there (the row is then read from global memory once, whatever the rounds of the
+    /// search).
+    fn filter_launch(
         &self,
-        params: TopKParams,
+        params: FilterParams,
         entry: usize,
         limits: &Limits,
         forced: LayoutOverride,
-    ) -> Result<Launch<TopKParams>, Error> {
+    ) -> Result<Launch<FilterParams>, Error> {
         let max_threads = limits.max_threads(entry);
         let ((slices, rows), block) = self.geometry(limits.clusters, max_threads, TOP_K_BLOCK_THREADS, forced)?;
-        let (staged, shared_bytes) = self.top_k_shared_bytes(slices, limits.max_shared_bytes);
-        let params = TopKParams { slices, staged: staged as u32, ..params };
+        let (staged, shared_bytes) = self.filter_shared_bytes(slices, limits.max_shared_bytes);
+        let params = FilterParams { slices, staged: staged as u32, ..params };
         Ok(Launch { entry, params, grid: (slices, rows), block, shared_bytes, cluster: slices })
     }
 
-    /// Whether a top-k block's slice of `slices` fits in `max_shared_bytes` beside the header,
+    /// Whether a filter block's slice of `slices` fits in `max_shared_bytes` beside the header,
     /// and the dynamic shared memory the launch then takes.
-    fn top_k_shared_bytes(&self, slices: u32, max_shared_bytes: u32) -> (bool, u32) {
+    fn filter_shared_bytes(&self, slices: u32, max_shared_bytes: u32) -> (bool, u32) {
         let vectors = (self.vocab / self.vec as u64).div_ceil(slices as u64);
         let slice_bytes = vectors * self.vec as u64 * self.dtype.size() as u64;
-        let staged = TOP_K_HEADER_BYTES as u64 + slice_bytes <= max_shared_bytes as u64;
-        (staged, TOP_K_HEADER_BYTES + if staged { slice_bytes as u32 } else { 0 })
+        let staged = FILTER_HEADER_BYTES as u64 + slice_bytes <= max_shared_bytes as u64;
+        (staged, FILTER_HEADER_BYTES + if staged { slice_bytes as u32 } else { 0 })
     }
 
     /// ((blocks per row, rows in parallel), block) where clusters are available or not, for an
@@ -440,6 +467,34 @@ fn top_k_renorm_reference(p: &Problem) -> Vec<Vec<f64>> {
     })
 }
 
+/// `top_p_renorm_probs` in f64: an entry is kept when the entries above it (strictly) hold less
+/// than `top_p` of the row's sum (`top_p ≥ 1`: every entry); kept probabilities over their sum,
+/// 0 elsewhere.
+fn top_p_renorm_reference(p: &Problem) -> Vec<Vec<f64>> {
+    // The op's `top_p` is an f32: 0.9 is 0.89999998 to the kernels.
+    let top_p = p.scalars[0] as f32 as f64;
+    let rows = p.tensors[0].chunks_exact(p.hidden);
+    vec![
+        rows.flat_map(|row| {
+            let mut sorted = row.to_vec();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            // before[i]: the sum of the i largest.
+            let before: Vec<f64> = std::iter::once(0.0)
+                .chain(sorted.iter().scan(0.0, |sum, x| {
+                    *sum += x;
+                    Some(*sum)
+                }))
+                .collect();
+            let target = top_p * before[row.len()];
+            let above = |x: &f64| before[sorted.partition_point(|y| y.total_cmp(x).is_gt())];
+            let kept: Vec<bool> = row.iter().map(|x| top_p >= 1.0 || above(x) < target).collect();
+            let sum: f64 = row.iter().zip(&kept).filter(|(_, kept)| **kept).map(|(x, _)| x).sum();
+            row.iter().zip(kept).map(move |(&x, kept)| if kept { x / sum } else { 0.0 }).collect::<Vec<_>>()
+        })
+        .collect(),
+    ]
+}
+
 /// A top-k op's one output, row by row: `write(row, which entries it keeps)`.
 fn top_k_reference(p: &Problem, write: impl Fn(&[f64], Vec<bool>) -> Vec<f64>) -> Vec<Vec<f64>> {
     let k = p.scalars[0] as usize;
@@ -518,12 +573,12 @@ mod tests {
     }
 
     #[test]
-    fn a_top_k_slice_is_staged_in_shared_memory_when_it_fits() {
-        let header = TOP_K_HEADER_BYTES;
+    fn a_filter_slice_is_staged_in_shared_memory_when_it_fits() {
+        let header = FILTER_HEADER_BYTES;
         let llama3 = plan(1, 128_256, 4);
-        assert_eq!(llama3.top_k_shared_bytes(8, 232_448), (true, header + 16_032 * 4), "64 KB a block");
-        assert_eq!(llama3.top_k_shared_bytes(1, 232_448), (false, header), "513 KB a row: global memory");
-        assert_eq!(plan(1, 1001, 1).top_k_shared_bytes(1, 49_152), (true, header + 1001 * 4));
+        assert_eq!(llama3.filter_shared_bytes(8, 232_448), (true, header + 16_032 * 4), "64 KB a block");
+        assert_eq!(llama3.filter_shared_bytes(1, 232_448), (false, header), "513 KB a row: global memory");
+        assert_eq!(plan(1, 1001, 1).filter_shared_bytes(1, 49_152), (true, header + 1001 * 4));
     }
 
     #[test]

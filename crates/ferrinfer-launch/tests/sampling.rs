@@ -1,13 +1,15 @@
 //! The sampling family through the public API on the CPU backend: every op for every dtype
 //! against its f64 reference over vocabularies from one entry to Llama 3's, strided rows,
 //! temperatures (0 included), top-k over ties, signed zeros, infinities and NaN, every k from 1
-//! past the vocabulary; the validation errors (each names its argument and leaves `out`
-//! untouched).
+//! past the vocabulary, top-p over ties and every share; the validation errors (each names its
+//! argument and leaves `out` untouched).
 
 mod support;
 
 use ferrinfer_launch::reference::{compare, random_normal};
-use ferrinfer_launch::{DType, Error, Stream, TensorView, softmax, top_k_mask_logits, top_k_renorm_probs};
+use ferrinfer_launch::{
+    DType, Error, Stream, TensorView, softmax, top_k_mask_logits, top_k_renorm_probs, top_p_renorm_probs,
+};
 use support::{Case, Cpu, assert_refused, family, run_cases};
 
 fn cases() -> Vec<Case> {
@@ -18,6 +20,8 @@ fn cases() -> Vec<Case> {
         }
     }
     cases.push(Case::strided(2, 128_256));
+    // Renormalised probabilities below f16's least normal (~1e−6 an entry).
+    cases.push(Case::contiguous(3, 1 << 20));
     cases
 }
 
@@ -290,4 +294,92 @@ fn top_k_takes_a_k_a_row_and_one_at_most_zero_keeps_its_row() {
     );
     let error = call(&TensorView::from_slice(&top_ks[..3], &[3]).unwrap()).unwrap_err();
     assert!(matches!(error, Error::ShapeMismatch { argument: "top_k", .. }), "{error}");
+}
+
+/// `top_p_renorm_probs` of `probs` (rows of `vocab`) on the CPU backend.
+fn cpu_top_p(probs: &[f32], vocab: usize, top_p: f32) -> Vec<f32> {
+    let shape = [probs.len() / vocab, vocab];
+    let mut out = vec![f32::NAN; probs.len()];
+    let x = TensorView::from_slice(probs, &shape).unwrap();
+    top_p_renorm_probs(&x, &mut TensorView::from_slice_mut(&mut out, &shape).unwrap(), top_p, Stream::Cpu).unwrap();
+    out
+}
+
+#[test]
+fn top_p_keeps_the_largest_holding_the_share_with_their_ties_for_every_share() {
+    let op = &top_p_renorm_probs::INFO;
+    let vocab = 301;
+    // A coarse grid: many ties, some zeros.
+    let probs: Vec<f32> = random_normal::<f32>(3 * vocab, 31).iter().map(|x| (x.abs() * 4.0).round() / 4.0).collect();
+    let as_f64: Vec<f64> = probs.iter().map(|&x| x as f64).collect();
+    for top_p in [1e-4f32, 0.05, 0.3, 0.5, 0.77, 0.9, 0.99, 0.999_999, 1.0] {
+        let out = cpu_top_p(&probs, vocab, top_p);
+        let want = &op.reference_of(DType::F32, vocab, &[as_f64.clone(), Vec::new()], &[top_p as f64])[0];
+        let got: Vec<f64> = out.iter().map(|&v| v as f64).collect();
+        compare(DType::F32, &got, want).unwrap_or_else(|e| panic!("top_p {top_p}: {e}"));
+        for (row, out) in out.chunks(vocab).enumerate() {
+            let row_in = &probs[row * vocab..(row + 1) * vocab];
+            let sum: f32 = out.iter().sum();
+            assert!((sum - 1.0).abs() < 1e-5, "top_p {top_p}, row {row}: sums to {sum}");
+            // Every kept entry's ties are kept, and it ranks above every dropped one.
+            let least_kept =
+                row_in.iter().zip(out).filter(|(_, o)| **o > 0.0).map(|(x, _)| *x).fold(f32::MAX, f32::min);
+            for (x, o) in row_in.iter().zip(out) {
+                assert_eq!(*o > 0.0, *x >= least_kept && *x > 0.0, "top_p {top_p}, row {row}: {x} → {o}");
+            }
+        }
+    }
+    // The least share keeps the largest entry and its ties only.
+    let out = cpu_top_p(&[0.5, 2.0, 2.0, 1.0], 4, 1e-9);
+    assert_eq!(out, [0.0, 0.5, 0.5, 0.0]);
+}
+
+#[test]
+fn top_p_measures_the_share_of_the_rows_own_sum() {
+    // 0.4 + 0.3 = 70 % of the mass: top_p 0.69 keeps two entries, top_p 0.71 three — and the
+    // same for the row ten times larger (it need not sum to 1).
+    let probs = [0.1f32, 0.4, 0.2, 0.3];
+    for scale in [1.0f32, 10.0] {
+        let row: Vec<f32> = probs.iter().map(|p| p * scale).collect();
+        let kept = |top_p| cpu_top_p(&row, 4, top_p).iter().map(|&o| o > 0.0).collect::<Vec<_>>();
+        assert_eq!(kept(0.39), [false, true, false, false], "scale {scale}");
+        assert_eq!(kept(0.69), [false, true, false, true], "scale {scale}");
+        assert_eq!(kept(0.71), [false, true, true, true], "scale {scale}");
+        let out = cpu_top_p(&row, 4, 0.69);
+        assert!((out[1] - 4.0 / 7.0).abs() < 1e-6 && (out[3] - 3.0 / 7.0).abs() < 1e-6, "{out:?}");
+    }
+}
+
+#[test]
+fn top_p_takes_a_share_a_row_and_errors_name_the_argument() {
+    let (rows, vocab) = (5, 301);
+    let probs: Vec<f32> = random_normal::<f32>(rows * vocab, 37).iter().map(|x| x.abs()).collect();
+    let top_ps = [0.5f32, 1.0, 0.0, 7.0, f32::NAN];
+    let x = TensorView::from_slice(&probs, &[rows, vocab]).unwrap();
+    let p = TensorView::from_slice(&top_ps, &[rows]).unwrap();
+    let mut out = vec![f32::NAN; rows * vocab];
+    top_p_renorm_probs(&x, &mut TensorView::from_slice_mut(&mut out, &[rows, vocab]).unwrap(), &p, Stream::Cpu)
+        .unwrap();
+    // ≥ 1 keeps the row, ≤ 0 and NaN the largest entry only.
+    for (row, &top_p) in top_ps.iter().enumerate() {
+        let alone = if top_p >= 1.0 {
+            1.0
+        } else if top_p > 0.0 {
+            top_p
+        } else {
+            1e-30
+        };
+        let one = cpu_top_p(&probs[row * vocab..(row + 1) * vocab], vocab, alone);
+        assert_eq!(one, out[row * vocab..(row + 1) * vocab], "row {row}, top_p {top_p}");
+    }
+    let mut out = vec![f32::NAN; rows * vocab];
+    for top_p in [0.0, -0.1, 1.5, f64::NAN, f64::INFINITY] {
+        let y = TensorView::from_slice_mut(&mut out, &[rows, vocab]).unwrap();
+        let result = top_p_renorm_probs::INFO.call(&[&x, &y], &[top_p], Stream::Cpu);
+        assert_refused(result, &out, &|e| matches!(e, Error::InvalidScalar { argument: "top_p", .. }));
+    }
+    let ints = [1i32; 5];
+    let y = &mut TensorView::from_slice_mut(&mut out, &[rows, vocab]).unwrap();
+    let error = top_p_renorm_probs(&x, y, &TensorView::from_slice(&ints, &[rows]).unwrap(), Stream::Cpu).unwrap_err();
+    assert!(matches!(&error, Error::UnsupportedDType { argument: "top_p", .. }) && error.to_string().contains("f32"));
 }

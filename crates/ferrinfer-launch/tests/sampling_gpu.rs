@@ -1,15 +1,17 @@
 //! The sampling family on a CUDA GPU through the public API: every op for every dtype over a grid
 //! of vocabularies (up to 2^20, odd ones too; rows staged in shared memory or not) and rows,
 //! every kernel path at sanitizer-friendly sizes, bitwise determinism (repeated calls, rows
-//! permuted, a row alone), temperatures (one, or one a row from device memory), and more than
-//! 2^31 elements. Without a CUDA driver or device every test prints
+//! permuted, a row alone), temperatures and filter thresholds (one, or one a row from device
+//! memory), top-p keeping exactly the CPU's entries, and more than 2^31 elements. Without a CUDA driver or device every test prints
 //! that it was skipped and passes (CI has no GPU).
 
 mod support;
 
 use ferrinfer_launch::op::OpInfo;
 use ferrinfer_launch::reference::{compare, random_normal};
-use ferrinfer_launch::{DType, Error, Stream, TensorView, softmax, top_k_mask_logits, top_k_renorm_probs};
+use ferrinfer_launch::{
+    DType, Error, Stream, TensorView, softmax, top_k_mask_logits, top_k_renorm_probs, top_p_renorm_probs,
+};
 use support::{Buffer, Case, Gpu, Runner, buffer_of, family, run_cases};
 
 #[test]
@@ -36,14 +38,15 @@ fn sampling_gpu_sanitizer_every_kernel_path() {
     run_cases(&gpu, &family("sampling"), 7_500_000, &cases);
 }
 
-/// The top-k kernels' paths at racecheck-friendly sizes (their shared-memory traffic makes the
+/// The filter kernels' paths at racecheck-friendly sizes (their shared-memory traffic makes the
 /// whole sanitizer test outrun racecheck's time limit): a row in one block and across clusters
 /// of 2, 4 and 8.
 #[test]
-fn sampling_gpu_sanitizer_top_k_cluster_paths() {
-    let Some(gpu) = Gpu::get("sampling_gpu_sanitizer_top_k_cluster_paths") else { return };
+fn sampling_gpu_sanitizer_filter_cluster_paths() {
+    let Some(gpu) = Gpu::get("sampling_gpu_sanitizer_filter_cluster_paths") else { return };
     let cases = [1000, 16_384, 40_000, 65_543].map(|vocab| Case::contiguous(2, vocab));
-    run_cases(&gpu, &[&top_k_mask_logits::INFO, &top_k_renorm_probs::INFO], 7_700_000, &cases);
+    let filters = [&top_k_mask_logits::INFO, &top_k_renorm_probs::INFO, &top_p_renorm_probs::INFO];
+    run_cases(&gpu, &filters, 7_700_000, &cases);
 }
 
 /// `rows` rows of `vocab` f32 values through `op` with scalar `scalar` on the GPU: its output.
@@ -69,6 +72,7 @@ fn sampling_gpu_every_op_is_bitwise_deterministic_whatever_the_batch() {
         (&softmax::INFO, &logits, 1.0),
         (&top_k_mask_logits::INFO, &logits, 50.0),
         (&top_k_renorm_probs::INFO, &probs, 1000.0),
+        (&top_p_renorm_probs::INFO, &probs, 0.9),
     ] {
         let first = gpu_call(&gpu, op, input, vocab, scalar);
         for _ in 0..3 {
@@ -129,31 +133,75 @@ fn sampling_gpu_softmax_takes_a_temperature_a_row() {
     assert!(matches!(error, Error::DeviceMismatch { argument: "temperature", .. }), "{error}");
 }
 
-/// A `top_k` a row from device memory (≤ 0 keeps the row): each row bit for bit as the op at its
-/// one k.
-#[test]
-fn sampling_gpu_top_k_takes_a_k_a_row() {
-    let Some(gpu) = Gpu::get("sampling_gpu_top_k_takes_a_k_a_row") else { return };
-    let (rows, vocab) = (5, 128_256);
-    let logits: Vec<f32> = random_normal(rows * vocab, 31);
-    let top_ks = [1i32, 50, 0, 1000, -1];
+/// `op` with a threshold a row from device memory (`thresholds`): each row bit for bit as the op
+/// alone at the threshold `alone(threshold)`.
+fn rows_as_alone<T: ferrinfer_launch::HostElement + cudarc::driver::DeviceRepr + std::fmt::Debug>(
+    gpu: &Gpu,
+    op: &'static OpInfo,
+    input: &[f32],
+    thresholds: &[T],
+    alone: impl Fn(T) -> f64,
+) {
+    let (rows, vocab) = (thresholds.len(), input.len() / thresholds.len());
     let s = &gpu.stream;
-    let (x, k) = (s.clone_htod(&logits).unwrap(), s.clone_htod(&top_ks).unwrap());
+    let (x, t) = (s.clone_htod(input).unwrap(), s.clone_htod(thresholds).unwrap());
     let mut out = s.alloc_zeros::<f32>(rows * vocab).unwrap();
-    let (xv, kv) =
-        (TensorView::from_cuda(&x, &[rows, vocab], None).unwrap(), TensorView::from_cuda(&k, &[rows], None).unwrap());
-    top_k_mask_logits(
-        &xv,
-        &mut TensorView::from_cuda_mut(&mut out, &[rows, vocab], None).unwrap(),
-        &kv,
-        Stream::Cuda(s),
-    )
-    .unwrap();
+    let (xv, tv) =
+        (TensorView::from_cuda(&x, &[rows, vocab], None).unwrap(), TensorView::from_cuda(&t, &[rows], None).unwrap());
+    let yv = TensorView::from_cuda_mut(&mut out, &[rows, vocab], None).unwrap();
+    op.call_per_row(&[&xv, &yv], &[0.0], &[Some(&tv)], Stream::Cuda(s)).unwrap();
     let out = s.clone_dtoh(&out).unwrap();
-    for (row, &k) in top_ks.iter().enumerate() {
-        let one = if k > 0 { k as f64 } else { vocab as f64 };
-        let alone = gpu_call(&gpu, &top_k_mask_logits::INFO, &logits[row * vocab..(row + 1) * vocab], vocab, one);
-        assert!(alone == out[row * vocab..(row + 1) * vocab], "row {row} (top_k {k})");
+    for (row, &threshold) in thresholds.iter().enumerate() {
+        let one = gpu_call(gpu, op, &input[row * vocab..(row + 1) * vocab], vocab, alone(threshold));
+        assert!(one == out[row * vocab..(row + 1) * vocab], "{}: row {row} ({threshold:?})", op.name);
+    }
+}
+
+/// A `top_k` a row from device memory (≤ 0 keeps the row) and a `top_p` a row (≥ 1 keeps the
+/// row, ≤ 0 or NaN its largest entries): each row bit for bit as the op at its one threshold.
+#[test]
+fn sampling_gpu_filters_take_a_threshold_a_row() {
+    let Some(gpu) = Gpu::get("sampling_gpu_filters_take_a_threshold_a_row") else { return };
+    let vocab = 128_256;
+    let logits: Vec<f32> = random_normal(5 * vocab, 31);
+    let vocab_k = vocab as f64;
+    rows_as_alone(&gpu, &top_k_mask_logits::INFO, &logits, &[1i32, 50, 0, 1000, -1], |k| {
+        if k > 0 { k as f64 } else { vocab_k }
+    });
+    // Six rows: the five and the first again.
+    let probs: Vec<f32> = logits.iter().chain(&logits[..vocab]).map(|x| x.abs()).collect();
+    let top_ps = [0.9f32, 0.3, 1.0, 5.0, 0.0, f32::NAN];
+    rows_as_alone(&gpu, &top_p_renorm_probs::INFO, &probs, &top_ps, |p| {
+        if p >= 1.0 {
+            1.0
+        } else if p > 0.0 {
+            p as f64
+        } else {
+            1e-30
+        }
+    });
+}
+
+/// Top-p's masses are exact integers: the GPU keeps exactly the entries the CPU keeps, whatever
+/// the blocks a row is split into (the renormalised values differ only by the sum's rounding).
+#[test]
+fn sampling_gpu_top_p_keeps_what_the_cpu_keeps() {
+    let Some(gpu) = Gpu::get("sampling_gpu_top_p_keeps_what_the_cpu_keeps") else { return };
+    let op = &top_p_renorm_probs::INFO;
+    for vocab in [1000, 32_000, 128_256, 1 << 20] {
+        let probs: Vec<f32> = random_normal(4 * vocab, 41).iter().map(|x: &f32| x.abs().powi(3)).collect();
+        for top_p in [0.1f32, 0.5, 0.9, 0.99] {
+            let on_gpu = gpu_call(&gpu, op, &probs, vocab, top_p as f64);
+            let mut on_cpu = vec![f32::NAN; probs.len()];
+            let x = TensorView::from_slice(&probs, &[4, vocab]).unwrap();
+            let y = TensorView::from_slice_mut(&mut on_cpu, &[4, vocab]).unwrap();
+            op.call(&[&x, &y], &[top_p as f64], Stream::Cpu).unwrap();
+            let kept = |out: &[f32]| out.iter().map(|&o| o > 0.0).collect::<Vec<_>>();
+            assert!(kept(&on_gpu) == kept(&on_cpu), "vocab {vocab}, top_p {top_p}: the kept entries differ");
+            let got: Vec<f64> = on_gpu.iter().map(|&v| v as f64).collect();
+            let want: Vec<f64> = on_cpu.iter().map(|&v| v as f64).collect();
+            compare(DType::F32, &got, &want).unwrap_or_else(|e| panic!("vocab {vocab}, top_p {top_p}: {e}"));
+        }
     }
 }
 
@@ -163,7 +211,7 @@ fn sampling_gpu_over_2_pow_31_elements() {
     let Some(gpu) = Gpu::get("sampling_gpu_over_2_pow_31_elements") else { return };
     let case = Case::contiguous(17_000, 128_256);
     assert!(case.rows * case.hidden > 1 << 31);
-    for op in [&softmax::INFO, &top_k_mask_logits::INFO] {
+    for op in [&softmax::INFO, &top_k_mask_logits::INFO, &top_p_renorm_probs::INFO] {
         let scalars = [op.scalars[0].example];
         let before: Vec<Buffer> = support::buffers(op, DType::Bf16, false, &case, 61);
         let mut after = before.clone();

@@ -175,3 +175,18 @@ def test_top_k_ops_match_torch_topk_on_the_device(dtype, shape, k):
     want = torch.where(kept_p, p.double(), 0) / torch.where(kept_p, p.double(), 0).sum(-1, keepdim=True)
     close(renormed, want, torch.float32)
     assert torch.equal(renormed, ferrinfer.top_k_renorm_probs(p, k)), "bitwise deterministic"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 128256), (64, 32000), (3, 7)])
+@pytest.mark.parametrize("top_p", [0.3, 0.9, 1.0])
+def test_top_p_renorm_probs_keeps_what_the_cpu_keeps_on_the_device(dtype, shape, top_p):
+    p = torch.softmax(2 * randn(*shape, dtype=torch.float32), dim=-1).to(dtype)
+    out = ferrinfer.top_p_renorm_probs(p, top_p)
+    assert out.dtype == dtype and out.device == p.device
+    on_cpu = ferrinfer.top_p_renorm_probs(p.cpu(), top_p)
+    assert torch.equal(out.cpu() > 0, on_cpu > 0), "integer masses: the CPU's entries exactly"
+    close(out.float(), on_cpu.double().to(DEV), dtype)
+    assert torch.equal(out, ferrinfer.top_p_renorm_probs(p, top_p)), "bitwise deterministic"
+    shares = torch.full((shape[0],), top_p, device=DEV)
+    assert torch.equal(out, ferrinfer.top_p_renorm_probs(p, shares)), "a share a row, the same"

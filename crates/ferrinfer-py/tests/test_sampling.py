@@ -112,3 +112,39 @@ def test_top_k_takes_a_k_a_row():
         ferrinfer.top_k_mask_logits(x, ks.astype(np.int64))
     with pytest.raises(ValueError, match=r"`top_k` has shape \[3\]; expected \[4\]"):
         ferrinfer.top_k_renorm_probs(np.abs(x), ks[:3])
+
+
+def top_p_kept(p, top_p):
+    """Entries whose larger entries (strictly) hold less than top_p of the row (f64)."""
+    p64 = p.astype(np.float64)
+    above = np.array([[row[row > x].sum() for x in row] for row in p64.reshape(-1, p.shape[-1])])
+    return above.reshape(p.shape) < np.float64(np.float32(top_p)) * p64.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("top_p", [0.1, 0.5, 0.9, 1.0])
+def test_top_p_renorm_probs_keeps_the_largest_holding_the_share(dtype, top_p):
+    p = (np.round(8 * RNG.random((3, 2000))) / 8).astype(dtype)  # many ties, some zeros
+    out = ferrinfer.top_p_renorm_probs(p, top_p)
+    assert out.dtype == p.dtype and out.shape == p.shape
+    kept = top_p_kept(p, top_p)
+    want = np.where(kept, p.astype(np.float64), 0)
+    want /= want.sum(-1, keepdims=True)
+    tolerance = dict(rtol=2e-5, atol=1e-9) if dtype == np.float32 else dict(rtol=2e-3, atol=3e-8)
+    np.testing.assert_allclose(out, want, **tolerance)
+
+
+def test_top_p_signature_a_share_a_row_and_errors():
+    assert str(inspect.signature(ferrinfer.top_p_renorm_probs)) == "(probs, top_p, out=None, enable_pdl=None)"
+    p = RNG.random((3, 500)).astype(np.float32)
+    shares = np.array([0.5, 1.0, 0.2], dtype=np.float32)
+    out = ferrinfer.top_p_renorm_probs(p, shares)
+    for row, share in enumerate(shares):
+        assert np.array_equal(out[row], ferrinfer.top_p_renorm_probs(p[row : row + 1], float(share))[0])
+    out = np.full_like(p, np.nan)
+    for bad in [0.0, 1.5]:
+        with pytest.raises(ValueError, match="`top_p` is"):
+            ferrinfer.top_p_renorm_probs(p, bad, out=out)
+    assert np.isnan(out).all()
+    with pytest.raises(TypeError, match="`top_p` has dtype"):
+        ferrinfer.top_p_renorm_probs(p, shares.astype(np.int32))  # f32 shares only
