@@ -8,7 +8,7 @@ use core::arch::{asm, nvptx};
 
 #[cfg(target_feature = "sm_90")]
 use crate::STAGING_HEADER_BYTES;
-use crate::{CLUSTER_SLOT_WORDS, MAX_CLUSTER_BLOCKS};
+use crate::{CLUSTER_SLOT_WORDS, HISTOGRAM_BINS, MAX_CLUSTER_BLOCKS};
 
 /// Most warps a block can have (1024 threads).
 pub const MAX_WARPS: usize = 32;
@@ -408,6 +408,156 @@ impl ClusterExchange {
         }
         (0..self.count).fold(0u32, |sum, rank| sum.wrapping_add(self.read(round, rank, word)))
     }
+}
+
+/// A histogram of [`HISTOGRAM_BINS`] u64 bins summed over a block and then over the blocks of a
+/// cluster, by integer atomics: exact, so the same whatever the order of the adds. Lives at
+/// `base` in shared memory ([`crate::CLUSTER_HISTOGRAM_BYTES`]): the block's bins, then two sets
+/// of the cluster's sums, used by alternate rounds. A round: [`ClusterHistogram::clear`],
+/// a block barrier, every thread's [`ClusterHistogram::add`]s, [`ClusterHistogram::total`] (the
+/// address of the summed bins, the same in every block), the reads, then
+/// [`ClusterHistogram::recycle`]. A block adds its bins into every block's set (8 remote atomics
+/// a bin at most), so each block reads its own after one cluster barrier; a set is cleared by its
+/// owner after its reads, which the other blocks cannot overtake: they add into it again only two
+/// rounds on, after the next round's cluster barrier, which the owner reaches after clearing.
+#[derive(Clone, Copy)]
+pub struct ClusterHistogram {
+    base: u32,
+}
+
+impl ClusterHistogram {
+    const BIN_BYTES: u32 = 8;
+    const SET_BYTES: u32 = HISTOGRAM_BINS * Self::BIN_BYTES;
+
+    /// The histogram at `base`, both sets of the cluster's sums cleared. Every thread must call
+    /// it before the cluster's first barrier ([`ClusterExchange::new`]): no block may add into
+    /// a set before its owner has cleared it.
+    #[inline(always)]
+    pub fn new(base: u32) -> Self {
+        let histogram = ClusterHistogram { base };
+        histogram.zero(base + Self::SET_BYTES, 2 * HISTOGRAM_BINS);
+        histogram
+    }
+
+    /// `bins` u64 from `at` set to 0 by the block's threads.
+    #[inline(always)]
+    fn zero(&self, at: u32, bins: u32) {
+        let mut bin = thread_index();
+        while bin < bins {
+            unsafe { asm!("st.shared.u64 [{a}], 0;", a = in(reg32) at + bin * Self::BIN_BYTES, options(nostack)) };
+            bin += block_size();
+        }
+    }
+
+    /// Clears the block's bins; a block barrier must follow before any [`ClusterHistogram::add`].
+    #[inline(always)]
+    pub fn clear(&self) {
+        self.zero(self.base, HISTOGRAM_BINS);
+    }
+
+    /// Adds `value` to the block's bin `bin` (< [`HISTOGRAM_BINS`]): two 32-bit atomics, the
+    /// low word's returning the carry into the high one's (sm_90 has no 64-bit shared-memory
+    /// add: `red.shared.add.u64` compiles to a compare-and-swap loop).
+    #[inline(always)]
+    pub fn add(&self, bin: u32, value: u64) {
+        let at = self.base + bin * Self::BIN_BYTES;
+        let (low, high) = (value as u32, (value >> 32) as u32);
+        let old: u32;
+        unsafe {
+            asm!("atom.shared.add.u32 {o}, [{a}], {v};", o = out(reg32) old, a = in(reg32) at, v = in(reg32) low, options(nostack))
+        };
+        let high = high + (old.checked_add(low).is_none() as u32);
+        if high != 0 {
+            unsafe {
+                asm!("red.shared.add.u32 [{a}], {v};", a = in(reg32) at + 4, v = in(reg32) high, options(nostack))
+            };
+        }
+    }
+
+    /// The shared-memory address of the bins summed over the cluster (`round`: the exchange's
+    /// count, from 0, as [`ClusterExchange`]'s), once every thread of every block has added its
+    /// values: every thread of every block must call it.
+    #[inline(always)]
+    pub fn total(&self, cluster: &ClusterExchange, round: u32) -> u32 {
+        block_barrier();
+        if cluster.count() == 1 {
+            return self.base;
+        }
+        let set = self.base + Self::SET_BYTES * (1 + (round & 1));
+        #[cfg(target_feature = "sm_90")]
+        {
+            let mut bin = thread_index();
+            while bin < HISTOGRAM_BINS {
+                let at = bin * Self::BIN_BYTES;
+                let value: u64;
+                unsafe {
+                    asm!("ld.shared.u64 {v}, [{a}];", v = out(reg64) value, a = in(reg32) self.base + at, options(nostack))
+                };
+                if value != 0 {
+                    let (low, high) = (value as u32, (value >> 32) as u32);
+                    for target in 0..cluster.count() {
+                        // As `add`, into `target`'s set: the low word's carry into the high one.
+                        let (old, remote): (u32, u32);
+                        unsafe {
+                            asm!(
+                                "mapa.shared::cluster.u32 {r}, {own}, {target};",
+                                "atom.shared::cluster.add.u32 {o}, [{r}], {v};",
+                                r = out(reg32) remote, o = out(reg32) old, own = in(reg32) set + at,
+                                target = in(reg32) target, v = in(reg32) low, options(nostack)
+                            )
+                        };
+                        let high = high + (old.checked_add(low).is_none() as u32);
+                        if high != 0 {
+                            unsafe {
+                                asm!("red.shared::cluster.add.u32 [{r}], {v};", r = in(reg32) remote + 4, v = in(reg32) high, options(nostack))
+                            };
+                        }
+                    }
+                }
+                bin += block_size();
+            }
+        }
+        cluster_barrier();
+        set
+    }
+
+    /// After every thread's reads of round `round`'s sums (a block barrier first): clears this
+    /// block's set for its next use (the block's own bins, without a cluster, are cleared by
+    /// the next round's [`ClusterHistogram::clear`]).
+    #[inline(always)]
+    pub fn recycle(&self, cluster: &ClusterExchange, round: u32) {
+        block_barrier();
+        if cluster.count() > 1 {
+            self.zero(self.base + Self::SET_BYTES * (1 + (round & 1)), HISTOGRAM_BINS);
+        }
+    }
+}
+
+/// Whether `predicate` holds in any lane of the warp; every lane must call it.
+#[inline(always)]
+pub fn warp_any(predicate: bool) -> bool {
+    let any: u32;
+    unsafe {
+        asm!(
+            "{{ .reg .pred p; setp.ne.u32 p, {v}, 0; vote.sync.any.pred p, p, 0xffffffff; selp.u32 {a}, 1, 0, p; }}",
+            a = out(reg32) any, v = in(reg32) predicate as u32, options(nostack)
+        )
+    };
+    any != 0
+}
+
+/// A u64 in shared memory at `at`.
+#[inline(always)]
+pub fn load_shared_u64(at: u32) -> u64 {
+    let value: u64;
+    unsafe { asm!("ld.shared.u64 {v}, [{a}];", v = out(reg64) value, a = in(reg32) at, options(nostack)) };
+    value
+}
+
+/// Stores `value` in shared memory at `at`.
+#[inline(always)]
+pub fn store_shared_u64(at: u32, value: u64) {
+    unsafe { asm!("st.shared.u64 [{a}], {v};", a = in(reg32) at, v = in(reg64) value, options(nostack)) };
 }
 
 /// Every thread of every block of the cluster meets here; shared-memory writes before it (remote

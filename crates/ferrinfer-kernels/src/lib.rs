@@ -53,6 +53,13 @@ pub const CLUSTER_EXCHANGE_BYTES: u32 = 2 * MAX_CLUSTER_BLOCKS * CLUSTER_SLOT_WO
 /// 16 counts per warp, 32 warps at most.
 pub const BIN_SCRATCH_BYTES: u32 = 32 * 16 * 4;
 
+/// Bins of a cluster histogram (`device::ClusterHistogram`): one per value of a byte.
+pub const HISTOGRAM_BINS: u32 = 256;
+
+/// Dynamic shared memory a cluster histogram needs: the block's own u64 bins and two sets of the
+/// cluster's sums, used alternately (as a cluster exchange's slots).
+pub const CLUSTER_HISTOGRAM_BYTES: u32 = 3 * HISTOGRAM_BINS * 8;
+
 /// This crate's source files, `(path under src/, contents)` (see `build.rs`), for the host:
 /// `ferrinfer-jit` hashes them into its cache keys and compiles them for the device.
 #[cfg(not(target_arch = "nvptx64"))]
