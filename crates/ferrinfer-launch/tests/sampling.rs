@@ -6,6 +6,7 @@
 
 mod support;
 
+use ferrinfer_launch::op::OpInfo;
 use ferrinfer_launch::reference::{compare, random_normal};
 use ferrinfer_launch::{
     DType, Error, Stream, TensorView, softmax, top_k_mask_logits, top_k_renorm_probs, top_p_renorm_probs,
@@ -30,13 +31,14 @@ fn sampling_cpu_grid() {
     run_cases(&Cpu, &family("sampling"), 4000, &cases());
 }
 
-/// Softmax of `logits` (rows of `vocab`) at `temperature` on the CPU backend.
-fn cpu_softmax(logits: &[f32], vocab: usize, temperature: f32) -> Vec<f32> {
-    let shape = [logits.len() / vocab, vocab];
-    let mut probs = vec![f32::NAN; logits.len()];
-    let x = TensorView::from_slice(logits, &shape).unwrap();
-    softmax(&x, &mut TensorView::from_slice_mut(&mut probs, &shape).unwrap(), temperature, Stream::Cpu).unwrap();
-    probs
+/// `op` over `input` (rows of `vocab` f32) with its one scalar on the CPU backend: its output.
+fn cpu_call(op: &'static OpInfo, input: &[f32], vocab: usize, scalar: impl Into<f64>) -> Vec<f32> {
+    let shape = [input.len() / vocab, vocab];
+    let mut out = vec![f32::NAN; input.len()];
+    let x = TensorView::from_slice(input, &shape).unwrap();
+    let y = TensorView::from_slice_mut(&mut out, &shape).unwrap();
+    op.call(&[&x, &y], &[scalar.into()], Stream::Cpu).unwrap();
+    out
 }
 
 #[test]
@@ -46,10 +48,10 @@ fn softmax_follows_the_temperature_and_zero_weighs_logits_alike() {
     let as_f64: Vec<f64> = logits.iter().map(|&x| x as f64).collect();
     for temperature in [0.25f32, 0.7, 1.0, 3.0] {
         let want = &op.reference_of(DType::F32, 1000, &[as_f64.clone(), Vec::new()], &[temperature as f64])[0];
-        let got: Vec<f64> = cpu_softmax(&logits, 1000, temperature).iter().map(|&p| p as f64).collect();
+        let got: Vec<f64> = cpu_call(&softmax::INFO, &logits, 1000, temperature).iter().map(|&p| p as f64).collect();
         compare(DType::F32, &got, want).unwrap_or_else(|e| panic!("temperature {temperature}: {e}"));
     }
-    assert!(cpu_softmax(&logits, 1000, 0.0).iter().all(|&p| p == 1.0 / 1000.0));
+    assert!(cpu_call(&softmax::INFO, &logits, 1000, 0.0).iter().all(|&p| p == 1.0 / 1000.0));
 }
 
 #[test]
@@ -59,7 +61,7 @@ fn softmax_rows_of_minus_infinity_or_holding_infinity_or_nan_are_nan_and_others_
     logits[8 + 3] = f32::INFINITY;
     logits[16 + 5] = f32::NAN;
     logits[24] = f32::NEG_INFINITY;
-    let probs = cpu_softmax(&logits, 8, 1.0);
+    let probs = cpu_call(&softmax::INFO, &logits, 8, 1.0);
     for (row, probs) in probs.chunks(8).enumerate().take(3) {
         assert!(probs.iter().all(|p| p.is_nan()), "row {row}: {probs:?}");
     }
@@ -116,15 +118,6 @@ fn softmax_empty_batches_are_no_work_and_an_empty_vocabulary_an_error() {
     assert!(matches!(error, Err(Error::ShapeMismatch { argument: "logits", .. })), "{error:?}");
 }
 
-/// `top_k_mask_logits` of `logits` (rows of `vocab`) on the CPU backend.
-fn cpu_top_k_mask(logits: &[f32], vocab: usize, top_k: i32) -> Vec<f32> {
-    let shape = [logits.len() / vocab, vocab];
-    let mut out = vec![f32::NAN; logits.len()];
-    let x = TensorView::from_slice(logits, &shape).unwrap();
-    top_k_mask_logits(&x, &mut TensorView::from_slice_mut(&mut out, &shape).unwrap(), top_k, Stream::Cpu).unwrap();
-    out
-}
-
 #[test]
 fn top_k_keeps_every_tie_of_the_kth_and_follows_the_reference_for_every_k() {
     // Values on a coarse grid: every value has many ties.
@@ -155,14 +148,18 @@ fn top_k_keeps_every_tie_of_the_kth_and_follows_the_reference_for_every_k() {
 fn top_k_ranks_by_total_order_signed_zeros_infinities_and_nan() {
     let (inf, nan) = (f32::INFINITY, f32::NAN);
     let logits = [0.0, -0.0, -inf, 1.0, nan, inf, -1.0, -0.0];
-    let kept =
-        |k: i32| cpu_top_k_mask(&logits, logits.len(), k).iter().map(|v| *v != f32::NEG_INFINITY).collect::<Vec<_>>();
+    let kept = |k: i32| {
+        cpu_call(&top_k_mask_logits::INFO, &logits, logits.len(), k)
+            .iter()
+            .map(|v| *v != f32::NEG_INFINITY)
+            .collect::<Vec<_>>()
+    };
     // NaN above +∞ above 1 above +0 above −0 (twice) above −1 above −∞.
     assert_eq!(kept(1), [false, false, false, false, true, false, false, false]);
     assert_eq!(kept(3), [false, false, false, true, true, true, false, false]);
     assert_eq!(kept(4), [true, false, false, true, true, true, false, false]);
     assert_eq!(kept(5), [true, true, false, true, true, true, false, true], "both −0 tie");
-    let masked = cpu_top_k_mask(&logits, logits.len(), 4);
+    let masked = cpu_call(&top_k_mask_logits::INFO, &logits, logits.len(), 4);
     assert!(masked[4].is_nan() && masked[5] == inf && masked[0].to_bits() == 0 && masked[1] == f32::NEG_INFINITY);
 }
 
@@ -221,7 +218,7 @@ fn softmax_takes_a_temperature_a_row() {
     // The same rows one temperature at a time: bit for bit.
     for (row, &temperature) in temperatures.iter().enumerate() {
         assert_eq!(
-            cpu_softmax(&logits[row * vocab..(row + 1) * vocab], vocab, temperature),
+            cpu_call(&softmax::INFO, &logits[row * vocab..(row + 1) * vocab], vocab, temperature),
             probs[row * vocab..(row + 1) * vocab]
         );
     }
@@ -280,7 +277,7 @@ fn top_k_takes_a_k_a_row_and_one_at_most_zero_keeps_its_row() {
     top_k_mask_logits(&x, &mut TensorView::from_slice_mut(&mut out, &[rows, vocab]).unwrap(), &k, Stream::Cpu).unwrap();
     for (row, &k) in top_ks.iter().enumerate() {
         let kept = if k <= 0 { vocab as i32 } else { k };
-        let one = cpu_top_k_mask(&logits[row * vocab..(row + 1) * vocab], vocab, kept);
+        let one = cpu_call(&top_k_mask_logits::INFO, &logits[row * vocab..(row + 1) * vocab], vocab, kept);
         assert_eq!(one, out[row * vocab..(row + 1) * vocab], "row {row}, top_k {k}");
     }
     let floats = [5.0f32; 5];
@@ -296,15 +293,6 @@ fn top_k_takes_a_k_a_row_and_one_at_most_zero_keeps_its_row() {
     assert!(matches!(error, Error::ShapeMismatch { argument: "top_k", .. }), "{error}");
 }
 
-/// `top_p_renorm_probs` of `probs` (rows of `vocab`) on the CPU backend.
-fn cpu_top_p(probs: &[f32], vocab: usize, top_p: f32) -> Vec<f32> {
-    let shape = [probs.len() / vocab, vocab];
-    let mut out = vec![f32::NAN; probs.len()];
-    let x = TensorView::from_slice(probs, &shape).unwrap();
-    top_p_renorm_probs(&x, &mut TensorView::from_slice_mut(&mut out, &shape).unwrap(), top_p, Stream::Cpu).unwrap();
-    out
-}
-
 #[test]
 fn top_p_keeps_the_largest_holding_the_share_with_their_ties_for_every_share() {
     let op = &top_p_renorm_probs::INFO;
@@ -313,7 +301,7 @@ fn top_p_keeps_the_largest_holding_the_share_with_their_ties_for_every_share() {
     let probs: Vec<f32> = random_normal::<f32>(3 * vocab, 31).iter().map(|x| (x.abs() * 4.0).round() / 4.0).collect();
     let as_f64: Vec<f64> = probs.iter().map(|&x| x as f64).collect();
     for top_p in [1e-4f32, 0.05, 0.3, 0.5, 0.77, 0.9, 0.99, 0.999_999, 1.0] {
-        let out = cpu_top_p(&probs, vocab, top_p);
+        let out = cpu_call(&top_p_renorm_probs::INFO, &probs, vocab, top_p);
         let want = &op.reference_of(DType::F32, vocab, &[as_f64.clone(), Vec::new()], &[top_p as f64])[0];
         let got: Vec<f64> = out.iter().map(|&v| v as f64).collect();
         compare(DType::F32, &got, want).unwrap_or_else(|e| panic!("top_p {top_p}: {e}"));
@@ -330,7 +318,7 @@ fn top_p_keeps_the_largest_holding_the_share_with_their_ties_for_every_share() {
         }
     }
     // The least share keeps the largest entry and its ties only.
-    let out = cpu_top_p(&[0.5, 2.0, 2.0, 1.0], 4, 1e-9);
+    let out = cpu_call(&top_p_renorm_probs::INFO, &[0.5, 2.0, 2.0, 1.0], 4, 1e-9);
     assert_eq!(out, [0.0, 0.5, 0.5, 0.0]);
 }
 
@@ -341,11 +329,12 @@ fn top_p_measures_the_share_of_the_rows_own_sum() {
     let probs = [0.1f32, 0.4, 0.2, 0.3];
     for scale in [1.0f32, 10.0] {
         let row: Vec<f32> = probs.iter().map(|p| p * scale).collect();
-        let kept = |top_p| cpu_top_p(&row, 4, top_p).iter().map(|&o| o > 0.0).collect::<Vec<_>>();
+        let kept =
+            |top_p| cpu_call(&top_p_renorm_probs::INFO, &row, 4, top_p).iter().map(|&o| o > 0.0).collect::<Vec<_>>();
         assert_eq!(kept(0.39), [false, true, false, false], "scale {scale}");
         assert_eq!(kept(0.69), [false, true, false, true], "scale {scale}");
         assert_eq!(kept(0.71), [false, true, true, true], "scale {scale}");
-        let out = cpu_top_p(&row, 4, 0.69);
+        let out = cpu_call(&top_p_renorm_probs::INFO, &row, 4, 0.69);
         assert!((out[1] - 4.0 / 7.0).abs() < 1e-6 && (out[3] - 3.0 / 7.0).abs() < 1e-6, "{out:?}");
     }
 }
@@ -369,7 +358,7 @@ fn top_p_takes_a_share_a_row_and_errors_name_the_argument() {
         } else {
             1e-30
         };
-        let one = cpu_top_p(&probs[row * vocab..(row + 1) * vocab], vocab, alone);
+        let one = cpu_call(&top_p_renorm_probs::INFO, &probs[row * vocab..(row + 1) * vocab], vocab, alone);
         assert_eq!(one, out[row * vocab..(row + 1) * vocab], "row {row}, top_p {top_p}");
     }
     let mut out = vec![f32::NAN; rows * vocab];
