@@ -17,6 +17,9 @@
 //!   before anything is written; a GPU tensor's values are not read: that would wait for the
 //!   device); a `top_k` ≤ 0 keeps its row (a mixed batch's "no top-k"), a `top_p` ≥ 1 keeps
 //!   its row and one ≤ 0 or NaN its largest entries only.
+//!
+//! A renorm's row whose kept probabilities sum to 0 (a row of zeros) comes out NaN (0 / 0), where
+//! FlashInfer's returns zeros.
 
 use std::sync::OnceLock;
 

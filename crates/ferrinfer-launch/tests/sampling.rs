@@ -372,3 +372,13 @@ fn top_p_takes_a_share_a_row_and_errors_name_the_argument() {
     let error = top_p_renorm_probs(&x, y, &TensorView::from_slice(&ints, &[rows]).unwrap(), Stream::Cpu).unwrap_err();
     assert!(matches!(&error, Error::UnsupportedDType { argument: "top_p", .. }) && error.to_string().contains("f32"));
 }
+
+#[test]
+fn a_renormalised_row_without_mass_is_nan_and_the_other_rows_are_not() {
+    let probs = [0.0f32, 0.0, 0.0, 0.0, 0.1, 0.4, 0.2, 0.3];
+    for (op, scalar) in [(&top_k_renorm_probs::INFO, 2.0), (&top_p_renorm_probs::INFO, 0.5)] {
+        let out = cpu_call(op, &probs, 4, scalar);
+        assert!(out[..4].iter().all(|p| p.is_nan()), "{}: {out:?}", op.name);
+        assert!(out[4..].iter().all(|p| p.is_finite()) && (out[4..].iter().sum::<f32>() - 1.0).abs() < 1e-6);
+    }
+}
