@@ -117,22 +117,14 @@ pub fn block_sum_bins(counts: [u32; BINS], scratch: u32) -> u32 {
     let warp_total = held[0] + shuffle_xor_bits(held[0], 16);
     let slot = |warp: u32, bin: u32| scratch + (warp * BINS as u32 + bin) * 4;
     if lane < 16 {
-        unsafe {
-            asm!("st.shared.u32 [{a}], {v};", a = in(reg32) slot(warp, bin), v = in(reg32) warp_total, options(nostack))
-        };
+        store_shared_u32(slot(warp, bin), warp_total);
     }
     block_barrier();
     let thread = thread_index();
     if thread >= BINS as u32 {
         return 0;
     }
-    (0..block_size().div_ceil(32)).fold(0, |sum, warp| {
-        let count: u32;
-        unsafe {
-            asm!("ld.shared.u32 {v}, [{a}];", v = out(reg32) count, a = in(reg32) slot(warp, thread), options(nostack))
-        };
-        sum + count
-    })
+    (0..block_size().div_ceil(32)).fold(0, |sum, warp| sum + load_shared_u32(slot(warp, thread)))
 }
 
 /// Sum over the 32 lanes of a warp; every lane gets the same total (one butterfly tree).
@@ -363,11 +355,7 @@ impl ClusterExchange {
     /// Word `word` of `rank`'s slot in this block's own set of exchange `round`.
     #[inline(always)]
     fn read(&self, round: u32, rank: u32, word: u32) -> u32 {
-        let value: u32;
-        unsafe {
-            asm!("ld.shared.u32 {v}, [{s}];", v = out(reg32) value, s = in(reg32) self.slot(round, rank, word), options(nostack))
-        };
-        value
+        load_shared_u32(self.slot(round, rank, word))
     }
 
     /// `combine` folded over every block's `value`, in rank order; every thread of every block
@@ -444,6 +432,7 @@ impl ClusterHistogram {
     fn zero(&self, at: u32, bins: u32) {
         let mut bin = thread_index();
         while bin < bins {
+            // An immediate 0 (`store_shared_u64` would first move it into a register).
             unsafe { asm!("st.shared.u64 [{a}], 0;", a = in(reg32) at + bin * Self::BIN_BYTES, options(nostack)) };
             bin += block_size();
         }
@@ -489,10 +478,7 @@ impl ClusterHistogram {
             let mut bin = thread_index();
             while bin < HISTOGRAM_BINS {
                 let at = bin * Self::BIN_BYTES;
-                let value: u64;
-                unsafe {
-                    asm!("ld.shared.u64 {v}, [{a}];", v = out(reg64) value, a = in(reg32) self.base + at, options(nostack))
-                };
+                let value = load_shared_u64(self.base + at);
                 if value != 0 {
                     let (low, high) = (value as u32, (value >> 32) as u32);
                     for target in 0..cluster.count() {
@@ -544,6 +530,20 @@ pub fn warp_any(predicate: bool) -> bool {
         )
     };
     any != 0
+}
+
+/// A u32 in shared memory at `at`.
+#[inline(always)]
+pub fn load_shared_u32(at: u32) -> u32 {
+    let value: u32;
+    unsafe { asm!("ld.shared.u32 {v}, [{a}];", v = out(reg32) value, a = in(reg32) at, options(nostack)) };
+    value
+}
+
+/// Stores `value` in shared memory at `at`.
+#[inline(always)]
+pub fn store_shared_u32(at: u32, value: u32) {
+    unsafe { asm!("st.shared.u32 [{a}], {v};", a = in(reg32) at, v = in(reg32) value, options(nostack)) };
 }
 
 /// A u64 in shared memory at `at`.

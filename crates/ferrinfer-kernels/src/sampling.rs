@@ -370,6 +370,34 @@ impl<const BITS: u32> PivotSearch<BITS> {
         self.known == 0
     }
 
+    /// The search to its end over `count` entries of keys `key` and weights `weight`, one pass
+    /// a round (the host's; `top_p`: top-p's share, set by the first round): the pivot and the
+    /// rounds it took.
+    pub fn run_on_host(
+        mut self,
+        count: usize,
+        key: impl Fn(usize) -> u32,
+        weight: impl Fn(usize) -> u64,
+        top_p: Option<f32>,
+    ) -> (u32, u32) {
+        let mut rounds = 0;
+        while !self.done() {
+            let mut all_digits = [0u64; 1 << MASS_DIGIT_BITS];
+            let totals = &mut all_digits[..1 << BITS];
+            for i in 0..count {
+                if let Some(total) = totals.get_mut(self.digit(key(i)) as usize) {
+                    *total = total.wrapping_add(weight(i));
+                }
+            }
+            match top_p {
+                Some(top_p) => self.choose_share(totals, top_p),
+                None => self.choose(totals),
+            }
+            rounds += 1;
+        }
+        (self.pivot(), rounds)
+    }
+
     /// The weight the pivot must still leave at or above it.
     #[inline(always)]
     pub fn rank(&self) -> u64 {
@@ -510,35 +538,18 @@ pub unsafe fn filter_row<T: Element>(p: &FilterParams, row: u64, filter: Filter,
     let out = (p.output as *mut T).wrapping_add((row * p.output_row_stride) as usize);
     let value = |i: usize| unsafe { input.add(i).read() };
     let vocab = p.vocab as usize;
+    let key = |i: usize| order_key(value(i));
     let pivot = match filter {
         Filter::TopK => {
-            let mut search = PivotSearch::<COUNT_DIGIT_BITS>::top_k::<T>(unsafe { row_top_k(p, row) }, p.vocab);
-            while !search.done() {
-                let mut totals = [0u64; DIGITS];
-                for i in 0..vocab {
-                    if let Some(total) = totals.get_mut(search.digit(order_key(value(i))) as usize) {
-                        *total += 1;
-                    }
-                }
-                search.choose(&totals);
-            }
-            search.pivot()
+            let search = PivotSearch::<COUNT_DIGIT_BITS>::top_k::<T>(unsafe { row_top_k(p, row) }, p.vocab);
+            search.run_on_host(vocab, key, |_| 1, None).0
         }
         Filter::TopP => {
             let top_p = unsafe { row_top_p(p, row) };
             let max = (0..vocab).fold(0.0f32, |max, i| max.max(value(i).to_f32()));
             let scale = MassScale::new(max, p.vocab);
-            let mut search = PivotSearch::<MASS_DIGIT_BITS>::top_p::<T>(top_p);
-            while !search.done() {
-                let mut totals = [0u64; 1 << MASS_DIGIT_BITS];
-                for i in 0..vocab {
-                    if let Some(total) = totals.get_mut(search.digit(order_key(value(i))) as usize) {
-                        *total = total.wrapping_add(scale.mass(value(i).to_f32()));
-                    }
-                }
-                search.choose_share(&totals, top_p);
-            }
-            search.pivot()
+            let search = PivotSearch::<MASS_DIGIT_BITS>::top_p::<T>(top_p);
+            search.run_on_host(vocab, key, |i| scale.mass(value(i).to_f32()), Some(top_p)).0
         }
     };
     let kept = |i: usize| order_key(value(i)) >= pivot;
@@ -588,7 +599,8 @@ mod device_kernels {
 
     use crate::device::{
         ClusterExchange, ClusterHistogram, block_barrier, block_pairs, block_size, block_sum_bins,
-        chain_after_prior_grids, dynamic_shared, load_shared_u64, store_shared_u64, thread_index, warp_any,
+        chain_after_prior_grids, dynamic_shared, load_shared_u32, load_shared_u64, store_shared_u32, store_shared_u64,
+        thread_index, warp_any,
     };
     use crate::vector::{Kept, Packed, Reused, Shared};
 
@@ -798,16 +810,12 @@ mod device_kernels {
             let total = self.cluster.sum_words(block_sum_bins(words, self.scratch), round);
             let word = thread_index();
             if word < DIGITS as u32 {
-                unsafe {
-                    asm!("st.shared.u32 [{a}], {v};", a = in(reg32) self.totals_at + 4 * word, v = in(reg32) total, options(nostack))
-                };
+                store_shared_u32(self.totals_at + 4 * word, total);
             }
             block_barrier();
             let mut totals = [0u32; DIGITS];
             for (word, total) in totals.iter_mut().enumerate() {
-                unsafe {
-                    asm!("ld.shared.u32 {v}, [{a}];", v = out(reg32) *total, a = in(reg32) self.totals_at + 4 * word as u32, options(nostack))
-                };
+                *total = load_shared_u32(self.totals_at + 4 * word as u32);
             }
             totals
         }
@@ -965,20 +973,12 @@ mod device_kernels {
                 // Indexed: an array iterator kept in memory is a local-memory array.
                 #[allow(clippy::needless_range_loop)]
                 for i in 0..words.len() {
-                    unsafe {
-                        asm!("st.shared.u32 [{a}], {v};", a = in(reg32) state + 4 * i as u32, v = in(reg32) words[i], options(nostack))
-                    };
+                    store_shared_u32(state + 4 * i as u32, words[i]);
                 }
             }
         }
         block_barrier();
-        let word = |i: u32| {
-            let value: u32;
-            unsafe {
-                asm!("ld.shared.u32 {v}, [{a}];", v = out(reg32) value, a = in(reg32) state + 4 * i, options(nostack))
-            };
-            value
-        };
+        let word = |i: u32| load_shared_u32(state + 4 * i);
         search.prefix = word(0);
         search.known = word(1);
         search.shift = word(2);
@@ -1147,31 +1147,6 @@ mod tests {
         })
     }
 
-    /// Runs `search` over `keys` weighed by `weight` to its end; the rounds it took.
-    fn run_search<const BITS: u32>(
-        search: &mut PivotSearch<BITS>,
-        keys: &[u32],
-        weight: impl Fn(usize) -> u64,
-        top_p: Option<f32>,
-    ) -> u32 {
-        let mut rounds = 0;
-        while !search.done() {
-            let mut all_digits = [0u64; 1 << MASS_DIGIT_BITS];
-            let totals = &mut all_digits[..1 << BITS];
-            for (i, &key) in keys.iter().enumerate() {
-                if let Some(total) = totals.get_mut(search.digit(key) as usize) {
-                    *total += weight(i);
-                }
-            }
-            match top_p {
-                Some(top_p) => search.choose_share(totals, top_p),
-                None => search.choose(totals),
-            }
-            rounds += 1;
-        }
-        rounds
-    }
-
     /// The search against a sort, over values with ties, every k.
     #[test]
     fn pivot_search_finds_the_kth_largest_key() {
@@ -1179,10 +1154,10 @@ mod tests {
         let mut sorted = keys;
         sorted.sort_unstable_by(|a, b| b.cmp(a));
         for k in 1..keys.len() as u32 {
-            let mut search = PivotSearch::<COUNT_DIGIT_BITS>::top_k::<f32>(k, keys.len() as u32);
-            let rounds = run_search(&mut search, &keys, |_| 1, None);
+            let search = PivotSearch::<COUNT_DIGIT_BITS>::top_k::<f32>(k, keys.len() as u32);
+            let (pivot, rounds) = search.run_on_host(keys.len(), |i| keys[i], |_| 1, None);
             let kth = sorted[k as usize - 1];
-            let kept = keys.iter().filter(|&&key| key >= search.pivot()).count();
+            let kept = keys.iter().filter(|&&key| key >= pivot).count();
             assert_eq!(kept, keys.iter().filter(|&&key| key >= kth).count(), "k = {k}");
             assert!(rounds <= 8, "k = {k}: {rounds} rounds");
         }
@@ -1202,13 +1177,13 @@ mod tests {
         let masses = values.map(|x| scale.mass(x));
         let total: u64 = masses.iter().sum();
         for top_p in [1e-6f32, 0.1, 0.25, 0.5, 0.77, 0.9, 0.999, 0.0, f32::NAN] {
-            let mut search = PivotSearch::<MASS_DIGIT_BITS>::top_p::<f32>(top_p);
-            let rounds = run_search(&mut search, &keys, |i| masses[i], Some(top_p));
+            let search = PivotSearch::<MASS_DIGIT_BITS>::top_p::<f32>(top_p);
+            let (pivot, rounds) = search.run_on_host(keys.len(), |i| keys[i], |i| masses[i], Some(top_p));
             assert_eq!(rounds, 4, "a byte a round, to the last");
             let target = share_of(total, top_p).max(1);
             for (i, &key) in keys.iter().enumerate() {
                 let above: u64 = keys.iter().zip(&masses).filter(|&(&other, _)| other > key).map(|(_, m)| m).sum();
-                assert_eq!(key >= search.pivot(), above < target, "top_p {top_p}, entry {i}");
+                assert_eq!(key >= pivot, above < target, "top_p {top_p}, entry {i}");
             }
         }
         assert!(PivotSearch::<MASS_DIGIT_BITS>::top_p::<f32>(1.0).done(), "1 keeps every entry");

@@ -55,8 +55,9 @@ pub fn compare(dtype: DType, got: &[f64], want: &[f64]) -> Result<Agreement, Str
     let relative_error = (diff2 / want2.max(f64::MIN_POSITIVE)).sqrt();
     // Rounding into the subnormals adds up to `subnormal` an element to the error's norm.
     let rounding = subnormal * (got.len() as f64 / want2.max(f64::MIN_POSITIVE)).sqrt();
-    if relative_error >= relative_bound + rounding {
-        return Err(format!("relative error {relative_error:e} ≥ {relative_bound:e}"));
+    let bound = relative_bound + rounding;
+    if relative_error >= bound {
+        return Err(format!("relative error {relative_error:e} ≥ {bound:e}"));
     }
     Ok(Agreement { relative_error, worst_element: worst })
 }

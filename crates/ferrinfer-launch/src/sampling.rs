@@ -237,7 +237,7 @@ fn filter_plan(
     let dtype = input.dtype();
     layout::check_dtype("out", out, input_name, dtype)?;
     layout::check_writable("out", out)?;
-    let top_p = kernel == SamplingKernel::TopPRenormProbs;
+    let top_p = filter_of(kernel).0 == Filter::TopP;
     let (argument, valid, expected, per_row_dtype, per_row_expected) = if top_p {
         ("top_p", threshold > 0.0 && threshold <= 1.0, "in (0, 1]", DType::F32, "an f32")
     } else {
@@ -317,7 +317,7 @@ const BLOCK_THREADS: u32 = 512;
 /// The filter kernels' blocks at most: each round of the search waits at barriers, so more,
 /// smaller blocks a multiprocessor keep it busier (H200, f32 128256-entry rows, 2026-12-01: 256
 /// threads 101 / 334 µs at 64 / 256 rows against 123 / 428 with 512; docs/perf/sampling.md).
-const TOP_K_BLOCK_THREADS: u32 = 256;
+const FILTER_BLOCK_THREADS: u32 = 256;
 /// Elements of a row per block below which a row is not split further: a cluster's blocks each
 /// take at least this many (8 of them share a 128256-entry row).
 const MIN_SLICE: u64 = 8192;
@@ -380,7 +380,7 @@ impl Plan {
         forced: LayoutOverride,
     ) -> Result<Launch<FilterParams>, Error> {
         let max_threads = limits.max_threads(entry);
-        let ((slices, rows), block) = self.geometry(limits.clusters, max_threads, TOP_K_BLOCK_THREADS, forced)?;
+        let ((slices, rows), block) = self.geometry(limits.clusters, max_threads, FILTER_BLOCK_THREADS, forced)?;
         let (staged, shared_bytes) = self.filter_shared_bytes(filter, slices, limits.max_shared_bytes);
         let params = FilterParams { slices, staged: staged as u32, ..params };
         Ok(Launch { entry, params, grid: (slices, rows), block, shared_bytes, cluster: slices })
