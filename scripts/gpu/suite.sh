@@ -85,9 +85,9 @@ run() { # run NAME CMD...: log to $out/NAME.log, remember failures
   echo "== $name: $(date +%T) exit $rc" | tee -a "$out/$name.log"
   [ "$rc" = 0 ] || status=1
 }
-point() { # point LABEL CSV ROUTINE T H ENV...: one bf16 bench point under ENV, its row prefixed by LABEL
+point() { # point LABEL CSV ROUTINE T H ENV...: one bench point (POINT_DTYPE, default bf16) under ENV, its row prefixed by LABEL
   local label=$1 csv=$2 routine=$3 t=$4 h=$5; shift 5
-  timeout 30 env "$@" .bundle/ferrinfer-bench --routine "$routine" --dtype bf16 --batch-size "$t" --hidden-size "$h" \
+  timeout 30 env "$@" .bundle/ferrinfer-bench --routine "$routine" --dtype "${POINT_DTYPE:-bf16}" --batch-size "$t" --hidden-size "$h" \
     --warmup-seconds 0 --num-iters 9 2>/dev/null | grep "^$routine," | sed "s/^/$label,/" >> "$csv"
 }
 sweep() { # sweep VAR CSV ROUTINE LAYOUTS CASES: ROUTINE (bf16) with VAR=LAYOUT, every layout at every T:H
@@ -177,7 +177,8 @@ for step in "$@"; do
     variants)
       # Each code-generation variant (.bundle/aot-NAME.tar.xz, scripts/gpu/variant.sh) beside the
       # bundle's own kernels (`base`), interleaved per case, twice: $out/variants.csv.
-      # VARIANT_CASES: routine:T:H[:FERRINFER_NORM_LAYOUT] ...
+      # VARIANT_CASES: routine:T:H[:LAYOUT] ..., LAYOUT set as VARIANT_LAYOUT_VAR (default
+      # FERRINFER_NORM_LAYOUT; FERRINFER_SAMPLING_LAYOUT for the sampling family); POINT_DTYPE.
       variant_names=(base)
       for tarball in .bundle/aot-*.tar.xz; do
         [ -e "$tarball" ] || continue
@@ -193,7 +194,7 @@ for step in "$@"; do
           for v in "${variant_names[@]}"; do
             dir=/tmp/ferrinfer-aot; [ "$v" = base ] || dir=/tmp/ferrinfer-aot-$v
             point "$v,${layout:-*}" "$out/variants.csv" "$routine" "$t" "$h" FERRINFER_AOT_DIR="$dir" \
-              FERRINFER_NORM_LAYOUT="${layout:-}"
+              "${VARIANT_LAYOUT_VAR:-FERRINFER_NORM_LAYOUT}=${layout:-}"
           done
         done
       done

@@ -48,6 +48,19 @@ impl SamplingKernel {
         }
     }
 
+    /// The register cap of an entry of the kernel for `dtype`, so that enough 256-thread blocks
+    /// share a multiprocessor (docs/perf/sampling.md, top-k v2): the filters take 80 (three
+    /// blocks, as many as a staged f32 slice of a 128k vocabulary, ~71 KB of shared memory,
+    /// allows; uncapped, top-p took 86: two), the mask of 16-bit logits 64 (four: its slices
+    /// are half the size, and it holds no sum).
+    fn max_registers(self, dtype: DType) -> Option<u32> {
+        match self {
+            SamplingKernel::Softmax => None,
+            SamplingKernel::TopKMaskLogits if dtype.size() == 2 => Some(64),
+            _ => Some(80),
+        }
+    }
+
     /// The dtype the kernel stores, where it is not the input's: softmax's probabilities are f32.
     fn stores(self) -> Option<String> {
         (self == SamplingKernel::Softmax).then(|| "f32".into())
@@ -77,7 +90,7 @@ impl SamplingModule {
                 kernel: kernel.into(),
                 params: params.into(),
                 generics: vec![element_type(self.dtype).into(), vec.to_string()],
-                max_registers: None,
+                max_registers: self.kernel.max_registers(self.dtype),
                 stores: self.kernel.stores(),
             })
             .collect();

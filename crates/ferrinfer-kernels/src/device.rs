@@ -83,50 +83,6 @@ fn shuffle_xor_bits(value: u32, lane_mask: u32) -> u32 {
     result
 }
 
-/// Bins of a block-wide histogram ([`block_sum_bins`]).
-pub const BINS: usize = 16;
-
-/// Shared memory [`block_sum_bins`] works in: one count per bin per warp (the constant lives at
-/// the crate root, where the launcher sees it).
-pub use crate::BIN_SCRATCH_BYTES;
-const _: () = assert!(BIN_SCRATCH_BYTES as usize == MAX_WARPS * BINS * 4);
-
-/// Every thread's counts of [`BINS`] bins summed over the block: thread `b` < [`BINS`] gets bin
-/// `b`'s total, the others 0. Within a warp a reduce-scatter — each of four butterfly steps
-/// hands half of the bins a lane still holds to its partner, 15 shuffles where a full butterfly of
-/// 16 bins takes 80 —, then a last step across half-warps, and the warps' totals add up through
-/// `scratch` ([`BIN_SCRATCH_BYTES`] of shared memory). Integer sums: the same whatever the order.
-/// Every thread must call it; between two calls the block must pass a barrier after the reads
-/// (the scratch is reused).
-#[inline(always)]
-pub fn block_sum_bins(counts: [u32; BINS], scratch: u32) -> u32 {
-    let (lane, warp) = (thread_index() % 32, thread_index() / 32);
-    let mut held = counts;
-    let mut bin = 0;
-    for step in 0..4 {
-        let half = BINS >> (step + 1);
-        let upper = lane & (1 << step) != 0;
-        for i in 0..half {
-            let (keep, give) = if upper { (held[i + half], held[i]) } else { (held[i], held[i + half]) };
-            held[i] = keep + shuffle_xor_bits(give, 1 << step);
-        }
-        if upper {
-            bin += half as u32;
-        }
-    }
-    let warp_total = held[0] + shuffle_xor_bits(held[0], 16);
-    let slot = |warp: u32, bin: u32| scratch + (warp * BINS as u32 + bin) * 4;
-    if lane < 16 {
-        store_shared_u32(slot(warp, bin), warp_total);
-    }
-    block_barrier();
-    let thread = thread_index();
-    if thread >= BINS as u32 {
-        return 0;
-    }
-    (0..block_size().div_ceil(32)).fold(0, |sum, warp| sum + load_shared_u32(slot(warp, thread)))
-}
-
 /// Sum over the 32 lanes of a warp; every lane gets the same total (one butterfly tree).
 #[inline(always)]
 pub fn warp_sum(value: f32) -> f32 {
@@ -274,8 +230,7 @@ pub fn block_pairs(value: [f32; 2], empty: [f32; 2], combine: impl Fn([f32; 2], 
 
 /// The blocks of a thread-block cluster along x (sm_90), exchanging values through their shared
 /// memory: each block writes its values into every block's slot for it, and all read the slots
-/// back in rank order — a pair of f32 folded with a combine step ([`ClusterExchange::merge`]), or
-/// one u32 per thread of the first [`CLUSTER_SLOT_WORDS`] summed ([`ClusterExchange::sum_words`]).
+/// back in rank order — a pair of f32 folded with a combine step ([`ClusterExchange::merge`]).
 /// Slots live at the start of the dynamic shared memory ([`crate::CLUSTER_EXCHANGE_BYTES`] of
 /// it), in two sets used alternately, so that one cluster barrier per exchange suffices: a block
 /// cannot write a set again before every block has passed the barrier of the exchange between.
@@ -328,18 +283,18 @@ impl ClusterExchange {
         dynamic_shared() + (round & 1) * (crate::CLUSTER_EXCHANGE_BYTES / 2) + (rank * CLUSTER_SLOT_WORDS + word) * 4
     }
 
-    /// Writes `words` into this block's slot, word `first` on, in every block of the cluster.
+    /// Writes `words` into this block's slot in every block of the cluster.
     #[inline(always)]
-    fn publish<const N: usize>(&self, round: u32, first: u32, words: [u32; N]) {
+    fn publish(&self, round: u32, words: [u32; CLUSTER_SLOT_WORDS as usize]) {
         #[cfg(not(target_feature = "sm_90"))]
-        let _ = (round, first, words);
+        let _ = (round, words);
         #[cfg(target_feature = "sm_90")]
-        let own = self.slot(round, self.rank(), first);
+        let own = self.slot(round, self.rank(), 0);
         #[cfg(target_feature = "sm_90")]
         for target in 0..self.count {
             // Indexed, not `into_iter`: an array iterator kept in memory is a local-memory array.
             #[allow(clippy::needless_range_loop)]
-            for i in 0..N {
+            for i in 0..words.len() {
                 let word = words[i];
                 unsafe {
                     asm!(
@@ -366,7 +321,7 @@ impl ClusterExchange {
             return value;
         }
         if thread_index() == 0 {
-            self.publish(round, 0, [value[0].to_bits(), value[1].to_bits()]);
+            self.publish(round, [value[0].to_bits(), value[1].to_bits()]);
         }
         cluster_barrier();
         let pair = |rank: u32| [f32::from_bits(self.read(round, rank, 0)), f32::from_bits(self.read(round, rank, 1))];
@@ -375,26 +330,6 @@ impl ClusterExchange {
             total = combine(total, pair(rank));
         }
         total
-    }
-
-    /// For the first [`CLUSTER_SLOT_WORDS`] threads of the block: `value` summed over the
-    /// cluster's blocks (the same in every block; integers, so any order gives the same sum);
-    /// other threads get their own `value` back. Every thread of every block must call it, with
-    /// the same `round`.
-    #[inline(always)]
-    pub fn sum_words(&self, value: u32, round: u32) -> u32 {
-        if self.count == 1 {
-            return value;
-        }
-        let word = thread_index();
-        if word < CLUSTER_SLOT_WORDS {
-            self.publish(round, word, [value]);
-        }
-        cluster_barrier();
-        if word >= CLUSTER_SLOT_WORDS {
-            return value;
-        }
-        (0..self.count).fold(0u32, |sum, rank| sum.wrapping_add(self.read(round, rank, word)))
     }
 }
 
@@ -444,23 +379,31 @@ impl ClusterHistogram {
         self.zero(self.base, HISTOGRAM_BINS);
     }
 
-    /// Adds `value` to the block's bin `bin` (< [`HISTOGRAM_BINS`]): two 32-bit atomics, the
-    /// low word's returning the carry into the high one's (sm_90 has no 64-bit shared-memory
-    /// add: `red.shared.add.u64` compiles to a compare-and-swap loop).
+    /// Adds `value` to the block's bin `bin` (< [`HISTOGRAM_BINS`]), as [`add_u64`].
     #[inline(always)]
     pub fn add(&self, bin: u32, value: u64) {
         let at = self.base + bin * Self::BIN_BYTES;
-        let (low, high) = (value as u32, (value >> 32) as u32);
-        let old: u32;
-        unsafe {
-            asm!("atom.shared.add.u32 {o}, [{a}], {v};", o = out(reg32) old, a = in(reg32) at, v = in(reg32) low, options(nostack))
-        };
-        let high = high + (old.checked_add(low).is_none() as u32);
-        if high != 0 {
-            unsafe {
+        add_u64(
+            value,
+            |low| {
+                let old: u32;
+                unsafe {
+                    asm!("atom.shared.add.u32 {o}, [{a}], {v};", o = out(reg32) old, a = in(reg32) at, v = in(reg32) low, options(nostack))
+                };
+                old
+            },
+            |high| unsafe {
                 asm!("red.shared.add.u32 [{a}], {v};", a = in(reg32) at + 4, v = in(reg32) high, options(nostack))
-            };
-        }
+            },
+        );
+    }
+
+    /// Adds 1 to the block's bin `bin` (< [`HISTOGRAM_BINS`]): one 32-bit atomic on the low word,
+    /// which a count (fewer than 2^32 entries) never carries out of.
+    #[inline(always)]
+    pub fn count(&self, bin: u32) {
+        let at = self.base + bin * Self::BIN_BYTES;
+        unsafe { asm!("red.shared.add.u32 [{a}], 1;", a = in(reg32) at, options(nostack)) };
     }
 
     /// The shared-memory address of the bins summed over the cluster (`round`: the exchange's
@@ -480,24 +423,26 @@ impl ClusterHistogram {
                 let at = bin * Self::BIN_BYTES;
                 let value = load_shared_u64(self.base + at);
                 if value != 0 {
-                    let (low, high) = (value as u32, (value >> 32) as u32);
                     for target in 0..cluster.count() {
-                        // As `add`, into `target`'s set: the low word's carry into the high one.
-                        let (old, remote): (u32, u32);
+                        let remote: u32;
                         unsafe {
-                            asm!(
-                                "mapa.shared::cluster.u32 {r}, {own}, {target};",
-                                "atom.shared::cluster.add.u32 {o}, [{r}], {v};",
-                                r = out(reg32) remote, o = out(reg32) old, own = in(reg32) set + at,
-                                target = in(reg32) target, v = in(reg32) low, options(nostack)
-                            )
+                            asm!("mapa.shared::cluster.u32 {r}, {own}, {t};", r = out(reg32) remote, own = in(reg32) set + at,
+                                t = in(reg32) target, options(pure, nomem, nostack))
                         };
-                        let high = high + (old.checked_add(low).is_none() as u32);
-                        if high != 0 {
-                            unsafe {
+                        add_u64(
+                            value,
+                            |low| {
+                                let old: u32;
+                                unsafe {
+                                    asm!("atom.shared::cluster.add.u32 {o}, [{r}], {v};", o = out(reg32) old, r = in(reg32) remote,
+                                    v = in(reg32) low, options(nostack))
+                                };
+                                old
+                            },
+                            |high| unsafe {
                                 asm!("red.shared::cluster.add.u32 [{r}], {v};", r = in(reg32) remote + 4, v = in(reg32) high, options(nostack))
-                            };
-                        }
+                            },
+                        );
                     }
                 }
                 bin += block_size();
@@ -516,6 +461,20 @@ impl ClusterHistogram {
         if cluster.count() > 1 {
             self.zero(self.base + Self::SET_BYTES * (1 + (round & 1)), HISTOGRAM_BINS);
         }
+    }
+}
+
+/// `value` added to a u64 in shared memory as two 32-bit atomics (sm_90 has no 64-bit
+/// shared-memory add: `red.shared.add.u64` compiles to a compare-and-swap loop): `add_low` adds
+/// the low word and returns its old value, whose carry goes with the high word into `add_high`
+/// (skipped when that is 0).
+#[inline(always)]
+fn add_u64(value: u64, add_low: impl Fn(u32) -> u32, add_high: impl Fn(u32)) {
+    let (low, high) = (value as u32, (value >> 32) as u32);
+    let old = add_low(low);
+    let high = high + (old.checked_add(low).is_none() as u32);
+    if high != 0 {
+        add_high(high);
     }
 }
 

@@ -41,17 +41,13 @@ pub const MAX_STAGING_STAGES: u32 = STAGING_HEADER_BYTES / 8;
 pub const MAX_CLUSTER_BLOCKS: u32 = 8;
 
 /// 32-bit words of a block's slot in a cluster exchange (`device::ClusterExchange`): a pair of
-/// f32, or one count per digit of a radix search (`sampling`).
-pub const CLUSTER_SLOT_WORDS: u32 = 16;
+/// f32.
+pub const CLUSTER_SLOT_WORDS: u32 = 2;
 
 /// Dynamic shared memory a cluster exchange needs (`device::ClusterExchange`): two sets of one
 /// slot per block. Here, not in the device-only module, because the launcher sizes the launch
 /// with it.
 pub const CLUSTER_EXCHANGE_BYTES: u32 = 2 * MAX_CLUSTER_BLOCKS * CLUSTER_SLOT_WORDS * 4;
-
-/// Shared memory a block-wide sum of per-thread digit counts works in (`device::block_sum_bins`):
-/// 16 counts per warp, 32 warps at most.
-pub const BIN_SCRATCH_BYTES: u32 = 32 * 16 * 4;
 
 /// Bins of a cluster histogram (`device::ClusterHistogram`): one per value of a byte.
 pub const HISTOGRAM_BINS: u32 = 256;

@@ -228,13 +228,9 @@ pub enum FilterOutput {
     Renorm,
 }
 
-/// Bits of a digit of top-k's search: 16 counts a round.
-pub const COUNT_DIGIT_BITS: u32 = 4;
-/// Digits a round of top-k's search counts.
-pub const DIGITS: usize = 1 << COUNT_DIGIT_BITS;
-/// Bits of a digit of top-p's search: 256 masses a round, summed in a shared-memory histogram —
-/// 4 rounds for f32 keys, 2 for 16-bit ones, the later ones over few candidates.
-pub const MASS_DIGIT_BITS: u32 = 8;
+/// Bits of a digit of the filters' search: 256 weights a round, summed in a shared-memory
+/// histogram — 4 rounds for f32 keys, 2 for 16-bit ones, the later ones over few candidates.
+pub const DIGIT_BITS: u32 = 8;
 
 /// Bits of `T`'s keys: its size.
 #[inline(always)]
@@ -278,13 +274,15 @@ pub fn word_values<T>(keys: u32) -> u32 {
 /// next digit ([`PivotSearch::digit`]); [`PivotSearch::choose`] takes the totals (every block's,
 /// in `1 << BITS` digits). With unit weights it ends early when the chosen digit's candidates are
 /// exactly those still wanted: the pivot is then the digit's lowest key. (Not with masses: an
-/// entry of mass 0 below the others would be kept.)
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// entry of mass 0 below the others would be kept.) Top-p's target is its `share` of the row's
+/// mass, which the first round's totals give.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PivotSearch<const BITS: u32> {
     prefix: u32,
     known: u32,
     shift: u32,
     rank: u64,
+    share: f32,
     unit_weights: bool,
     done: bool,
 }
@@ -297,16 +295,17 @@ impl<const BITS: u32> PivotSearch<BITS> {
     #[inline(always)]
     pub fn top_k<T: Element>(top_k: u32, vocab: u32) -> Self {
         let done = top_k == 0 || top_k >= vocab;
-        PivotSearch { prefix: 0, known: 0, shift: key_bits::<T>() - BITS, rank: top_k as u64, unit_weights: true, done }
+        let shift = key_bits::<T>() - BITS;
+        PivotSearch { prefix: 0, known: 0, shift, rank: top_k as u64, share: 1.0, unit_weights: true, done }
     }
 
     /// The search for the largest keys of `T` holding `top_p` of a row's mass (done at once,
     /// every key, for `top_p ≥ 1`); its target is set by the first round
-    /// ([`PivotSearch::choose_share`]).
+    /// ([`PivotSearch::set_row_weight`]).
     #[inline(always)]
     pub fn top_p<T: Element>(top_p: f32) -> Self {
         let shift = key_bits::<T>() - BITS;
-        PivotSearch { prefix: 0, known: 0, shift, rank: 0, unit_weights: false, done: top_p >= 1.0 }
+        PivotSearch { prefix: 0, known: 0, shift, rank: 0, share: top_p, unit_weights: false, done: top_p >= 1.0 }
     }
 
     #[inline(always)]
@@ -336,6 +335,7 @@ impl<const BITS: u32> PivotSearch<BITS> {
     /// digit at or above which `rank` of it lies.
     #[inline(always)]
     pub fn choose(&mut self, totals: &[u64]) {
+        self.set_row_weight(totals.iter().sum());
         let mut above = 0u64;
         for digit in (0..totals.len()).rev() {
             if above + totals[digit] >= self.rank {
@@ -347,20 +347,13 @@ impl<const BITS: u32> PivotSearch<BITS> {
         self.give_up();
     }
 
-    /// [`PivotSearch::choose`] for top-p: the first round's totals are the row's whole mass and
-    /// set the target ([`PivotSearch::set_share`]).
+    /// In top-p's first round (nothing found yet), the target from the row's whole weight
+    /// `mass`: `⌈top_p · mass⌉`, at least 1 (`top_p ≤ 0` or NaN: the largest entries only).
+    /// Nothing for top-k, whose target is its `top_k`.
     #[inline(always)]
-    pub fn choose_share(&mut self, totals: &[u64], top_p: f32) {
-        self.set_share(totals.iter().sum(), top_p);
-        self.choose(totals);
-    }
-
-    /// In top-p's first round (nothing found yet), the target: `⌈top_p · mass⌉` of the row's
-    /// `mass`, at least 1 (`top_p ≤ 0` or NaN: the largest entries only).
-    #[inline(always)]
-    pub fn set_share(&mut self, mass: u64, top_p: f32) {
-        if self.first_round() {
-            self.rank = share_of(mass, top_p).max(1);
+    pub fn set_row_weight(&mut self, mass: u64) {
+        if !self.unit_weights && self.first_round() {
+            self.rank = share_of(mass, self.share).max(1);
         }
     }
 
@@ -371,28 +364,23 @@ impl<const BITS: u32> PivotSearch<BITS> {
     }
 
     /// The search to its end over `count` entries of keys `key` and weights `weight`, one pass
-    /// a round (the host's; `top_p`: top-p's share, set by the first round): the pivot and the
-    /// rounds it took.
+    /// a round (the host's): the pivot and the rounds it took.
     pub fn run_on_host(
         mut self,
         count: usize,
         key: impl Fn(usize) -> u32,
         weight: impl Fn(usize) -> u64,
-        top_p: Option<f32>,
     ) -> (u32, u32) {
         let mut rounds = 0;
         while !self.done() {
-            let mut all_digits = [0u64; 1 << MASS_DIGIT_BITS];
-            let totals = &mut all_digits[..1 << BITS];
+            let mut totals = [0u64; 1 << DIGIT_BITS];
+            let totals = &mut totals[..1 << BITS];
             for i in 0..count {
                 if let Some(total) = totals.get_mut(self.digit(key(i)) as usize) {
                     *total = total.wrapping_add(weight(i));
                 }
             }
-            match top_p {
-                Some(top_p) => self.choose_share(totals, top_p),
-                None => self.choose(totals),
-            }
+            self.choose(totals);
             rounds += 1;
         }
         (self.pivot(), rounds)
@@ -475,58 +463,6 @@ impl MassScale {
     }
 }
 
-/// Counts of the [`DIGITS`] digits without indexing (on the device an indexed array would live in
-/// local memory): a count is one 64-bit add of a one-hot nibble (`1 << 4·digit`), the nibbles
-/// spread into bytes (even and odd digits apart) after at most 15 counts
-/// ([`DigitCounts::spread`]), the bytes widened into [`DigitCounts::wide`] before any reaches 256.
-#[derive(Clone, Copy)]
-pub struct DigitCounts {
-    nibbles: u64,
-    bytes: [u64; 2],
-    pending: u32,
-    pub wide: [u32; DIGITS],
-}
-
-impl DigitCounts {
-    /// Counts the bytes take before they are widened.
-    const BYTE_LIMIT: u32 = 255;
-    /// Counts the nibbles take before they are spread.
-    pub const NIBBLE_LIMIT: u32 = 15;
-    const LOW_NIBBLES: u64 = 0x0f0f_0f0f_0f0f_0f0f;
-
-    pub const ZERO: DigitCounts = DigitCounts { nibbles: 0, bytes: [0; 2], pending: 0, wide: [0; DIGITS] };
-
-    /// Counts `digit` (≥ [`DIGITS`]: nothing). At most [`DigitCounts::NIBBLE_LIMIT`] calls between
-    /// two [`DigitCounts::spread`]s.
-    #[inline(always)]
-    pub fn add(&mut self, digit: u32) {
-        self.nibbles += 1u64.checked_shl(4 * digit).unwrap_or(0);
-    }
-
-    /// Moves the nibbles' counts (`next` of them, at most [`DigitCounts::NIBBLE_LIMIT`]) into the
-    /// bytes, widening the bytes first if they could overflow.
-    #[inline(always)]
-    pub fn spread(&mut self, next: u32) {
-        if self.pending + next > Self::BYTE_LIMIT {
-            self.widen();
-        }
-        self.pending += next;
-        self.bytes[0] += self.nibbles & Self::LOW_NIBBLES;
-        self.bytes[1] += (self.nibbles >> 4) & Self::LOW_NIBBLES;
-        self.nibbles = 0;
-    }
-
-    /// Every spread count in [`DigitCounts::wide`].
-    #[inline(always)]
-    pub fn widen(&mut self) {
-        for (digit, wide) in self.wide.iter_mut().enumerate() {
-            *wide += ((self.bytes[digit % 2] >> (8 * (digit / 2))) & 0xff) as u32;
-        }
-        self.bytes = [0; 2];
-        self.pending = 0;
-    }
-}
-
 /// One row of a filter on the host (the CPU backend): the same keys, weights and search as the
 /// device (so the same pivot); the renorm's sum by chunks of [`HOST_CHUNK`].
 ///
@@ -541,15 +477,15 @@ pub unsafe fn filter_row<T: Element>(p: &FilterParams, row: u64, filter: Filter,
     let key = |i: usize| order_key(value(i));
     let pivot = match filter {
         Filter::TopK => {
-            let search = PivotSearch::<COUNT_DIGIT_BITS>::top_k::<T>(unsafe { row_top_k(p, row) }, p.vocab);
-            search.run_on_host(vocab, key, |_| 1, None).0
+            let search = PivotSearch::<DIGIT_BITS>::top_k::<T>(unsafe { row_top_k(p, row) }, p.vocab);
+            search.run_on_host(vocab, key, |_| 1).0
         }
         Filter::TopP => {
             let top_p = unsafe { row_top_p(p, row) };
             let max = (0..vocab).fold(0.0f32, |max, i| max.max(value(i).to_f32()));
             let scale = MassScale::new(max, p.vocab);
-            let search = PivotSearch::<MASS_DIGIT_BITS>::top_p::<T>(top_p);
-            search.run_on_host(vocab, key, |i| scale.mass(value(i).to_f32()), Some(top_p)).0
+            let search = PivotSearch::<DIGIT_BITS>::top_p::<T>(top_p);
+            search.run_on_host(vocab, key, |i| scale.mass(value(i).to_f32())).0
         }
     };
     let kept = |i: usize| order_key(value(i)) >= pivot;
@@ -574,20 +510,14 @@ pub unsafe fn filter_row<T: Element>(p: &FilterParams, row: u64, filter: Filter,
     }
 }
 
-/// Top-p's warp-wide choice of a digit in shared memory: the 32 lanes' sums of their 8 bins, then
-/// the search as the choosing lane leaves it (6 words).
+/// The warp-wide choice of a digit in shared memory: the 32 lanes' sums of their 8 bins, then the
+/// search as the choosing lane leaves it (6 words).
 const SEARCH_BROADCAST_BYTES: u32 = 32 * 8 + 32;
 
-/// Dynamic shared memory of a filter block before its staged slice: the cluster exchange, then
-/// top-k's digit counts' scratch and the round's 16 totals, or top-p's cluster histogram and
-/// its choice's broadcast.
-pub const fn filter_header_bytes(filter: Filter) -> u32 {
-    crate::CLUSTER_EXCHANGE_BYTES
-        + match filter {
-            Filter::TopK => crate::BIN_SCRATCH_BYTES + 4 * DIGITS as u32,
-            Filter::TopP => crate::CLUSTER_HISTOGRAM_BYTES + SEARCH_BROADCAST_BYTES,
-        }
-}
+/// Dynamic shared memory of a filter block before its staged slice: the cluster exchange, the
+/// cluster histogram and the choice's broadcast.
+pub const FILTER_HEADER_BYTES: u32 =
+    crate::CLUSTER_EXCHANGE_BYTES + crate::CLUSTER_HISTOGRAM_BYTES + SEARCH_BROADCAST_BYTES;
 
 #[cfg(target_arch = "nvptx64")]
 pub use device_kernels::{softmax_rows, top_k_mask_rows, top_k_renorm_rows, top_p_renorm_rows};
@@ -598,9 +528,8 @@ mod device_kernels {
     use core::arch::asm;
 
     use crate::device::{
-        ClusterExchange, ClusterHistogram, block_barrier, block_pairs, block_size, block_sum_bins,
-        chain_after_prior_grids, dynamic_shared, load_shared_u32, load_shared_u64, store_shared_u32, store_shared_u64,
-        thread_index, warp_any,
+        ClusterExchange, ClusterHistogram, block_barrier, block_pairs, block_size, chain_after_prior_grids,
+        dynamic_shared, load_shared_u32, load_shared_u64, store_shared_u32, store_shared_u64, thread_index, warp_any,
     };
     use crate::vector::{Kept, Packed, Reused, Shared};
 
@@ -754,13 +683,15 @@ mod device_kernels {
             }
         }
 
-        /// `visit(v, keys)` over the slice, [`UNROLL`] vectors' loads in flight together; the
+        /// `visit(keys, here)` over the slice, [`UNROLL`] vectors' loads in flight together; the
         /// first pass stages the keys in shared memory where the launch gave it room, and the
-        /// passes after it read them there.
+        /// passes after it read them there. Warp-uniform, so that `visit` may use the warp's
+        /// instructions: a warp steps while any of its lanes has a vector left, and a lane past
+        /// its end visits zeros with `here` false. Every thread must call it.
         #[inline(always)]
-        fn pass(&mut self, mut visit: impl FnMut(&Packed<T, VEC>)) {
+        fn pass(&mut self, mut visit: impl FnMut(&Packed<T, VEC>, bool)) {
             let mut v = self.first;
-            while v < self.end {
+            while warp_any(v < self.end) {
                 let mut loaded = [Packed::<T, VEC>::ZERO; UNROLL];
                 for (k, vector) in loaded.iter_mut().enumerate() {
                     if v + k * self.step < self.end {
@@ -768,12 +699,11 @@ mod device_kernels {
                     }
                 }
                 for (k, vector) in loaded.iter().enumerate() {
-                    if v + k * self.step < self.end {
-                        if self.staged && !self.in_shared {
-                            unsafe { vector.store::<Shared>(self.staged_at(v + k * self.step)) };
-                        }
-                        visit(vector);
+                    let here = v + k * self.step < self.end;
+                    if here && self.staged && !self.in_shared {
+                        unsafe { vector.store::<Shared>(self.staged_at(v + k * self.step)) };
                     }
+                    visit(vector, here);
                 }
                 v += UNROLL * self.step;
             }
@@ -793,120 +723,95 @@ mod device_kernels {
         }
     }
 
-    /// Where a block sums a round's 16 words: the cluster exchange, then the scratch of
-    /// [`block_sum_bins`], then the totals every thread reads.
+    /// How a filter weighs its candidates: top-k counts them, top-p sums their masses.
     #[derive(Clone, Copy)]
-    struct RoundSums {
-        cluster: ClusterExchange,
-        scratch: u32,
-        totals_at: u32,
+    enum Weights {
+        Count,
+        Mass(MassScale),
     }
 
-    impl RoundSums {
-        /// Every thread's 16 words summed over the block and the cluster, in every thread (of
-        /// exchange `round`).
-        #[inline(always)]
-        fn total(&self, words: [u32; DIGITS], round: u32) -> [u32; DIGITS] {
-            let total = self.cluster.sum_words(block_sum_bins(words, self.scratch), round);
-            let word = thread_index();
-            if word < DIGITS as u32 {
-                store_shared_u32(self.totals_at + 4 * word, total);
-            }
-            block_barrier();
-            let mut totals = [0u32; DIGITS];
-            for (word, total) in totals.iter_mut().enumerate() {
-                *total = load_shared_u32(self.totals_at + 4 * word as u32);
-            }
-            totals
-        }
-    }
-
-    /// Top-k's pivot of the row `slice` holds: a round counts the candidates' digits.
+    /// Top-p's mass scale for the row `slice` holds: a pass for its largest entry.
     #[inline(always)]
-    fn top_k_pivot<T: Element, const VEC: usize>(
-        slice: &mut Slice<T, VEC>,
-        sums: RoundSums,
-        top_k: u32,
-        vocab: u32,
-        round: &mut u32,
-    ) -> u32 {
-        let mut search = PivotSearch::<COUNT_DIGIT_BITS>::top_k::<T>(top_k, vocab);
-        while !search.done() {
-            let mut counts = DigitCounts::ZERO;
-            slice.pass(|keys| {
-                if Slice::any_candidate(keys, &search) {
-                    for i in 0..VEC {
-                        counts.add(search.digit(keys.get(i).to_bits()));
-                    }
-                    counts.spread(VEC as u32);
-                }
-            });
-            counts.widen();
-            let totals = sums.total(counts.wide, *round).map(|count| count as u64);
-            *round += 1;
-            search.choose(&totals);
-        }
-        search.pivot()
-    }
-
-    /// Top-p's pivot of the row `slice` holds: a first pass finds the row's largest entry (the
-    /// masses' scale), then each round sums the candidates' masses by their next byte in a
-    /// cluster histogram, and warp 0 chooses the digit for the block ([`choose_in_warp`]).
-    #[inline(always)]
-    fn top_p_pivot<T: Element, const VEC: usize>(
+    fn top_p_masses<T: Element, const VEC: usize>(
         slice: &mut Slice<T, VEC>,
         cluster: &ClusterExchange,
-        histogram: ClusterHistogram,
-        top_p: f32,
         vocab: u32,
         round: &mut u32,
-    ) -> u32 {
-        if top_p >= 1.0 {
-            return 0;
-        }
+    ) -> MassScale {
         let mut max = 0.0f32;
-        slice.pass(|keys| {
+        slice.pass(|keys, here| {
             let values = keys.map_words(word_values::<T>);
             for i in 0..VEC {
-                max = max.max(values.get_f32(i));
+                if here {
+                    max = max.max(values.get_f32(i));
+                }
             }
         });
         let max = cluster.merge(block_pairs([max, 0.0], [0.0, 0.0], max_pairs), *round, max_pairs)[0];
         *round += 1;
-        let scale = MassScale::new(max, vocab);
-        let mut search = PivotSearch::<MASS_DIGIT_BITS>::top_p::<T>(top_p);
+        MassScale::new(max, vocab)
+    }
+
+    /// The pivot of the row `slice` holds: each round sums the candidates' weights by their next
+    /// byte in a cluster histogram, and warp 0 chooses the digit for the block
+    /// ([`choose_in_warp`]). The first round's pass stages the slice.
+    #[inline(always)]
+    fn histogram_pivot<T: Element, const VEC: usize>(
+        slice: &mut Slice<T, VEC>,
+        cluster: &ClusterExchange,
+        histogram: ClusterHistogram,
+        mut search: PivotSearch<DIGIT_BITS>,
+        weights: Weights,
+        round: &mut u32,
+    ) -> u32 {
         while !search.done() {
             histogram.clear();
             block_barrier();
-            // Warp-uniform: a warp steps while any of its lanes has a vector left, and skips a
-            // step where none of its lanes has a candidate (after the first round most do).
-            let mut v = slice.first;
-            while warp_any(v < slice.end) {
-                let here = v < slice.end;
-                let keys = if here { slice.keys(v) } else { Packed::<T, VEC>::ZERO };
-                if warp_any(here && Slice::any_candidate(&keys, &search)) {
+            // A warp skips a vector where none of its lanes has a candidate (after the first
+            // round most do).
+            slice.pass(|keys, here| {
+                if warp_any(here && Slice::any_candidate(keys, &search)) {
                     let values = keys.map_words(word_values::<T>);
                     for i in 0..VEC {
                         let key = keys.get(i).to_bits();
                         let counted = here && search.is_candidate(key);
-                        let mass = if counted { scale.mass(values.get_f32(i)) } else { 0 };
-                        // Entries of mass 0 (tiny, negative) add nothing. One shared-memory
-                        // atomic pair an entry: summing a bin's lanes first (`match.any` and
-                        // `redux.sync`) was 3–6× slower (docs/perf/sampling.md, top-p v2).
-                        let bin = if mass != 0 { search.digit(key) } else { crate::HISTOGRAM_BINS };
+                        // Entries of weight 0 (a mass of 0: tiny, negative) add nothing.
+                        let weight = match weights {
+                            Weights::Count => counted as u64,
+                            Weights::Mass(scale) => {
+                                if counted {
+                                    scale.mass(values.get_f32(i))
+                                } else {
+                                    0
+                                }
+                            }
+                        };
+                        let bin = if weight != 0 { search.digit(key) } else { crate::HISTOGRAM_BINS };
                         if bin < crate::HISTOGRAM_BINS {
-                            histogram.add(bin, mass);
+                            // One shared-memory atomic (pair) an entry: summing a bin's lanes
+                            // first was slower in every round and on every shape
+                            // (docs/perf/sampling.md, top-p v2 and top-k v2).
+                            add_weight(&histogram, bin, weight, weights);
                         }
                     }
                 }
-                v += slice.step;
-            }
+            });
             let totals = histogram.total(cluster, *round);
-            choose_in_warp(&mut search, totals, histogram_broadcast(), top_p);
+            choose_in_warp(&mut search, totals, histogram_broadcast());
             histogram.recycle(cluster, *round);
             *round += 1;
         }
         search.pivot()
+    }
+
+    /// `weight` into bin `bin` (< [`crate::HISTOGRAM_BINS`]) of the block's histogram: a count
+    /// in one atomic, a mass in two.
+    #[inline(always)]
+    fn add_weight(histogram: &ClusterHistogram, bin: u32, weight: u64, weights: Weights) {
+        match weights {
+            Weights::Count => histogram.count(bin),
+            Weights::Mass(_) => histogram.add(bin, weight),
+        }
     }
 
     /// The shared-memory address of top-p's choice broadcast: after the cluster histogram.
@@ -918,13 +823,13 @@ mod device_kernels {
     /// Bins of the histogram each lane of warp 0 reads.
     const LANE_BINS: u32 = crate::HISTOGRAM_BINS / 32;
 
-    /// Top-p's round choice, in every thread of the block: warp 0 reads the [`HISTOGRAM_BINS`]
+    /// A round's choice, in every thread of the block: warp 0 reads the [`HISTOGRAM_BINS`]
     /// totals at `totals` (`LANE_BINS` a lane), each lane learns the weight above its bins from
     /// the lanes' sums (through `broadcast`), the lane whose bins hold the pivot's rank takes the
     /// digit, and writes the search as it leaves it for the block. The same choice
-    /// [`PivotSearch::choose_share`] makes over the same totals on the host.
+    /// [`PivotSearch::choose`] makes over the same totals on the host.
     #[inline(always)]
-    fn choose_in_warp(search: &mut PivotSearch<MASS_DIGIT_BITS>, totals: u32, broadcast: u32, top_p: f32) {
+    fn choose_in_warp(search: &mut PivotSearch<DIGIT_BITS>, totals: u32, broadcast: u32) {
         let lane = thread_index();
         let state = broadcast + 32 * 8;
         if lane < 32 {
@@ -945,7 +850,7 @@ mod device_kernels {
                 above += if other > lane { sum } else { 0 };
             }
             let mut chosen = *search;
-            chosen.set_share(row, top_p);
+            chosen.set_row_weight(row);
             let rank = chosen.rank();
             let holds_rank = above < rank && rank <= above + mine;
             if holds_rank {
@@ -993,23 +898,20 @@ mod device_kernels {
     /// its slice's keys in shared memory from the first pass on, so the row is read from global
     /// memory once. Launcher's guarantees: `vocab`, strides and pointers multiples of `VEC`
     /// elements; the launch's cluster is `(slices, 1, 1)` (none for 1); its dynamic shared
-    /// memory [`filter_header_bytes`] plus, with `staged`, the largest slice
+    /// memory [`FILTER_HEADER_BYTES`] plus, with `staged`, the largest slice
     /// (`⌈vocab / VEC / slices⌉` vectors).
     #[inline(always)]
     unsafe fn filter_rows<T: Element, const VEC: usize, const TOP_P: bool, const RENORM: bool>(p: &FilterParams) {
         chain_after_prior_grids();
-        let filter = if TOP_P { Filter::TopP } else { Filter::TopK };
-        let scratch = dynamic_shared() + crate::CLUSTER_EXCHANGE_BYTES;
         // Before the cluster's first barrier: its sums' sets cleared before any block adds.
-        let histogram = if TOP_P { Some(ClusterHistogram::new(scratch)) } else { None };
+        let histogram = ClusterHistogram::new(dynamic_shared() + crate::CLUSTER_EXCHANGE_BYTES);
         let cluster = ClusterExchange::new(p.slices);
         let vectors = p.vocab as usize / VEC;
         let per_slice = vectors.div_ceil(cluster.count() as usize);
         let begin = (cluster.rank() as usize * per_slice).min(vectors);
         let end = (begin + per_slice).min(vectors);
         let (step, first) = (block_size() as usize, begin + thread_index() as usize);
-        let sums = RoundSums { cluster, scratch, totals_at: scratch + crate::BIN_SCRATCH_BYTES };
-        let header = filter_header_bytes(filter) as usize;
+        let header = FILTER_HEADER_BYTES as usize;
         let (mut row, row_step) =
             unsafe { (core::arch::nvptx::_block_idx_y() as u64, core::arch::nvptx::_grid_dim_y() as u64) };
         let mut round = 0u32;
@@ -1019,12 +921,19 @@ mod device_kernels {
             // Keys, not values, are staged: the passes after the first read them as they are.
             let mut slice =
                 Slice::<T, VEC> { input, header, begin, first, end, step, staged: p.staged != 0, in_shared: false };
-            let pivot = match histogram {
-                Some(histogram) => {
-                    top_p_pivot(&mut slice, &cluster, histogram, unsafe { row_top_p(p, row) }, p.vocab, &mut round)
-                }
-                None => top_k_pivot(&mut slice, sums, unsafe { row_top_k(p, row) }, p.vocab, &mut round),
+            let (search, weights) = if TOP_P {
+                let search = PivotSearch::top_p::<T>(unsafe { row_top_p(p, row) });
+                // Top-p ≥ 1 keeps the row: no pass for its masses either.
+                let masses = if search.done() {
+                    MassScale::new(0.0, p.vocab)
+                } else {
+                    top_p_masses(&mut slice, &cluster, p.vocab, &mut round)
+                };
+                (search, Weights::Mass(masses))
+            } else {
+                (PivotSearch::top_k::<T>(unsafe { row_top_k(p, row) }, p.vocab), Weights::Count)
             };
+            let pivot = histogram_pivot(&mut slice, &cluster, histogram, search, weights, &mut round);
             let scale = if RENORM {
                 let mut sum = 0.0f32;
                 let mut v = first;
@@ -1154,14 +1063,14 @@ mod tests {
         let mut sorted = keys;
         sorted.sort_unstable_by(|a, b| b.cmp(a));
         for k in 1..keys.len() as u32 {
-            let search = PivotSearch::<COUNT_DIGIT_BITS>::top_k::<f32>(k, keys.len() as u32);
-            let (pivot, rounds) = search.run_on_host(keys.len(), |i| keys[i], |_| 1, None);
+            let search = PivotSearch::<DIGIT_BITS>::top_k::<f32>(k, keys.len() as u32);
+            let (pivot, rounds) = search.run_on_host(keys.len(), |i| keys[i], |_| 1);
             let kth = sorted[k as usize - 1];
             let kept = keys.iter().filter(|&&key| key >= pivot).count();
             assert_eq!(kept, keys.iter().filter(|&&key| key >= kth).count(), "k = {k}");
-            assert!(rounds <= 8, "k = {k}: {rounds} rounds");
+            assert!(rounds <= 4, "k = {k}: {rounds} rounds");
         }
-        let top_k = PivotSearch::<COUNT_DIGIT_BITS>::top_k::<f32>;
+        let top_k = PivotSearch::<DIGIT_BITS>::top_k::<f32>;
         assert!(top_k(200, 200).done() && top_k(0, 200).done());
         assert_eq!(top_k(500, 200).pivot(), 0, "every key kept");
     }
@@ -1177,8 +1086,8 @@ mod tests {
         let masses = values.map(|x| scale.mass(x));
         let total: u64 = masses.iter().sum();
         for top_p in [1e-6f32, 0.1, 0.25, 0.5, 0.77, 0.9, 0.999, 0.0, f32::NAN] {
-            let search = PivotSearch::<MASS_DIGIT_BITS>::top_p::<f32>(top_p);
-            let (pivot, rounds) = search.run_on_host(keys.len(), |i| keys[i], |i| masses[i], Some(top_p));
+            let search = PivotSearch::<DIGIT_BITS>::top_p::<f32>(top_p);
+            let (pivot, rounds) = search.run_on_host(keys.len(), |i| keys[i], |i| masses[i]);
             assert_eq!(rounds, 4, "a byte a round, to the last");
             let target = share_of(total, top_p).max(1);
             for (i, &key) in keys.iter().enumerate() {
@@ -1186,7 +1095,7 @@ mod tests {
                 assert_eq!(key >= pivot, above < target, "top_p {top_p}, entry {i}");
             }
         }
-        assert!(PivotSearch::<MASS_DIGIT_BITS>::top_p::<f32>(1.0).done(), "1 keeps every entry");
+        assert!(PivotSearch::<DIGIT_BITS>::top_p::<f32>(1.0).done(), "1 keeps every entry");
     }
 
     #[test]
@@ -1220,25 +1129,6 @@ mod tests {
         let one = MassScale::new(1.0, 1);
         assert_eq!(one.mass(1.0), 1 << 62);
         assert_eq!(MassScale::new(0.0, 5).mass(1e-45), 1 << 36, "F = 59: the least subnormal is 2^(F − 23) of 2^−126");
-    }
-
-    #[test]
-    fn digit_counts_spread_and_widen_before_a_count_overflows() {
-        let digit = |i: u32| if i.is_multiple_of(3) { 15 } else { i % 16 };
-        let mut counts = DigitCounts::ZERO;
-        for group in 0..1000u32 {
-            for i in 0..DigitCounts::NIBBLE_LIMIT {
-                counts.add(digit(group * 15 + i));
-                counts.add(DIGITS as u32); // not a candidate: nothing
-            }
-            counts.spread(DigitCounts::NIBBLE_LIMIT);
-        }
-        counts.widen();
-        let mut want = [0u32; DIGITS];
-        for i in 0..15_000u32 {
-            want[digit(i) as usize] += 1;
-        }
-        assert_eq!(counts.wide, want);
     }
 
     #[test]

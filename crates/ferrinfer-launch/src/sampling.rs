@@ -27,7 +27,7 @@ use ferrinfer_jit::sampling::{SamplingKernel, SamplingModule};
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
 use ferrinfer_kernels::sampling::{
-    Filter, FilterOutput, FilterParams, SoftmaxParams, filter_header_bytes, filter_row, softmax_row,
+    FILTER_HEADER_BYTES, Filter, FilterOutput, FilterParams, SoftmaxParams, filter_row, softmax_row,
 };
 use ferrinfer_kernels::{CLUSTER_EXCHANGE_BYTES, MAX_CLUSTER_BLOCKS};
 
@@ -102,7 +102,7 @@ impl FamilyOp for SamplingKernel {
                         plan.softmax_launch(params, entry, limits, forced)
                     }),
                     Params::Filter(params) => cuda::launch(stream, &MODULES, module, |limits| {
-                        plan.filter_launch(params, filter_of(*self).0, entry, limits, forced)
+                        plan.filter_launch(params, entry, limits, forced)
                     }),
                 }
             }
@@ -374,24 +374,23 @@ impl Plan {
     fn filter_launch(
         &self,
         params: FilterParams,
-        filter: Filter,
         entry: usize,
         limits: &Limits,
         forced: LayoutOverride,
     ) -> Result<Launch<FilterParams>, Error> {
         let max_threads = limits.max_threads(entry);
         let ((slices, rows), block) = self.geometry(limits.clusters, max_threads, FILTER_BLOCK_THREADS, forced)?;
-        let (staged, shared_bytes) = self.filter_shared_bytes(filter, slices, limits.max_shared_bytes);
+        let (staged, shared_bytes) = self.filter_shared_bytes(slices, limits.max_shared_bytes);
         let params = FilterParams { slices, staged: staged as u32, ..params };
         Ok(Launch { entry, params, grid: (slices, rows), block, shared_bytes, cluster: slices })
     }
 
-    /// Whether a `filter` block's slice of `slices` fits in `max_shared_bytes` beside the
-    /// filter's header, and the dynamic shared memory the launch then takes.
-    fn filter_shared_bytes(&self, filter: Filter, slices: u32, max_shared_bytes: u32) -> (bool, u32) {
+    /// Whether a filter block's slice of `slices` fits in `max_shared_bytes` beside the filters'
+    /// header, and the dynamic shared memory the launch then takes.
+    fn filter_shared_bytes(&self, slices: u32, max_shared_bytes: u32) -> (bool, u32) {
         let vectors = (self.vocab / self.vec as u64).div_ceil(slices as u64);
         let slice_bytes = vectors * self.vec as u64 * self.dtype.size() as u64;
-        let header = filter_header_bytes(filter);
+        let header = FILTER_HEADER_BYTES;
         let staged = header as u64 + slice_bytes <= max_shared_bytes as u64;
         (staged, header + if staged { slice_bytes as u32 } else { 0 })
     }
@@ -585,15 +584,10 @@ mod tests {
     #[test]
     fn a_filter_slice_is_staged_in_shared_memory_when_it_fits() {
         let llama3 = plan(1, 128_256, 4);
-        for filter in [Filter::TopK, Filter::TopP] {
-            let header = filter_header_bytes(filter);
-            let fits = llama3.filter_shared_bytes(filter, 8, 232_448);
-            assert_eq!(fits, (true, header + 16_032 * 4), "{filter:?}: 64 KB a block");
-            let too_big = llama3.filter_shared_bytes(filter, 1, 232_448);
-            assert_eq!(too_big, (false, header), "{filter:?}: 513 KB a row: global memory");
-            assert_eq!(plan(1, 1001, 1).filter_shared_bytes(filter, 1, 49_152), (true, header + 1001 * 4));
-        }
-        assert!(filter_header_bytes(Filter::TopP) > filter_header_bytes(Filter::TopK), "top-p's histogram");
+        let header = FILTER_HEADER_BYTES;
+        assert_eq!(llama3.filter_shared_bytes(8, 232_448), (true, header + 16_032 * 4), "64 KB a block");
+        assert_eq!(llama3.filter_shared_bytes(1, 232_448), (false, header), "513 KB a row: global memory");
+        assert_eq!(plan(1, 1001, 1).filter_shared_bytes(1, 49_152), (true, header + 1001 * 4));
     }
 
     #[test]
