@@ -90,7 +90,7 @@ point() { # point LABEL CSV ROUTINE T H ENV...: one bench point (POINT_DTYPE, de
   timeout 30 env "$@" .bundle/ferrinfer-bench --routine "$routine" --dtype "${POINT_DTYPE:-bf16}" --batch-size "$t" --hidden-size "$h" \
     --warmup-seconds 0 --num-iters 9 2>/dev/null | grep "^$routine," | sed "s/^/$label,/" >> "$csv"
 }
-sweep() { # sweep VAR CSV ROUTINE LAYOUTS CASES: ROUTINE (bf16) with VAR=LAYOUT, every layout at every T:H
+sweep() { # sweep VAR CSV ROUTINE LAYOUTS CASES: ROUTINE (POINT_DTYPE) with VAR=LAYOUT, every layout at every T:H
   local var=$1 csv=$2 routine=$3 layouts=$4 cases=$5 layout case
   local -; set -f # layouts hold `*`: no file-name globbing
   for layout in $layouts; do

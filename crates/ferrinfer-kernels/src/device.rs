@@ -401,7 +401,7 @@ impl ClusterHistogram {
     /// Adds 1 to the block's bin `bin` (< [`HISTOGRAM_BINS`]): one 32-bit atomic on the low word,
     /// which a count (fewer than 2^32 entries) never carries out of.
     #[inline(always)]
-    pub fn count(&self, bin: u32) {
+    pub fn add_one(&self, bin: u32) {
         let at = self.base + bin * Self::BIN_BYTES;
         unsafe { asm!("red.shared.add.u32 [{a}], 1;", a = in(reg32) at, options(nostack)) };
     }

@@ -175,8 +175,8 @@ pub struct FilterParams {
     /// Blocks sharing a row (the launch's thread-block cluster, sm_90), each counting and writing
     /// a contiguous slice of it; 1 without a cluster.
     pub slices: u32,
-    /// 1 when each block keeps its slice in shared memory (after the exchange and counting areas,
-    /// `filter_shared_bytes`) between the passes over it; 0: every pass reads global memory.
+    /// 1 when each block keeps its slice in shared memory (after the filters' header,
+    /// [`FILTER_HEADER_BYTES`]) between the passes over it; 0: every pass reads global memory.
     pub staged: u32,
 }
 
@@ -268,16 +268,16 @@ pub fn word_values<T>(keys: u32) -> u32 {
     keys ^ (negative | signs)
 }
 
-/// The search for a row's pivot, `BITS` of the keys a round from the top: `prefix` holds the
+/// The search for a row's pivot, [`DIGIT_BITS`] of the keys a round from the top: `prefix` holds the
 /// digits found (`known` their bits), and `rank` is how much weight of the entries that share
 /// them the pivot must still leave at or above it. A round sums the candidates' weights by their
 /// next digit ([`PivotSearch::digit`]); [`PivotSearch::choose`] takes the totals (every block's,
-/// in `1 << BITS` digits). With unit weights it ends early when the chosen digit's candidates are
+/// in `1 << DIGIT_BITS` digits). With unit weights it ends early when the chosen digit's candidates are
 /// exactly those still wanted: the pivot is then the digit's lowest key. (Not with masses: an
 /// entry of mass 0 below the others would be kept.) Top-p's target is its `share` of the row's
 /// mass, which the first round's totals give.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct PivotSearch<const BITS: u32> {
+pub struct PivotSearch {
     prefix: u32,
     known: u32,
     shift: u32,
@@ -287,15 +287,15 @@ pub struct PivotSearch<const BITS: u32> {
     done: bool,
 }
 
-impl<const BITS: u32> PivotSearch<BITS> {
-    const DIGIT_MASK: u32 = (1 << BITS) - 1;
+impl PivotSearch {
+    const DIGIT_MASK: u32 = (1 << DIGIT_BITS) - 1;
 
     /// The search for the `top_k`-th largest of `vocab` keys of `T` (done at once, pivot 0 —
     /// every key — for 0 or `≥ vocab`).
     #[inline(always)]
     pub fn top_k<T: Element>(top_k: u32, vocab: u32) -> Self {
         let done = top_k == 0 || top_k >= vocab;
-        let shift = key_bits::<T>() - BITS;
+        let shift = key_bits::<T>() - DIGIT_BITS;
         PivotSearch { prefix: 0, known: 0, shift, rank: top_k as u64, share: 1.0, unit_weights: true, done }
     }
 
@@ -304,7 +304,7 @@ impl<const BITS: u32> PivotSearch<BITS> {
     /// ([`PivotSearch::set_row_weight`]).
     #[inline(always)]
     pub fn top_p<T: Element>(top_p: f32) -> Self {
-        let shift = key_bits::<T>() - BITS;
+        let shift = key_bits::<T>() - DIGIT_BITS;
         PivotSearch { prefix: 0, known: 0, shift, rank: 0, share: top_p, unit_weights: false, done: top_p >= 1.0 }
     }
 
@@ -325,10 +325,10 @@ impl<const BITS: u32> PivotSearch<BITS> {
         key & self.known == self.prefix
     }
 
-    /// The digit this round sums `key` in, or `1 << BITS` when `key` is no longer a candidate.
+    /// The digit this round sums `key` in, or `1 << DIGIT_BITS` when `key` is no longer a candidate.
     #[inline(always)]
     pub fn digit(&self, key: u32) -> u32 {
-        if self.is_candidate(key) { (key >> self.shift) & Self::DIGIT_MASK } else { 1 << BITS }
+        if self.is_candidate(key) { (key >> self.shift) & Self::DIGIT_MASK } else { 1 << DIGIT_BITS }
     }
 
     /// Takes a round's totals (candidates' weight per digit, over the whole row): the largest
@@ -374,13 +374,12 @@ impl<const BITS: u32> PivotSearch<BITS> {
         let mut rounds = 0;
         while !self.done() {
             let mut totals = [0u64; 1 << DIGIT_BITS];
-            let totals = &mut totals[..1 << BITS];
             for i in 0..count {
                 if let Some(total) = totals.get_mut(self.digit(key(i)) as usize) {
                     *total = total.wrapping_add(weight(i));
                 }
             }
-            self.choose(totals);
+            self.choose(&totals);
             rounds += 1;
         }
         (self.pivot(), rounds)
@@ -400,7 +399,7 @@ impl<const BITS: u32> PivotSearch<BITS> {
         self.known |= Self::DIGIT_MASK << self.shift;
         self.rank -= above;
         self.done = (self.unit_weights && self.rank == total) || self.shift == 0;
-        self.shift = self.shift.saturating_sub(BITS);
+        self.shift = self.shift.saturating_sub(DIGIT_BITS);
     }
 
     /// Less weight than `rank` in a round: counts that disagree with the row (never, when every
@@ -477,14 +476,14 @@ pub unsafe fn filter_row<T: Element>(p: &FilterParams, row: u64, filter: Filter,
     let key = |i: usize| order_key(value(i));
     let pivot = match filter {
         Filter::TopK => {
-            let search = PivotSearch::<DIGIT_BITS>::top_k::<T>(unsafe { row_top_k(p, row) }, p.vocab);
+            let search = PivotSearch::top_k::<T>(unsafe { row_top_k(p, row) }, p.vocab);
             search.run_on_host(vocab, key, |_| 1).0
         }
         Filter::TopP => {
             let top_p = unsafe { row_top_p(p, row) };
             let max = (0..vocab).fold(0.0f32, |max, i| max.max(value(i).to_f32()));
             let scale = MassScale::new(max, p.vocab);
-            let search = PivotSearch::<DIGIT_BITS>::top_p::<T>(top_p);
+            let search = PivotSearch::top_p::<T>(top_p);
             search.run_on_host(vocab, key, |i| scale.mass(value(i).to_f32())).0
         }
     };
@@ -714,7 +713,7 @@ mod device_kernels {
         /// few are, and a vector without any skips the summing (a branch the warp mostly takes
         /// together).
         #[inline(always)]
-        fn any_candidate<const BITS: u32>(keys: &Packed<T, VEC>, search: &PivotSearch<BITS>) -> bool {
+        fn any_candidate(keys: &Packed<T, VEC>, search: &PivotSearch) -> bool {
             let mut any = false;
             for i in 0..VEC {
                 any |= search.is_candidate(keys.get(i).to_bits());
@@ -730,7 +729,8 @@ mod device_kernels {
         Mass(MassScale),
     }
 
-    /// Top-p's mass scale for the row `slice` holds: a pass for its largest entry.
+    /// Top-p's mass scale for the row `slice` holds: a pass for its largest entry (which stages
+    /// the slice).
     #[inline(always)]
     fn top_p_masses<T: Element, const VEC: usize>(
         slice: &mut Slice<T, VEC>,
@@ -754,13 +754,14 @@ mod device_kernels {
 
     /// The pivot of the row `slice` holds: each round sums the candidates' weights by their next
     /// byte in a cluster histogram, and warp 0 chooses the digit for the block
-    /// ([`choose_in_warp`]). The first round's pass stages the slice.
+    /// ([`choose_in_warp`]). The first pass over the slice stages it: top-k's first round, or
+    /// top-p's pass for the masses' scale before.
     #[inline(always)]
     fn histogram_pivot<T: Element, const VEC: usize>(
         slice: &mut Slice<T, VEC>,
         cluster: &ClusterExchange,
         histogram: ClusterHistogram,
-        mut search: PivotSearch<DIGIT_BITS>,
+        mut search: PivotSearch,
         weights: Weights,
         round: &mut u32,
     ) -> u32 {
@@ -809,12 +810,12 @@ mod device_kernels {
     #[inline(always)]
     fn add_weight(histogram: &ClusterHistogram, bin: u32, weight: u64, weights: Weights) {
         match weights {
-            Weights::Count => histogram.count(bin),
+            Weights::Count => histogram.add_one(bin),
             Weights::Mass(_) => histogram.add(bin, weight),
         }
     }
 
-    /// The shared-memory address of top-p's choice broadcast: after the cluster histogram.
+    /// The shared-memory address of the filters' choice broadcast: after the cluster histogram.
     #[inline(always)]
     fn histogram_broadcast() -> u32 {
         dynamic_shared() + crate::CLUSTER_EXCHANGE_BYTES + crate::CLUSTER_HISTOGRAM_BYTES
@@ -829,7 +830,7 @@ mod device_kernels {
     /// digit, and writes the search as it leaves it for the block. The same choice
     /// [`PivotSearch::choose`] makes over the same totals on the host.
     #[inline(always)]
-    fn choose_in_warp(search: &mut PivotSearch<DIGIT_BITS>, totals: u32, broadcast: u32) {
+    fn choose_in_warp(search: &mut PivotSearch, totals: u32, broadcast: u32) {
         let lane = thread_index();
         let state = broadcast + 32 * 8;
         if lane < 32 {
@@ -1063,14 +1064,14 @@ mod tests {
         let mut sorted = keys;
         sorted.sort_unstable_by(|a, b| b.cmp(a));
         for k in 1..keys.len() as u32 {
-            let search = PivotSearch::<DIGIT_BITS>::top_k::<f32>(k, keys.len() as u32);
+            let search = PivotSearch::top_k::<f32>(k, keys.len() as u32);
             let (pivot, rounds) = search.run_on_host(keys.len(), |i| keys[i], |_| 1);
             let kth = sorted[k as usize - 1];
             let kept = keys.iter().filter(|&&key| key >= pivot).count();
             assert_eq!(kept, keys.iter().filter(|&&key| key >= kth).count(), "k = {k}");
             assert!(rounds <= 4, "k = {k}: {rounds} rounds");
         }
-        let top_k = PivotSearch::<DIGIT_BITS>::top_k::<f32>;
+        let top_k = PivotSearch::top_k::<f32>;
         assert!(top_k(200, 200).done() && top_k(0, 200).done());
         assert_eq!(top_k(500, 200).pivot(), 0, "every key kept");
     }
@@ -1086,7 +1087,7 @@ mod tests {
         let masses = values.map(|x| scale.mass(x));
         let total: u64 = masses.iter().sum();
         for top_p in [1e-6f32, 0.1, 0.25, 0.5, 0.77, 0.9, 0.999, 0.0, f32::NAN] {
-            let search = PivotSearch::<DIGIT_BITS>::top_p::<f32>(top_p);
+            let search = PivotSearch::top_p::<f32>(top_p);
             let (pivot, rounds) = search.run_on_host(keys.len(), |i| keys[i], |i| masses[i]);
             assert_eq!(rounds, 4, "a byte a round, to the last");
             let target = share_of(total, top_p).max(1);
@@ -1095,7 +1096,7 @@ mod tests {
                 assert_eq!(key >= pivot, above < target, "top_p {top_p}, entry {i}");
             }
         }
-        assert!(PivotSearch::<DIGIT_BITS>::top_p::<f32>(1.0).done(), "1 keeps every entry");
+        assert!(PivotSearch::top_p::<f32>(1.0).done(), "1 keeps every entry");
     }
 
     #[test]
