@@ -321,6 +321,13 @@ const FILTER_BLOCK_THREADS: u32 = 256;
 /// Elements of a row per block below which a row is not split further: a cluster's blocks each
 /// take at least this many (8 of them share a 128256-entry row).
 const MIN_SLICE: u64 = 8192;
+/// A filter's [`MIN_SLICE`] when its batch is too small to fill the multiprocessors (H200,
+/// 2026-12-02: top-p f32 32000 × 1 in 8 blocks 23.8 µs, in 2 42.0; bf16 top-k mask 32000 × 1 in
+/// 4 blocks 9.1 µs, in 2 12.5).
+const FEW_ROWS_MIN_SLICE: u64 = 4000;
+/// A filter's threads a block at most when its batch is too small to fill the multiprocessors
+/// (bf16 top-k mask 128256 × 1: 11.8 µs with 512, 14.7 with 256).
+const FEW_ROWS_BLOCK_THREADS: u32 = 512;
 /// The grid's y dimension at most (CUDA's limit); the kernel strides over further rows.
 const MAX_GRID_Y: u64 = 65_535;
 
@@ -361,8 +368,8 @@ impl Plan {
         limits: &Limits,
         forced: LayoutOverride,
     ) -> Result<Launch<SoftmaxParams>, Error> {
-        let ((slices, rows), block) =
-            self.geometry(limits.clusters, limits.max_threads(entry), BLOCK_THREADS, forced)?;
+        let planned = (self.split(MIN_SLICE, MAX_CLUSTER_BLOCKS), BLOCK_THREADS);
+        let ((slices, rows), block) = self.geometry(limits.clusters, limits.max_threads(entry), planned, forced)?;
         let params = SoftmaxParams { slices, ..params };
         let shared_bytes = if slices > 1 { CLUSTER_EXCHANGE_BYTES } else { 0 };
         Ok(Launch { entry, params, grid: (slices, rows), block, shared_bytes, cluster: slices })
@@ -379,7 +386,8 @@ impl Plan {
         forced: LayoutOverride,
     ) -> Result<Launch<FilterParams>, Error> {
         let max_threads = limits.max_threads(entry);
-        let ((slices, rows), block) = self.geometry(limits.clusters, max_threads, FILTER_BLOCK_THREADS, forced)?;
+        let planned = self.filter_split(limits.multiprocessors);
+        let ((slices, rows), block) = self.geometry(limits.clusters, max_threads, planned, forced)?;
         let (staged, shared_bytes) = self.filter_shared_bytes(slices, limits.max_shared_bytes);
         let params = FilterParams { slices, staged: staged as u32, ..params };
         Ok(Launch { entry, params, grid: (slices, rows), block, shared_bytes, cluster: slices })
@@ -395,19 +403,38 @@ impl Plan {
         (staged, header + if staged { slice_bytes as u32 } else { 0 })
     }
 
+    /// Blocks a row when each takes at least `min_slice` of its elements: a power of two, at
+    /// most `most`.
+    fn split(&self, min_slice: u64, most: u32) -> u32 {
+        1 << ((self.vocab / min_slice).clamp(1, most as u64) as u32).ilog2()
+    }
+
+    /// A filter's (blocks a row, threads a block), from the layout sweep of 2026-12-02
+    /// (docs/perf/sampling.md, session 12): a batch that leaves most multiprocessors idle even
+    /// at 8 blocks a row splits its rows finer ([`FEW_ROWS_MIN_SLICE`]) into wider blocks
+    /// ([`FEW_ROWS_BLOCK_THREADS`]: more loads in flight a row); a larger one as softmax, but
+    /// 16-bit rows in at most 4 blocks (clusters of 8 cost them more than their slices' halved
+    /// work saves: 128256 × 256 renorm 151.7 µs in 8 blocks, 125.2 in 4).
+    fn filter_split(&self, multiprocessors: u32) -> (u32, u32) {
+        if self.rows * MAX_CLUSTER_BLOCKS as u64 <= multiprocessors as u64 {
+            return (self.split(FEW_ROWS_MIN_SLICE, MAX_CLUSTER_BLOCKS), FEW_ROWS_BLOCK_THREADS);
+        }
+        let most = if self.dtype.size() == 2 { MAX_CLUSTER_BLOCKS / 2 } else { MAX_CLUSTER_BLOCKS };
+        (self.split(MIN_SLICE, most), FILTER_BLOCK_THREADS)
+    }
+
     /// ((blocks per row, rows in parallel), block) where clusters are available or not, for an
-    /// entry of at most `max_threads` threads and blocks of at most `block_threads` unless forced:
-    /// a row split into a cluster's blocks of at least [`MIN_SLICE`] elements each, as many rows
-    /// in parallel as the grid allows.
+    /// entry of at most `max_threads` threads, `planned` (blocks a row, threads a block at most)
+    /// unless forced: as many rows in parallel as the grid allows.
     fn geometry(
         &self,
         clusters: bool,
         max_threads: u32,
-        block_threads: u32,
+        (planned, block_threads): (u32, u32),
         forced: LayoutOverride,
     ) -> Result<((u32, u32), u32), Error> {
         let vocab = self.vocab;
-        let planned = if clusters { (vocab / MIN_SLICE).clamp(1, MAX_CLUSTER_BLOCKS as u64) as u32 } else { 1 };
+        let planned = if clusters { planned } else { 1 };
         let slices = match forced.slices {
             Some(s) if s > 1 && !clusters => {
                 return Err(Error::Config(format!(
@@ -415,7 +442,7 @@ impl Plan {
                 )));
             }
             Some(s) => s,
-            None => 1 << planned.ilog2(),
+            None => planned,
         };
         let most = max_threads.max(32);
         let vectors_per_slice = (vocab / self.vec as u64).div_ceil(slices as u64);
@@ -544,41 +571,50 @@ mod tests {
         }
     }
 
+    /// Softmax's planned split of `plan`'s rows.
+    fn softmax_split(plan: &Plan) -> (u32, u32) {
+        (plan.split(MIN_SLICE, MAX_CLUSTER_BLOCKS), BLOCK_THREADS)
+    }
+
     #[test]
     fn a_large_vocabulary_is_split_across_a_cluster_where_there_are_clusters() {
         let unforced = LayoutOverride::default();
-        assert_eq!(plan(1, 128256, 4).geometry(true, 1024, BLOCK_THREADS, unforced).unwrap(), ((8, 1), 512));
-        assert_eq!(
-            plan(256, 32000, 4).geometry(true, 1024, BLOCK_THREADS, unforced).unwrap(),
-            ((2, 256), 512),
-            "3 → 2 a row"
-        );
-        assert_eq!(
-            plan(64, 128256, 4).geometry(false, 1024, BLOCK_THREADS, unforced).unwrap(),
-            ((1, 64), 512),
-            "no clusters"
-        );
-        assert_eq!(
-            plan(3, 1000, 4).geometry(true, 1024, BLOCK_THREADS, unforced).unwrap(),
-            ((1, 3), 256),
-            "250 vectors"
-        );
-        assert_eq!(
-            plan(1 << 20, 7, 1).geometry(true, 1024, BLOCK_THREADS, unforced).unwrap(),
-            ((1, 65535), 32),
-            "rows strided"
-        );
-        assert_eq!(
-            plan(1, 128256, 4).geometry(true, 1024, BLOCK_THREADS, forced(Some(128), Some(2))).unwrap(),
-            ((2, 1), 128)
-        );
-        let error = plan(1, 128256, 4).geometry(false, 1024, BLOCK_THREADS, forced(None, Some(4))).unwrap_err();
+        let geometry = |rows, vocab, vec, clusters, forced| {
+            let plan = plan(rows, vocab, vec);
+            plan.geometry(clusters, 1024, softmax_split(&plan), forced)
+        };
+        assert_eq!(geometry(1, 128256, 4, true, unforced).unwrap(), ((8, 1), 512));
+        assert_eq!(geometry(256, 32000, 4, true, unforced).unwrap(), ((2, 256), 512), "3 → 2 a row");
+        assert_eq!(geometry(64, 128256, 4, false, unforced).unwrap(), ((1, 64), 512), "no clusters");
+        assert_eq!(geometry(3, 1000, 4, true, unforced).unwrap(), ((1, 3), 256), "250 vectors");
+        assert_eq!(geometry(1 << 20, 7, 1, true, unforced).unwrap(), ((1, 65535), 32), "rows strided");
+        assert_eq!(geometry(1, 128256, 4, true, forced(Some(128), Some(2))).unwrap(), ((2, 1), 128));
+        let error = geometry(1, 128256, 4, false, forced(None, Some(4))).unwrap_err();
         assert!(
             matches!(&error, Error::Config(text) if text.contains(LAYOUT_VAR) && text.contains("sm_90")),
             "{error}"
         );
-        let error = plan(1, 128256, 4).geometry(true, 256, BLOCK_THREADS, forced(Some(512), None)).unwrap_err();
+        let plan = plan(1, 128256, 4);
+        let error = plan.geometry(true, 256, softmax_split(&plan), forced(Some(512), None)).unwrap_err();
         assert!(matches!(&error, Error::Config(text) if text.contains("at most 256")), "{error}");
+    }
+
+    /// The filters' split by batch and dtype, at the sweep's points (H200: 132 multiprocessors).
+    #[test]
+    fn a_filter_splits_rows_finer_for_small_batches_and_16_bit_rows_less_for_large_ones() {
+        let split = |rows, vocab: u32, dtype: DType| {
+            let vec = 16 / dtype.size() as u32;
+            Plan { dtype, ..plan(rows, vocab, vec) }.filter_split(132)
+        };
+        assert_eq!(split(1, 128256, DType::Bf16), (8, 512));
+        assert_eq!(split(1, 32000, DType::F32), (8, 512), "4000 elements a block");
+        assert_eq!(split(16, 32000, DType::Bf16), (8, 512), "16 × 8 blocks: one wave");
+        assert_eq!(split(17, 32000, DType::Bf16), (2, 256));
+        assert_eq!(split(64, 128256, DType::Bf16), (4, 256), "16-bit: at most 4");
+        assert_eq!(split(256, 128256, DType::F16), (4, 256));
+        assert_eq!(split(256, 128256, DType::F32), (8, 256));
+        assert_eq!(split(256, 32000, DType::F32), (2, 256));
+        assert_eq!(split(1, 3000, DType::F32), (1, 512), "below a slice: one block");
     }
 
     #[test]
