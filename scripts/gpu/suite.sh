@@ -9,7 +9,7 @@
 #   racecheck compute-sanitizer racecheck, likewise (SANITIZER_TIMEOUT seconds each, default 240)
 #   bench     ferrinfer-bench --grid for every routine of the norm (rmsnorm, fused_add_rmsnorm),
 #             activation (silu/gelu/gelu_tanh_and_mul) and sampling (softmax, top_k_mask_logits,
-#             top_k_renorm_probs, top_p_renorm_probs) families, bf16 and f16
+#             top_k_renorm_probs, top_p_renorm_probs and the sampling ops) families, bf16 and f16
 #             (correctness: `tests`)
 #   sweep     the norm planner's layouts forced one by one (FERRINFER_NORM_LAYOUT) at the points
 #             that decide them, rmsnorm and fused_add_rmsnorm bf16: $out/sweep.csv; the register
@@ -125,7 +125,7 @@ for step in "$@"; do
     bench)
       # BENCH_DTYPES, BENCH_ROUTINES: narrow the grid (default: both dtypes, every routine).
       for dtype in ${BENCH_DTYPES:-bf16 f16}; do
-        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul softmax top_k_mask_logits top_k_renorm_probs top_p_renorm_probs}; do
+        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul softmax top_k_mask_logits top_k_renorm_probs top_p_renorm_probs sampling_from_probs top_k_sampling_from_probs top_p_sampling_from_probs min_p_sampling_from_probs}; do
           run bench .bundle/ferrinfer-bench --routine $routine --dtype $dtype --grid --output-path "$out/ferrinfer.csv" \
             --warmup-seconds 1
         done

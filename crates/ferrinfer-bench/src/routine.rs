@@ -32,13 +32,14 @@ struct Buffer {
 }
 
 impl Setup {
-    /// The shape of each tensor argument (`[T, H]`, `[H]` or `[T, 2H]`), contiguous.
+    /// The shape of each tensor argument (`[T, H]`, `[H]`, `[T, 2H]` or `[T]`), contiguous.
     fn shape(&self, extent: Extent) -> Vec<i64> {
         let (t, h) = (self.tokens as i64, self.hidden as i64);
         match extent {
             Extent::Rows => vec![t, h],
             Extent::Row => vec![h],
             Extent::DoubleRows => vec![t, 2 * h],
+            Extent::Batch => vec![t],
         }
     }
 

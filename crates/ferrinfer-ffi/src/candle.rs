@@ -97,7 +97,7 @@ impl Op {
         let inputs =
             inputs.map(|(arg, (storage, layout))| storage.view(arg.name, layout, &exec)).collect::<Result<Vec<_>>>()?;
         let shape = output_shape(first_layout.shape(), self.info.tensors[0].extent, out_arg.extent);
-        let mut out = first.alloc_like(shape.elem_count(), out_arg.dtype == DTypeRule::F32)?;
+        let mut out = first.alloc_like(shape.elem_count(), out_arg.dtype)?;
         {
             // Scoped: the view (and its CUDA guard) must end before `out` is returned.
             let out_view = out.view_mut(out_arg.name, &Layout::contiguous(&shape), &exec)?;
@@ -135,9 +135,14 @@ impl Op {
     }
 }
 
-/// The output's shape: the first input's, with the output's row length.
+/// The output's shape: the first input's, with the output's row length (none for one value a
+/// row).
 fn output_shape(first: &Shape, first_extent: Extent, extent: Extent) -> Shape {
     let mut dims = first.dims().to_vec();
+    if extent == Extent::Batch {
+        dims.pop();
+        return Shape::from(dims);
+    }
     if let Some(last) = dims.last_mut() {
         match (first_extent, extent) {
             (Extent::DoubleRows, Extent::Rows) => *last /= 2,
@@ -312,14 +317,14 @@ trait Backend: Sized {
     fn view_mut<'s>(&'s mut self, argument: &'static str, layout: &Layout, exec: &'s Exec) -> Result<Viewed<'s>>;
     /// Storage for `len` elements of this storage's dtype on its device (contents unspecified).
     /// `len` elements of this storage's dtype, or of f32 (an output that is always f32).
-    fn alloc_like(&self, len: usize, f32: bool) -> Result<Self>;
+    fn alloc_like(&self, len: usize, rule: DTypeRule) -> Result<Self>;
 }
 
 /// Evaluates `$body` with `$data` bound to the data of `$storage` (a variant of `$kind`, candle's
 /// per-dtype storage enum) and `$t` naming its element type, giving `Ok(($body, dtype))` for the
 /// dtypes ferrinfer runs, `Err($otherwise)` for the rest (evaluated only then: errors capture a
 /// backtrace when RUST_BACKTRACE is set, far too slow for every call).
-macro_rules! with_float_data {
+macro_rules! with_element_data {
     ($kind:ident, $storage:expr, |$data:ident: $t:ident| $body:expr, else $otherwise:expr) => {
         match $storage {
             $kind::F16($data) => {
@@ -337,13 +342,20 @@ macro_rules! with_float_data {
                 type $t = f32;
                 Ok(($body, DType::F32))
             }
+            // Sampled tokens.
+            $kind::I32($data) => {
+                #[allow(dead_code)]
+                type $t = i32;
+                Ok(($body, DType::I32))
+            }
             _ => Err($otherwise),
         }
     };
 }
 /// candle dtypes ferrinfer does not run.
 fn unsupported_dtype(argument: &'static str, dtype: candle_core::DType) -> candle_core::Error {
-    to_candle(Error::UnsupportedDType { argument, found: dtype.as_str().into(), expected: "f16, bf16 or f32".into() })
+    let expected = "f16, bf16 or f32 (int32 for sampled tokens)".into();
+    to_candle(Error::UnsupportedDType { argument, found: dtype.as_str().into(), expected })
 }
 
 /// A view of `layout` over `len` elements of `dtype` at `data` on `device`.
@@ -386,7 +398,7 @@ impl Backend for CpuStorage {
     fn view<'s>(&'s self, argument: &'static str, layout: &Layout, _: &'s Exec) -> Result<Viewed<'s>> {
         let candle_dtype = self.dtype();
         // Read through this pointer only: `view` operands are never written by the ops.
-        let ((data, len), dtype) = with_float_data!(CpuStorage, self,
+        let ((data, len), dtype) = with_element_data!(CpuStorage, self,
             |v: T| (v.as_ptr().cast_mut().cast(), v.len()),
             else unsupported_dtype(argument, candle_dtype))?;
         // SAFETY: the Vec's elements, borrowed for 's.
@@ -395,19 +407,21 @@ impl Backend for CpuStorage {
 
     fn view_mut<'s>(&'s mut self, argument: &'static str, layout: &Layout, _: &'s Exec) -> Result<Viewed<'s>> {
         let candle_dtype = self.dtype();
-        let ((data, len), dtype) = with_float_data!(CpuStorage, self,
+        let ((data, len), dtype) = with_element_data!(CpuStorage, self,
             |v: T| (v.as_mut_ptr().cast(), v.len()),
             else unsupported_dtype(argument, candle_dtype))?;
         // SAFETY: the Vec's elements, borrowed mutably for 's.
         Ok(Viewed::host(unsafe { view_of_layout(argument, (data, len, dtype), layout, Device::Cpu)? }))
     }
 
-    fn alloc_like(&self, len: usize, f32: bool) -> Result<Self> {
-        if f32 {
-            return Ok(CpuStorage::F32(vec![0.0; len]));
+    fn alloc_like(&self, len: usize, rule: DTypeRule) -> Result<Self> {
+        match rule {
+            DTypeRule::F32 => return Ok(CpuStorage::F32(vec![0.0; len])),
+            DTypeRule::I32 => return Ok(CpuStorage::I32(vec![0; len])),
+            DTypeRule::Same | DTypeRule::SameOrF32 => {}
         }
         let candle_dtype = self.dtype();
-        let zeros = with_float_data!(CpuStorage, self,
+        let zeros = with_element_data!(CpuStorage, self,
             |_v: T| T::to_cpu_storage_owned(vec![T::from_f64(0.0); len]),
             else unsupported_dtype("input", candle_dtype));
         zeros.map(|(storage, _)| storage)
@@ -559,7 +573,7 @@ mod cuda {
     use ferrinfer_launch::cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
     use ferrinfer_launch::{DType, Device, Error};
 
-    use super::{Backend, Exec, Viewed, to_candle, unsupported_dtype, view_of_layout};
+    use super::{Backend, DTypeRule, Exec, Viewed, to_candle, unsupported_dtype, view_of_layout};
 
     /// candle's stream for a CUDA device: where its own kernels run, so ours are ordered with them.
     pub struct CudaExec {
@@ -596,7 +610,7 @@ mod cuda {
 
         fn view<'s>(&'s self, argument: &'static str, layout: &Layout, exec: &'s Exec) -> Result<Viewed<'s>> {
             let candle_dtype = self.dtype();
-            let ((slice, guard), dtype) = with_float_data!(CudaStorageSlice, &self.slice, |s: T| {
+            let ((slice, guard), dtype) = with_element_data!(CudaStorageSlice, &self.slice, |s: T| {
                 let stream = stream_for(exec, argument, s.ordinal())?;
                 ((s.ordinal(), s.len()), s.device_ptr(stream))
             }, else unsupported_dtype(argument, candle_dtype))?;
@@ -605,22 +619,28 @@ mod cuda {
 
         fn view_mut<'s>(&'s mut self, argument: &'static str, layout: &Layout, exec: &'s Exec) -> Result<Viewed<'s>> {
             let candle_dtype = self.dtype();
-            let ((slice, guard), dtype) = with_float_data!(CudaStorageSlice, &mut self.slice, |s: T| {
+            let ((slice, guard), dtype) = with_element_data!(CudaStorageSlice, &mut self.slice, |s: T| {
                 let stream = stream_for(exec, argument, s.ordinal())?;
                 ((s.ordinal(), s.len()), s.device_ptr_mut(stream))
             }, else unsupported_dtype(argument, candle_dtype))?;
             view_of_cuda(argument, slice, guard, dtype, layout)
         }
 
-        fn alloc_like(&self, len: usize, f32: bool) -> Result<Self> {
+        fn alloc_like(&self, len: usize, rule: DTypeRule) -> Result<Self> {
             let (device, candle_dtype) = (self.device.clone(), self.dtype());
-            if f32 {
-                // SAFETY: as below.
-                return Ok(CudaStorage::wrap_cuda_slice(unsafe { device.alloc::<f32>(len) }?, device));
+            // SAFETY (each): as below.
+            match rule {
+                DTypeRule::F32 => {
+                    return Ok(CudaStorage::wrap_cuda_slice(unsafe { device.alloc::<f32>(len) }?, device));
+                }
+                DTypeRule::I32 => {
+                    return Ok(CudaStorage::wrap_cuda_slice(unsafe { device.alloc::<i32>(len) }?, device));
+                }
+                DTypeRule::Same | DTypeRule::SameOrF32 => {}
             }
             // SAFETY: the contents are unspecified until the op writes every element; on error the
             // storage is dropped unread.
-            let storage = with_float_data!(CudaStorageSlice, &self.slice, |_s: T| {
+            let storage = with_element_data!(CudaStorageSlice, &self.slice, |_s: T| {
                 CudaStorage::wrap_cuda_slice(unsafe { device.alloc::<T>(len) }?, device.clone())
             }, else unsupported_dtype("input", candle_dtype));
             storage.map(|(storage, _)| storage)

@@ -387,20 +387,27 @@ fn allocate_like<'py>(first: &Bound<'py, PyAny>, arg: &TensorArg, first_extent: 
     let py = first.py();
     let shape: Vec<i64> = first.getattr(intern!(py, "shape"))?.extract()?;
     let mut out_shape = shape.clone();
-    if let Some(last) = out_shape.last_mut() {
+    if arg.extent == Extent::Batch {
+        out_shape.pop();
+    } else if let Some(last) = out_shape.last_mut() {
         *last = match (first_extent, arg.extent) {
             (Extent::DoubleRows, Extent::Rows) => *last / 2,
             (Extent::Rows, Extent::DoubleRows) => *last * 2,
             _ => *last,
         };
     }
-    let f32 = arg.dtype == DTypeRule::F32;
-    let same = out_shape == shape && !f32;
+    // The output's own dtype where the table fixes it (the framework's name for it).
+    let fixed = match arg.dtype {
+        DTypeRule::F32 => Some("float32"),
+        DTypeRule::I32 => Some("int32"),
+        DTypeRule::Same | DTypeRule::SameOrF32 => None,
+    };
+    let same = out_shape == shape && fixed.is_none();
     if let Some(torch) = as_torch(first, torch(py)?)? {
         if same {
             return torch.empty_like.bind(py).call1((first,));
         }
-        let kwargs = f32.then(|| [("dtype", py.import("torch")?.getattr("float32")?)].into_py_dict(py)).transpose()?;
+        let kwargs = fixed.map(|name| [("dtype", py.import("torch")?.getattr(name)?)].into_py_dict(py)).transpose()?;
         return first.call_method(intern!(py, "new_empty"), (out_shape,), kwargs.as_ref());
     }
     if first.hasattr("__array_namespace__")? {
@@ -408,7 +415,10 @@ fn allocate_like<'py>(first: &Bound<'py, PyAny>, arg: &TensorArg, first_extent: 
         if same {
             return xp.call_method1("empty_like", (first,));
         }
-        let dtype = if f32 { xp.getattr("float32")? } else { first.getattr("dtype")? };
+        let dtype = match fixed {
+            Some(name) => xp.getattr(name)?,
+            None => first.getattr("dtype")?,
+        };
         let kwargs = [("dtype", dtype)].into_py_dict(py)?;
         return xp.call_method("empty", (out_shape,), Some(&kwargs));
     }

@@ -152,10 +152,19 @@ pub fn call(
 }
 
 /// A new tensor for output `arg`, like `first` (of `first_extent`): its device, its kind unless
-/// the output is always f32, its shape with the output's row length.
+/// the output's is fixed (f32, int32), its shape with the output's row length (none for one
+/// value a row).
 fn allocate_like(first: &Tensor, first_extent: Extent, arg: &TensorArg) -> Result<Tensor, TchError> {
     let mut shape = first.size();
-    let kind = if arg.dtype == DTypeRule::F32 { Kind::Float } else { first.f_kind()? };
+    let kind = match arg.dtype {
+        DTypeRule::F32 => Kind::Float,
+        DTypeRule::I32 => Kind::Int,
+        DTypeRule::Same | DTypeRule::SameOrF32 => first.f_kind()?,
+    };
+    if arg.extent == Extent::Batch {
+        shape.pop();
+        return Tensor::f_empty(shape, (kind, first.device()));
+    }
     match (first_extent, arg.extent, shape.last_mut()) {
         (Extent::DoubleRows, Extent::Rows, Some(last)) => *last /= 2,
         (Extent::Rows, Extent::DoubleRows, Some(last)) => *last *= 2,
@@ -199,8 +208,10 @@ fn dtype(argument: &'static str, kind: Kind) -> Result<DType, TchError> {
         Kind::Half => Ok(DType::F16),
         Kind::BFloat16 => Ok(DType::Bf16),
         Kind::Float => Ok(DType::F32),
+        // Sampled tokens (and per-row `top_k`).
+        Kind::Int => Ok(DType::I32),
         other => {
-            let expected = "Half, BFloat16 or Float".into();
+            let expected = "Half, BFloat16 or Float (Int for sampled tokens)".into();
             Err(to_tch(Error::UnsupportedDType { argument, found: format!("{other:?}"), expected }))
         }
     }

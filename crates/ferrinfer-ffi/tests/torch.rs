@@ -77,15 +77,26 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
             Extent::Rows if arg.nonnegative => tensor(kind, rows, hidden, narrow, seed + i as u64).abs_(),
             Extent::Rows => tensor(kind, rows, hidden, narrow, seed + i as u64),
             Extent::DoubleRows => tensor(kind, rows, 2 * hidden, narrow, seed + i as u64),
+            Extent::Batch => panic!("{}: no op reads one value a row", op.name),
         })
         .collect();
-    let buffers: Vec<Tensor> = op
-        .tensors
+    let out_args: Vec<&TensorArg> = op.tensors.iter().filter(|a| a.role == Role::Out).collect();
+    // Tokens (one a row) in an int32 buffer of -1; values in a NaN-filled one.
+    let buffers: Vec<Tensor> = out_args
         .iter()
-        .filter(|a| a.role == Role::Out)
-        .map(|arg| buffer(output_kind(arg, kind), rows, hidden, narrow, 0).fill_(f64::NAN))
+        .map(|arg| match arg.extent {
+            Extent::Batch => Tensor::full([rows + 2], -1, (Kind::Int, Device::Cpu)),
+            _ => buffer(output_kind(arg, kind), rows, hidden, narrow, 0).fill_(f64::NAN),
+        })
         .collect();
-    let outputs: Vec<Tensor> = buffers.iter().map(|b| window(b, rows, hidden, narrow)).collect();
+    let outputs: Vec<Tensor> = buffers
+        .iter()
+        .zip(&out_args)
+        .map(|(b, arg)| match arg.extent {
+            Extent::Batch => b.narrow(0, narrow as i64, rows),
+            _ => window(b, rows, hidden, narrow),
+        })
+        .collect();
     let before: Vec<Vec<f64>> = inputs.iter().map(values).collect();
     let scalars: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
     let refs: Vec<&Tensor> = inputs.iter_mut().map(|t| &*t).collect();
@@ -106,9 +117,12 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
     tensors.extend(outputs.iter().map(|_| Vec::new()));
     reference::check_written(op, dtype(kind), hidden as usize, &tensors, &written, &scalars)
         .unwrap_or_else(|e| panic!("{context}: {e}"));
-    for b in &buffers {
-        let written = values(b).iter().filter(|v| !v.is_nan()).count();
-        assert_eq!(written, (rows * hidden) as usize, "{context}: wrote outside `out`");
+    for (b, arg) in buffers.iter().zip(&out_args) {
+        let (written, expected) = match arg.extent {
+            Extent::Batch => (values(b).iter().filter(|&&v| v != -1.0).count(), rows),
+            _ => (values(b).iter().filter(|v| !v.is_nan()).count(), rows * hidden),
+        };
+        assert_eq!(written, expected as usize, "{context}: wrote outside `{}`", arg.name);
     }
 }
 

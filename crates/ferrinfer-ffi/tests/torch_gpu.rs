@@ -107,6 +107,7 @@ fn tensors(op: &OpInfo, kind: Kind, narrow: bool, seed: u64, device: Device) -> 
                 Extent::Rows if arg.nonnegative => tensor(kind, ROWS, HIDDEN, narrow, seed, device).0.abs_(),
                 Extent::Rows => tensor(kind, ROWS, HIDDEN, narrow, seed, device).0,
                 Extent::DoubleRows => tensor(kind, ROWS, 2 * HIDDEN, narrow, seed, device).0,
+                Extent::Batch => panic!("{}: no op reads one value a row", op.name),
             }
         })
         .collect();
@@ -115,6 +116,11 @@ fn tensors(op: &OpInfo, kind: Kind, narrow: bool, seed: u64, device: Device) -> 
         .iter()
         .filter(|a| a.role == Role::Out)
         .map(|arg| {
+            if arg.extent == Extent::Batch {
+                // Tokens, one a row, in an int32 buffer of -1 (two more than the rows).
+                let buffer = Tensor::full([ROWS + 2], -1, (Kind::Int, device));
+                return (buffer.narrow(0, narrow as i64, ROWS), buffer);
+            }
             // f32 where the op's outputs are always f32 (softmax).
             let out_kind = if arg.dtype == DTypeRule::F32 { Kind::Float } else { kind };
             let (out, mut buffer) = tensor(out_kind, ROWS, HIDDEN, narrow, 0, device);
@@ -171,9 +177,13 @@ fn torch_gpu_every_op_on_a_cudarc_stream_and_the_default_stream() {
                     let context = format!("{} {kind:?} narrow={narrow} on the {name}", op.name);
                     reference::check_written(op, dtype(kind), HIDDEN as usize, &before, &written, &scalars)
                         .unwrap_or_else(|e| panic!("{context}: {e}"));
-                    for buffer in buffers {
-                        let written = buffer.iter().filter(|v| !v.is_nan()).count();
-                        assert_eq!(written, (ROWS * HIDDEN) as usize, "{context}: wrote outside `out`");
+                    let out_args = op.tensors.iter().filter(|a| a.role == Role::Out);
+                    for (buffer, arg) in buffers.iter().zip(out_args) {
+                        let (written, expected) = match arg.extent {
+                            Extent::Batch => (buffer.iter().filter(|&&v| v != -1.0).count(), ROWS),
+                            _ => (buffer.iter().filter(|v| !v.is_nan()).count(), ROWS * HIDDEN),
+                        };
+                        assert_eq!(written, expected as usize, "{context}: wrote outside `{}`", arg.name);
                     }
                 }
             }

@@ -1,7 +1,8 @@
 //! The sampling family at layer 3: [`SamplingModule::spec`] describes one module per op and
 //! logits dtype, with one entry point per vector width (the launcher picks
 //! [`SamplingModule::entry`]): `softmax`, `top_k_mask_logits`, `top_k_renorm_probs`,
-//! `top_p_renorm_probs`.
+//! `top_p_renorm_probs` and the sampling ops (`sampling_from_probs`, `top_k_…`, `top_p_…`,
+//! `min_p_sampling_from_probs`).
 
 use ferrinfer_kernels::element::DType;
 
@@ -18,14 +19,22 @@ pub enum SamplingKernel {
     TopKMaskLogits,
     TopKRenormProbs,
     TopPRenormProbs,
+    SamplingFromProbs,
+    TopKSamplingFromProbs,
+    TopPSamplingFromProbs,
+    MinPSamplingFromProbs,
 }
 
 impl SamplingKernel {
-    pub const ALL: [SamplingKernel; 4] = [
+    pub const ALL: [SamplingKernel; 8] = [
         SamplingKernel::Softmax,
         SamplingKernel::TopKMaskLogits,
         SamplingKernel::TopKRenormProbs,
         SamplingKernel::TopPRenormProbs,
+        SamplingKernel::SamplingFromProbs,
+        SamplingKernel::TopKSamplingFromProbs,
+        SamplingKernel::TopPSamplingFromProbs,
+        SamplingKernel::MinPSamplingFromProbs,
     ];
 
     /// FlashInfer's name of the op.
@@ -35,6 +44,10 @@ impl SamplingKernel {
             SamplingKernel::TopKMaskLogits => "top_k_mask_logits",
             SamplingKernel::TopKRenormProbs => "top_k_renorm_probs",
             SamplingKernel::TopPRenormProbs => "top_p_renorm_probs",
+            SamplingKernel::SamplingFromProbs => "sampling_from_probs",
+            SamplingKernel::TopKSamplingFromProbs => "top_k_sampling_from_probs",
+            SamplingKernel::TopPSamplingFromProbs => "top_p_sampling_from_probs",
+            SamplingKernel::MinPSamplingFromProbs => "min_p_sampling_from_probs",
         }
     }
 
@@ -45,6 +58,10 @@ impl SamplingKernel {
             SamplingKernel::TopKMaskLogits => ("sampling::top_k_mask_rows", "sampling::FilterParams"),
             SamplingKernel::TopKRenormProbs => ("sampling::top_k_renorm_rows", "sampling::FilterParams"),
             SamplingKernel::TopPRenormProbs => ("sampling::top_p_renorm_rows", "sampling::FilterParams"),
+            SamplingKernel::SamplingFromProbs => ("sampling::sample_rows", "sampling::SampleParams"),
+            SamplingKernel::TopKSamplingFromProbs => ("sampling::top_k_sample_rows", "sampling::SampleParams"),
+            SamplingKernel::TopPSamplingFromProbs => ("sampling::top_p_sample_rows", "sampling::SampleParams"),
+            SamplingKernel::MinPSamplingFromProbs => ("sampling::min_p_sample_rows", "sampling::SampleParams"),
         }
     }
 
@@ -57,13 +74,21 @@ impl SamplingKernel {
         match self {
             SamplingKernel::Softmax => None,
             SamplingKernel::TopKMaskLogits if dtype.size() == 2 => Some(64),
-            _ => Some(80),
+            SamplingKernel::TopKMaskLogits | SamplingKernel::TopKRenormProbs | SamplingKernel::TopPRenormProbs => {
+                Some(80)
+            }
+            _ => None,
         }
     }
 
-    /// The dtype the kernel stores, where it is not the input's: softmax's probabilities are f32.
+    /// The dtype the kernel stores, where it is not the input's: softmax's probabilities are
+    /// f32, the sampling ops' tokens i32.
     fn stores(self) -> Option<String> {
-        (self == SamplingKernel::Softmax).then(|| "f32".into())
+        match self {
+            SamplingKernel::Softmax => Some("f32".into()),
+            SamplingKernel::TopKMaskLogits | SamplingKernel::TopKRenormProbs | SamplingKernel::TopPRenormProbs => None,
+            _ => Some("i32".into()),
+        }
     }
 }
 
@@ -119,7 +144,7 @@ mod tests {
         assert_eq!(v8.name, "ferrinfer_softmax_bf16_v8");
         assert_eq!(v8.generics, ["element::Bf16", "8"]);
         assert_eq!(SamplingModule { kernel: SamplingKernel::Softmax, dtype: DType::F32 }.entry(8), None);
-        assert_eq!(declared_specs(CudaArch::HOPPER, false).len(), 12);
+        assert_eq!(declared_specs(CudaArch::HOPPER, false).len(), 24);
         let top_k =
             SamplingModule { kernel: SamplingKernel::TopKMaskLogits, dtype: DType::F16 }.spec(CudaArch::HOPPER, false);
         assert_eq!(top_k.entry_points[0].kernel, "sampling::top_k_mask_rows");

@@ -66,7 +66,14 @@ impl Philox {
     /// `curand()`: the next 32 random bits.
     #[inline(always)]
     pub fn next_u32(&mut self) -> u32 {
-        let value = self.block[self.lane as usize & 3];
+        // Selected, not indexed: a run-time index into the block puts it in local memory.
+        let [a, b, c, d] = self.block;
+        let value = match self.lane & 3 {
+            0 => a,
+            1 => b,
+            2 => c,
+            _ => d,
+        };
         self.lane += 1;
         if self.lane == 4 {
             self.counter = increment(self.counter);

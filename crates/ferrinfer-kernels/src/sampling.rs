@@ -211,12 +211,55 @@ pub unsafe fn row_top_p(p: &FilterParams, row: u64) -> f32 {
     f32::from_bits(unsafe { row_threshold(p, row) })
 }
 
-/// Which entries a filter keeps: the row's `top_k` largest, or its largest holding `top_p` of
-/// its mass.
+/// Which entries a filter keeps (and a sampling op draws among): the row's `top_k` largest, its
+/// largest holding `top_p` of its mass, those at least `min_p` times its largest, or every one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Filter {
     TopK,
     TopP,
+    MinP,
+    Everything,
+}
+
+/// The entries a filter keeps, once found: those whose [`order_key`] is at least `pivot` (top-k's
+/// or top-p's) and whose value is at least `floor` (min-p's `min_p · max`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Keep {
+    pub pivot: u32,
+    pub floor: f32,
+}
+
+impl Keep {
+    /// Every entry.
+    pub const EVERYTHING: Keep = Keep { pivot: 0, floor: f32::NEG_INFINITY };
+
+    /// The entries at or above a search's pivot.
+    #[inline(always)]
+    pub fn from_pivot(pivot: u32) -> Self {
+        Keep { pivot, floor: f32::NEG_INFINITY }
+    }
+
+    /// Min-p's: the entries at least `min_p` times the row's largest entry `max` (FlashInfer's
+    /// `p ≥ max_p · min_p`, the product in f32).
+    #[inline(always)]
+    pub fn min_p(min_p: f32, max: f32) -> Self {
+        Keep { pivot: 0, floor: min_p * max }
+    }
+
+    /// Whether the entry of key `key` and value `value` is kept (a NaN value by its key alone:
+    /// top-k ranks NaN above +∞).
+    #[inline(always)]
+    // `!(value < floor)`: one unordered compare (`setp.geu`), NaN included.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    pub fn keeps(&self, key: u32, value: f32) -> bool {
+        key >= self.pivot && !(value < self.floor)
+    }
+
+    /// The entry's weight in a draw: its mass under `scale` where kept, else 0.
+    #[inline(always)]
+    pub fn mass(&self, key: u32, value: f32, scale: &MassScale) -> u64 {
+        if self.keeps(key, value) { scale.mass(value) } else { 0 }
+    }
 }
 
 /// What a filter kernel writes for the entries it keeps and those it drops.
@@ -462,6 +505,62 @@ impl MassScale {
     }
 }
 
+/// A row's entries on the host, as the device reads them: values, keys, the largest value (or
+/// 0) and the masses' scale.
+struct HostRow<T: Element> {
+    input: *const T,
+    vocab: u32,
+    max: f32,
+    scale: MassScale,
+}
+
+impl<T: Element> HostRow<T> {
+    /// Row `row` of `p.input`.
+    ///
+    /// # Safety
+    /// As [`filter_row`].
+    unsafe fn new(p: &FilterParams, row: u64) -> Self {
+        let input = (p.input as *const T).wrapping_add((row * p.input_row_stride) as usize);
+        let value = |i: usize| unsafe { input.add(i).read() }.to_f32();
+        let max = (0..p.vocab as usize).fold(0.0f32, |max, i| max.max(value(i)));
+        HostRow { input, vocab: p.vocab, max, scale: MassScale::new(max, p.vocab) }
+    }
+
+    fn element(&self, i: usize) -> T {
+        // SAFETY: `i < vocab`, in bounds by `new`'s contract.
+        unsafe { self.input.add(i).read() }
+    }
+
+    fn value(&self, i: usize) -> f32 {
+        self.element(i).to_f32()
+    }
+
+    fn key(&self, i: usize) -> u32 {
+        order_key(self.element(i))
+    }
+
+    /// What `filter` keeps of the row (its threshold from `p`): the same keys, weights and
+    /// search as the device, so the same entries.
+    ///
+    /// # Safety
+    /// As [`row_threshold`].
+    unsafe fn keep(&self, p: &FilterParams, row: u64, filter: Filter) -> Keep {
+        let vocab = self.vocab as usize;
+        match filter {
+            Filter::TopK => {
+                let search = PivotSearch::top_k::<T>(unsafe { row_top_k(p, row) }, self.vocab);
+                Keep::from_pivot(search.run_on_host(vocab, |i| self.key(i), |_| 1).0)
+            }
+            Filter::TopP => {
+                let search = PivotSearch::top_p::<T>(unsafe { row_top_p(p, row) });
+                Keep::from_pivot(search.run_on_host(vocab, |i| self.key(i), |i| self.scale.mass(self.value(i))).0)
+            }
+            Filter::MinP => Keep::min_p(unsafe { row_top_p(p, row) }, self.max),
+            Filter::Everything => Keep::EVERYTHING,
+        }
+    }
+}
+
 /// One row of a filter on the host (the CPU backend): the same keys, weights and search as the
 /// device (so the same pivot); the renorm's sum by chunks of [`HOST_CHUNK`].
 ///
@@ -469,25 +568,12 @@ impl MassScale {
 /// `p` must describe valid memory as the launcher validates it: the row in bounds, input and
 /// output of `T`, disjoint.
 pub unsafe fn filter_row<T: Element>(p: &FilterParams, row: u64, filter: Filter, output: FilterOutput) {
-    let input = (p.input as *const T).wrapping_add((row * p.input_row_stride) as usize);
+    let entries = unsafe { HostRow::<T>::new(p, row) };
     let out = (p.output as *mut T).wrapping_add((row * p.output_row_stride) as usize);
-    let value = |i: usize| unsafe { input.add(i).read() };
+    let value = |i: usize| entries.element(i);
     let vocab = p.vocab as usize;
-    let key = |i: usize| order_key(value(i));
-    let pivot = match filter {
-        Filter::TopK => {
-            let search = PivotSearch::top_k::<T>(unsafe { row_top_k(p, row) }, p.vocab);
-            search.run_on_host(vocab, key, |_| 1).0
-        }
-        Filter::TopP => {
-            let top_p = unsafe { row_top_p(p, row) };
-            let max = (0..vocab).fold(0.0f32, |max, i| max.max(value(i).to_f32()));
-            let scale = MassScale::new(max, p.vocab);
-            let search = PivotSearch::top_p::<T>(top_p);
-            search.run_on_host(vocab, key, |i| scale.mass(value(i).to_f32())).0
-        }
-    };
-    let kept = |i: usize| order_key(value(i)) >= pivot;
+    let keep = unsafe { entries.keep(p, row, filter) };
+    let kept = |i: usize| keep.keeps(entries.key(i), entries.value(i));
     let scale = match output {
         FilterOutput::Mask => 1.0,
         FilterOutput::Renorm => {
@@ -509,6 +595,66 @@ pub unsafe fn filter_row<T: Element>(p: &FilterParams, row: u64, filter: Filter,
     }
 }
 
+/// Arguments of the sampling kernels (`sampling_from_probs`, `top_k_sampling_from_probs`,
+/// `top_p_sampling_from_probs`, `min_p_sampling_from_probs`), passed by value: a filter's, with
+/// `filter.output` the `[rows]` i32 tokens (`output_row_stride` 1; `threshold(s)` top-k's,
+/// top-p's or min-p's), and the random stream's key and position.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct SampleParams {
+    pub filter: FilterParams,
+    pub seed: u64,
+    pub offset: u64,
+}
+
+/// 64 random bits for row `row`: Philox's outputs `offset` and `offset + 1` of subsequence
+/// `row` under `seed` (cuRAND's `curand_init(seed, row, offset)`, then two `curand()`), the
+/// first the low word. A call reads two outputs: the next call's `offset` is 2 on (FlashInfer's
+/// generator path moves on by 4).
+#[inline(always)]
+pub fn row_random_bits(seed: u64, row: u64, offset: u64) -> u64 {
+    let mut stream = crate::random::Philox::new(seed, row, offset);
+    let low = stream.next_u32();
+    ((stream.next_u32() as u64) << 32) | low as u64
+}
+
+/// Where random bits `bits` fall in a row's kept mass `mass`: `⌊bits · mass / 2^64⌋`, in
+/// `[0, mass)` for `mass > 0`; every unit of mass as likely as any other to within 2^−64.
+#[inline(always)]
+pub fn mass_target(bits: u64, mass: u64) -> u64 {
+    ((bits as u128 * mass as u128) >> 64) as u64
+}
+
+/// One row of a sampling op on the host (the CPU backend): the same keys, masses and search as
+/// the device, then the first entry at which the kept masses summed in index order pass
+/// [`mass_target`] — integers throughout, so the GPU draws the same token. A row without mass
+/// to draw from (zeros, negatives, NaN; or a filter keeping none of its mass) gives 0, as
+/// FlashInfer's.
+///
+/// # Safety
+/// As [`filter_row`], with `p.filter.output` a `[rows]` i32 buffer.
+pub unsafe fn sample_row<T: Element>(p: &SampleParams, row: u64, filter: Filter) {
+    let f = &p.filter;
+    let entries = unsafe { HostRow::<T>::new(f, row) };
+    let keep = unsafe { entries.keep(f, row, filter) };
+    let mass = |i: usize| keep.mass(entries.key(i), entries.value(i), &entries.scale);
+    let vocab = f.vocab as usize;
+    let total = (0..vocab).map(mass).fold(0u64, u64::wrapping_add);
+    let mut token = 0;
+    if total > 0 {
+        let target = mass_target(row_random_bits(p.seed, row, p.offset), total);
+        let mut below = 0u64;
+        for i in 0..vocab {
+            below += mass(i);
+            if below > target {
+                token = i;
+                break;
+            }
+        }
+    }
+    unsafe { (f.output as *mut i32).add(row as usize).write(token as i32) };
+}
+
 /// The warp-wide choice of a digit in shared memory: the 32 lanes' sums of their 8 bins, then the
 /// search as the choosing lane leaves it (6 words).
 const SEARCH_BROADCAST_BYTES: u32 = 32 * 8 + 32;
@@ -518,8 +664,16 @@ const SEARCH_BROADCAST_BYTES: u32 = 32 * 8 + 32;
 pub const FILTER_HEADER_BYTES: u32 =
     crate::CLUSTER_EXCHANGE_BYTES + crate::CLUSTER_HISTOGRAM_BYTES + SEARCH_BROADCAST_BYTES;
 
+/// Dynamic shared memory of a sampling block before its staged slice: the filters' header, then
+/// the kept mass of each thread's chunk of the slice (one u64 a thread, up to
+/// [`crate::HISTOGRAM_BINS`] threads).
+pub const SAMPLE_HEADER_BYTES: u32 = FILTER_HEADER_BYTES + crate::HISTOGRAM_BINS * 8;
+
 #[cfg(target_arch = "nvptx64")]
-pub use device_kernels::{softmax_rows, top_k_mask_rows, top_k_renorm_rows, top_p_renorm_rows};
+pub use device_kernels::{
+    min_p_sample_rows, sample_rows, softmax_rows, top_k_mask_rows, top_k_renorm_rows, top_k_sample_rows,
+    top_p_renorm_rows, top_p_sample_rows,
+};
 
 #[cfg(target_arch = "nvptx64")]
 mod device_kernels {
@@ -729,15 +883,14 @@ mod device_kernels {
         Mass(MassScale),
     }
 
-    /// Top-p's mass scale for the row `slice` holds: a pass for its largest entry (which stages
-    /// the slice).
+    /// The largest entry (or 0) of the row `slice` holds, over the cluster: a pass, which stages
+    /// the slice.
     #[inline(always)]
-    fn top_p_masses<T: Element, const VEC: usize>(
+    fn row_max<T: Element, const VEC: usize>(
         slice: &mut Slice<T, VEC>,
         cluster: &ClusterExchange,
-        vocab: u32,
         round: &mut u32,
-    ) -> MassScale {
+    ) -> f32 {
         let mut max = 0.0f32;
         slice.pass(|keys, here| {
             let values = keys.map_words(word_values::<T>);
@@ -749,7 +902,7 @@ mod device_kernels {
         });
         let max = cluster.merge(block_pairs([max, 0.0], [0.0, 0.0], max_pairs), *round, max_pairs)[0];
         *round += 1;
-        MassScale::new(max, vocab)
+        max
     }
 
     /// The pivot of the row `slice` holds: each round sums the candidates' weights by their next
@@ -928,7 +1081,7 @@ mod device_kernels {
                 let masses = if search.done() {
                     MassScale::new(0.0, p.vocab)
                 } else {
-                    top_p_masses(&mut slice, &cluster, p.vocab, &mut round)
+                    MassScale::new(row_max(&mut slice, &cluster, &mut round), p.vocab)
                 };
                 (search, Weights::Mass(masses))
             } else {
@@ -974,6 +1127,228 @@ mod device_kernels {
                 v += step;
             }
             row += row_step;
+        }
+    }
+
+    /// `sampling_from_probs`: see [`sample_filtered_rows`].
+    #[inline(always)]
+    pub unsafe fn sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
+        unsafe { sample_filtered_rows::<T, VEC, { Filter::Everything as u32 }>(p) }
+    }
+
+    /// `top_k_sampling_from_probs`: see [`sample_filtered_rows`].
+    #[inline(always)]
+    pub unsafe fn top_k_sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
+        unsafe { sample_filtered_rows::<T, VEC, { Filter::TopK as u32 }>(p) }
+    }
+
+    /// `top_p_sampling_from_probs`: see [`sample_filtered_rows`].
+    #[inline(always)]
+    pub unsafe fn top_p_sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
+        unsafe { sample_filtered_rows::<T, VEC, { Filter::TopP as u32 }>(p) }
+    }
+
+    /// `min_p_sampling_from_probs`: see [`sample_filtered_rows`].
+    #[inline(always)]
+    pub unsafe fn min_p_sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
+        unsafe { sample_filtered_rows::<T, VEC, { Filter::MinP as u32 }>(p) }
+    }
+
+    /// The sampling kernels: the row's largest entry (a pass that stages the slice), the
+    /// filter's [`Keep`] (top-k's and top-p's by [`histogram_pivot`], as the filter kernels),
+    /// then one token drawn from the kept entries in proportion to their exact masses
+    /// ([`draw`]). Integers throughout: the token is [`sample_row`]'s, whatever the slicing.
+    /// Grid, cluster and launcher's guarantees as [`filter_rows`], with [`SAMPLE_HEADER_BYTES`]
+    /// in place of [`FILTER_HEADER_BYTES`].
+    #[inline(always)]
+    unsafe fn sample_filtered_rows<T: Element, const VEC: usize, const FILTER: u32>(p: &SampleParams) {
+        chain_after_prior_grids();
+        let f = &p.filter;
+        // Before the cluster's first barrier: its sums' sets cleared before any block adds.
+        let histogram = ClusterHistogram::new(dynamic_shared() + crate::CLUSTER_EXCHANGE_BYTES);
+        let cluster = ClusterExchange::new(f.slices);
+        let vectors = f.vocab as usize / VEC;
+        let per_slice = vectors.div_ceil(cluster.count() as usize);
+        let begin = (cluster.rank() as usize * per_slice).min(vectors);
+        let end = (begin + per_slice).min(vectors);
+        let (step, first) = (block_size() as usize, begin + thread_index() as usize);
+        let header = SAMPLE_HEADER_BYTES as usize;
+        let (mut row, row_step) =
+            unsafe { (core::arch::nvptx::_block_idx_y() as u64, core::arch::nvptx::_grid_dim_y() as u64) };
+        let mut round = 0u32;
+        while row < f.rows {
+            let input = (f.input as *const T).wrapping_add((row * f.input_row_stride) as usize);
+            let mut slice =
+                Slice::<T, VEC> { input, header, begin, first, end, step, staged: f.staged != 0, in_shared: false };
+            let max = row_max(&mut slice, &cluster, &mut round);
+            let scale = MassScale::new(max, f.vocab);
+            let keep = if FILTER == Filter::TopK as u32 {
+                let search = PivotSearch::top_k::<T>(unsafe { row_top_k(f, row) }, f.vocab);
+                Keep::from_pivot(histogram_pivot(&mut slice, &cluster, histogram, search, Weights::Count, &mut round))
+            } else if FILTER == Filter::TopP as u32 {
+                let search = PivotSearch::top_p::<T>(unsafe { row_top_p(f, row) });
+                let weights = Weights::Mass(scale);
+                Keep::from_pivot(histogram_pivot(&mut slice, &cluster, histogram, search, weights, &mut round))
+            } else if FILTER == Filter::MinP as u32 {
+                Keep::min_p(unsafe { row_top_p(f, row) }, max)
+            } else {
+                Keep::EVERYTHING
+            };
+            let bits = row_random_bits(p.seed, row, p.offset);
+            let token = (f.output as *mut i32).wrapping_add(row as usize);
+            draw(&slice, &cluster, histogram, Draw { keep, scale, bits, token }, &mut round);
+            row += row_step;
+        }
+    }
+
+    /// What [`draw`] draws among and where it writes.
+    struct Draw {
+        keep: Keep,
+        scale: MassScale,
+        /// [`row_random_bits`] of the row.
+        bits: u64,
+        token: *mut i32,
+    }
+
+    impl Draw {
+        /// Writes the row's token (`st.global`: a plain write would be a generic store).
+        ///
+        /// # Safety
+        /// `token` writable, as the launcher guarantees.
+        #[inline(always)]
+        unsafe fn write(&self, token: u32) {
+            unsafe { <Kept as crate::vector::Store>::words::<4>(self.token.cast(), [token, 0, 0, 0]) }
+        }
+    }
+
+    /// The shared-memory address of a sampling block's kept masses by chunk: after the filters'
+    /// header.
+    #[inline(always)]
+    fn chunk_masses() -> u32 {
+        dynamic_shared() + FILTER_HEADER_BYTES
+    }
+
+    /// One token of the row `slice` holds, written by the one thread that finds it. Each of the
+    /// block's first (up to [`crate::HISTOGRAM_BINS`]) threads sums the kept masses of a chunk
+    /// of consecutive vectors of the slice; warp 0 adds the chunks (`LANE_BINS` a lane) into
+    /// the cluster histogram's bin of the block's rank; the bins give every block the row's
+    /// kept mass `M` and the mass before its slice; [`mass_target`] picks a unit of `M`; in the
+    /// block whose range holds it, warp 0 finds the chunk, and the chunk's thread the entry —
+    /// the first at which the masses summed in index order pass the target. A row without kept
+    /// mass gets 0 (from the cluster's first block). Every thread of every block of the cluster
+    /// must call it.
+    #[inline(always)]
+    fn draw<T: Element, const VEC: usize>(
+        slice: &Slice<T, VEC>,
+        cluster: &ClusterExchange,
+        histogram: ClusterHistogram,
+        draw: Draw,
+        round: &mut u32,
+    ) {
+        let chunks = block_size().min(crate::HISTOGRAM_BINS);
+        let per_chunk = (slice.end - slice.begin).div_ceil(chunks as usize);
+        let chunk = |c: u32| {
+            let lo = (slice.begin + c as usize * per_chunk).min(slice.end);
+            (lo, (lo + per_chunk).min(slice.end))
+        };
+        let entry_mass = |keys: &Packed<T, VEC>, i: usize| {
+            let values = keys.map_words(word_values::<T>);
+            draw.keep.mass(keys.get(i).to_bits(), values.get_f32(i), &draw.scale)
+        };
+        let thread = thread_index();
+        if thread < chunks {
+            let (lo, hi) = chunk(thread);
+            let mut own = 0u64;
+            for v in lo..hi {
+                let keys = slice.keys(v);
+                for i in 0..VEC {
+                    own += entry_mass(&keys, i);
+                }
+            }
+            store_shared_u64(chunk_masses() + 8 * thread, own);
+        }
+        histogram.clear();
+        block_barrier();
+        // The lanes' sums of their chunks, for the block's sum and then the chunk's search.
+        let lanes = histogram_broadcast();
+        let chunk_mass = |c: u32| if c < chunks { load_shared_u64(chunk_masses() + 8 * c) } else { 0 };
+        if thread < 32 {
+            let mut mine = 0u64;
+            for j in 0..LANE_BINS {
+                mine += chunk_mass(thread * LANE_BINS + j);
+            }
+            store_shared_u64(lanes + 8 * thread, mine);
+            unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) };
+            if thread == 0 {
+                let mut block = 0u64;
+                for lane in 0..32 {
+                    block += load_shared_u64(lanes + 8 * lane);
+                }
+                if block != 0 {
+                    histogram.add(cluster.rank(), block);
+                }
+            }
+        }
+        let totals = histogram.total(cluster, *round);
+        let (mut mass, mut before) = (0u64, 0u64);
+        for rank in 0..cluster.count() {
+            let sum = load_shared_u64(totals + 8 * rank);
+            before += if rank < cluster.rank() { sum } else { 0 };
+            mass += sum;
+        }
+        let own = load_shared_u64(totals + 8 * cluster.rank());
+        histogram.recycle(cluster, *round);
+        *round += 1;
+        if mass == 0 {
+            if cluster.rank() == 0 && thread == 0 {
+                unsafe { draw.write(0) };
+            }
+            return;
+        }
+        let target = mass_target(draw.bits, mass);
+        // The same in every thread of the block: the block returns as one.
+        if target < before || target - before >= own {
+            return;
+        }
+        let target = target - before;
+        let state = lanes + 32 * 8;
+        if thread < 32 {
+            let mut below = 0u64;
+            for lane in 0..thread {
+                below += load_shared_u64(lanes + 8 * lane);
+            }
+            if below <= target && target - below < load_shared_u64(lanes + 8 * thread) {
+                // This lane's chunks hold the target: the chunk, and the mass before it.
+                let mut found = false;
+                for j in 0..LANE_BINS {
+                    let sum = chunk_mass(thread * LANE_BINS + j);
+                    if !found && target - below < sum {
+                        store_shared_u32(state, thread * LANE_BINS + j);
+                        store_shared_u64(state + 8, below);
+                        found = true;
+                    }
+                    below += if found { 0 } else { sum };
+                }
+            }
+        }
+        block_barrier();
+        if thread == load_shared_u32(state) {
+            let mut below = load_shared_u64(state + 8);
+            let (lo, hi) = chunk(thread);
+            for v in lo..hi {
+                let keys = slice.keys(v);
+                // The vector's entries all summed, the first past the target noted: a loop
+                // without an exit unrolls (an exit would index the vector from local memory).
+                let mut hit = VEC;
+                for i in 0..VEC {
+                    below += entry_mass(&keys, i);
+                    hit = if hit == VEC && below > target { i } else { hit };
+                }
+                if hit < VEC {
+                    unsafe { draw.write((v * VEC + hit) as u32) };
+                    return;
+                }
+            }
         }
     }
 }

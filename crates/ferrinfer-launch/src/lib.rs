@@ -41,7 +41,10 @@ pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
 pub use norm::{fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm};
 pub use op::{OpInfo, PerRow};
-pub use sampling::{softmax, top_k_mask_logits, top_k_renorm_probs, top_p_renorm_probs};
+pub use sampling::{
+    min_p_sampling_from_probs, sampling_from_probs, softmax, top_k_mask_logits, top_k_renorm_probs,
+    top_k_sampling_from_probs, top_p_renorm_probs, top_p_sampling_from_probs,
+};
 pub use tensor::{Device, HostElement, MAX_DIMS, Stream, TensorView, contiguous_strides};
 
 /// Re-exported so callers name the same cudarc and half types this crate uses.

@@ -37,6 +37,8 @@ pub enum Extent {
     Row,
     /// `[T, 2H]` (a gated activation's input).
     DoubleRows,
+    /// `[T]`: one value a row (a sampled token).
+    Batch,
 }
 
 /// Which dtype a tensor argument may have, relative to the op's first tensor.
@@ -48,6 +50,8 @@ pub enum DTypeRule {
     SameOrF32,
     /// f32 whatever the first tensor's (softmax's probabilities).
     F32,
+    /// i32 whatever the first tensor's (sampled tokens).
+    I32,
 }
 
 impl DTypeRule {
@@ -59,6 +63,7 @@ impl DTypeRule {
             DTypeRule::SameOrF32 if wide => DType::F32,
             DTypeRule::SameOrF32 => first,
             DTypeRule::F32 => DType::F32,
+            DTypeRule::I32 => DType::I32,
         }
     }
 }
@@ -78,8 +83,9 @@ pub struct TensorArg {
     pub nonnegative: bool,
 }
 
-/// One scalar argument: f32 (`eps`, `temperature`) or an integer (`top_k`), with FlashInfer's
-/// default where it has one.
+/// One scalar argument: f32 (`eps`, `temperature`) or an integer (`top_k`; `seed`, a `u64` the
+/// family takes below 2^53, where an f64 holds it exactly), with FlashInfer's default where it
+/// has one.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ScalarArg {
     pub name: &'static str,
@@ -223,11 +229,18 @@ impl OpInfo {
         }
         let call = Call { op: self, tensors, scalars, per_row, stream };
         logging::begin(&call);
-        // Every tensor argument of every table is floating point; integer tensors come only as
-        // per-row scalars, which their family checks. So no family dispatches on an integer.
-        if let Some((arg, view)) = self.tensors.iter().zip(tensors).find(|(_, view)| !view.dtype().is_float()) {
-            let expected = "f16, bf16 or f32".to_owned();
-            return Err(Error::UnsupportedDType { argument: arg.name, found: view.dtype().to_string(), expected });
+        // Every tensor argument is floating point but those a table makes `as i32` (sampled
+        // tokens), which must be; other integer tensors come only as per-row scalars, which
+        // their family checks. So no family dispatches on an integer.
+        for (arg, view) in self.tensors.iter().zip(tensors) {
+            let (ok, expected) = match arg.dtype {
+                DTypeRule::I32 => (view.dtype() == DType::I32, "int32"),
+                _ => (view.dtype().is_float(), "f16, bf16 or f32"),
+            };
+            if !ok {
+                let (found, expected) = (view.dtype().to_string(), expected.to_owned());
+                return Err(Error::UnsupportedDType { argument: arg.name, found, expected });
+            }
         }
         (self.run)(&call)?;
         logging::end(&call);
@@ -313,7 +326,7 @@ macro_rules! __alias {
     };
 }
 
-/// The dtype rule of `[Extent]` / `[Extent | f32]` (inputs) / `[Extent as f32]` (outputs).
+/// The dtype rule of `[Extent]` / `[Extent | f32]` (inputs) / `[Extent as f32]`, `[Extent as i32]` (outputs).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __dtype_rule {
@@ -325,6 +338,9 @@ macro_rules! __dtype_rule {
     };
     (as f32) => {
         $crate::op::DTypeRule::F32
+    };
+    (as i32) => {
+        $crate::op::DTypeRule::I32
     };
 }
 
@@ -367,7 +383,7 @@ macro_rules! __scalar_example {
     };
 }
 
-/// Whether a scalar's type (`f32`, `i32`, or `[f32]`: per row) is an integer.
+/// Whether a scalar's type (`f32`, `i32`, `u64`, or `[f32]`: per row) is an integer.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scalar_integer {
@@ -375,6 +391,9 @@ macro_rules! __scalar_integer {
         false
     };
     (i32) => {
+        true
+    };
+    (u64) => {
         true
     };
     ([$kind:tt]) => {
@@ -431,11 +450,11 @@ macro_rules! __scalar_split {
 /// A family invokes it once: `crate::norm_ops!(crate::define_ops);`.
 ///
 /// The table's grammar, one line per op (what every consumer of a table matches):
-/// `fn NAME(INPUT: In|InOut [Extent (| f32)? (, nonnegative)?], …) (-> OUTPUT: Out [Extent (as f32)?], …)? (;
-/// SCALAR: f32|i32|[f32] (= DEFAULT)? ((example VALUE))?, …)? => SELECTOR, reference PATH;` with doc
+/// `fn NAME(INPUT: In|InOut [Extent (| f32)? (, nonnegative)?], …) (-> OUTPUT: Out [Extent (as f32|i32)?], …)? (;
+/// SCALAR: f32|i32|u64|[f32]|[i32] (= DEFAULT)? ((example VALUE))?, …)? => SELECTOR, reference PATH;` with doc
 /// comments before it. `/ alias` after an argument's name gives FlashInfer's Python name when it
-/// differs; `| f32` lets an input be f32 whatever the first tensor's dtype, `as f32` makes an
-/// output f32 always, `nonnegative` marks an input of probabilities. `[f32]` makes a scalar per
+/// differs; `| f32` lets an input be f32 whatever the first tensor's dtype, `as f32` (`as i32`)
+/// makes an output f32 (int32) always, `nonnegative` marks an input of probabilities. `[f32]` makes a scalar per
 /// row: one value, or a `[rows]` tensor ([`PerRow`]). A scalar without a default is required and needs an example (see
 /// [`ScalarArg::example`]); required scalars come before the others.
 #[doc(hidden)]
@@ -516,8 +535,9 @@ macro_rules! define_ops {
 mod tests {
     use crate::{DType, Error, Stream, TensorView};
 
-    /// No op computes in integers: an int32 tensor anywhere is refused, naming the argument,
-    /// before any family runs (so none dispatches on it).
+    /// No op computes in integers: an int32 tensor anywhere but a tokens output (or a float
+    /// one there) is refused, naming the argument, before any family runs (so none dispatches
+    /// on it).
     #[test]
     fn every_op_refuses_an_integer_tensor_by_name() {
         for op in crate::ops() {
@@ -528,7 +548,9 @@ mod tests {
                     .iter_mut()
                     .enumerate()
                     .map(|(i, buffer)| {
-                        let dtype = if i == integer { DType::I32 } else { DType::F32 };
+                        // The wrong dtype for argument `integer`, the right one elsewhere.
+                        let int32 = op.tensors[i].dtype == crate::op::DTypeRule::I32;
+                        let dtype = if (i == integer) != int32 { DType::I32 } else { DType::F32 };
                         let shape = [rows as i64, width as i64];
                         // SAFETY: each buffer holds twice the elements the view addresses.
                         unsafe {

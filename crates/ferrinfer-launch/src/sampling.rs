@@ -1,7 +1,9 @@
 //! The sampling family at layers 1 and 4: the op table, validation, the launch planner, the CPU
 //! path and the f64 references. Each op validates its arguments, then runs on the CPU backend or
 //! launches a kernel of `ferrinfer-kernels/src/sampling.rs` on the caller's stream: `softmax`,
-//! `top_k_mask_logits`, `top_k_renorm_probs`, `top_p_renorm_probs`.
+//! `top_k_mask_logits`, `top_k_renorm_probs`, `top_p_renorm_probs`, and the sampling ops
+//! (`sampling_from_probs`, `top_k_sampling_from_probs`, `top_p_sampling_from_probs`,
+//! `min_p_sampling_from_probs`).
 //!
 //! Rules, checked before anything is written (so on error `out` is untouched):
 //! - the input (`logits`, `probs`): f16, bf16 or f32, any rank ≥ 1, the last dimension (the
@@ -11,7 +13,11 @@
 //!   the filters;
 //! - `temperature`: finite and ≥ 0; 0 weighs every finite logit alike (FlashInfer's rule);
 //! - `top_k`: a whole number ≥ 1; `top_k ≥ vocab` keeps every entry;
-//! - `top_p`: in (0, 1]; 1 keeps every entry;
+//! - `top_p`: in (0, 1]; 1 keeps every entry; `min_p`: in [0, 1];
+//! - the sampling ops' `samples`: int32, writable, `probs`' shape without its last dimension
+//!   (one token a row), contiguous, on `probs`' device, not overlapping it; `seed` and `offset`
+//!   whole numbers in [0, 2^53) (Philox's key and position: row `r` reads outputs `offset` and
+//!   `offset + 1` of subsequence `r` — the next call's `offset` is 2 on);
 //! - a scalar given a row (`temperature`: f32, `top_k`: i32): a `[rows]` contiguous tensor on
 //!   the input's device, apart from `out`; on the CPU every temperature finite and ≥ 0 (checked
 //!   before anything is written; a GPU tensor's values are not read: that would wait for the
@@ -19,7 +25,8 @@
 //!   its row and one ≤ 0 or NaN its largest entries only.
 //!
 //! A renorm's row whose kept probabilities sum to 0 (a row of zeros) comes out NaN (0 / 0), where
-//! FlashInfer's returns zeros.
+//! FlashInfer's returns zeros. A sampling op's row without mass to draw from gives token 0, as
+//! FlashInfer's.
 
 use std::sync::OnceLock;
 
@@ -27,7 +34,8 @@ use ferrinfer_jit::sampling::{SamplingKernel, SamplingModule};
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
 use ferrinfer_kernels::sampling::{
-    FILTER_HEADER_BYTES, Filter, FilterOutput, FilterParams, SoftmaxParams, filter_row, softmax_row,
+    FILTER_HEADER_BYTES, Filter, FilterOutput, FilterParams, MassScale, SAMPLE_HEADER_BYTES, SampleParams,
+    SoftmaxParams, filter_row, mass_target, row_random_bits, sample_row, share_of, softmax_row,
 };
 use ferrinfer_kernels::{CLUSTER_EXCHANGE_BYTES, MAX_CLUSTER_BLOCKS};
 
@@ -66,6 +74,25 @@ macro_rules! sampling_ops {
             /// masses are summed as exact integers (the CPU keeps the same entries as the GPU).
             fn top_p_renorm_probs(probs: In[Rows, nonnegative]) -> out: Out[Rows]; top_p: [f32] (example 0.9)
                 => SamplingKernel::TopPRenormProbs, reference top_p_renorm_reference;
+            /// `samples` = one token a row of `probs`, drawn with probability proportional to its
+            /// entry (the row need not sum to 1; entries ≤ 0 or NaN are never drawn), from
+            /// Philox's stream `(seed, row, offset)`. Deterministic: the draw is made in exact
+            /// integers (a fixed point of 2^−(62 − ⌈log2 vocab⌉) of the row's largest entry), so
+            /// the CPU draws the GPU's token.
+            fn sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; seed: u64 (example 42), offset: u64 (example 0)
+                => SamplingKernel::SamplingFromProbs, reference sampling_reference;
+            /// `samples` = one token a row drawn as `sampling_from_probs` among the row's `top_k`
+            /// largest entries (ties with the `top_k`-th too, as `top_k_renorm_probs`).
+            fn top_k_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_k: [i32] (example 50), seed: u64 (example 42), offset: u64 (example 0)
+                => SamplingKernel::TopKSamplingFromProbs, reference top_k_sampling_reference;
+            /// `samples` = one token a row drawn as `sampling_from_probs` among the entries
+            /// `top_p_renorm_probs` keeps.
+            fn top_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_p: [f32] (example 0.9), seed: u64 (example 42), offset: u64 (example 0)
+                => SamplingKernel::TopPSamplingFromProbs, reference top_p_sampling_reference;
+            /// `samples` = one token a row drawn as `sampling_from_probs` among the entries at least
+            /// `min_p` times the row's largest (FlashInfer's `p ≥ min_p · max p`, in f32).
+            fn min_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; min_p: [f32] (example 0.1), seed: u64 (example 42), offset: u64 (example 0)
+                => SamplingKernel::MinPSamplingFromProbs, reference min_p_sampling_reference;
         }
     };
 }
@@ -81,6 +108,7 @@ impl FamilyOp for SamplingKernel {
             SamplingKernel::TopKMaskLogits | SamplingKernel::TopKRenormProbs | SamplingKernel::TopPRenormProbs => {
                 filter_plan(*self, input_name, input, out, call.scalar(0), call.per_row(0), &call.stream)?
             }
+            _ => sample_plan(*self, input, out, call)?,
         };
         let Some(plan) = plan else { return Ok(()) };
         // A bad tuning override fails every call, CPU ones too, rather than being ignored.
@@ -103,6 +131,9 @@ impl FamilyOp for SamplingKernel {
                     }),
                     Params::Filter(params) => cuda::launch(stream, &MODULES, module, |limits| {
                         plan.filter_launch(params, entry, limits, forced)
+                    }),
+                    Params::Sample(params) => cuda::launch(stream, &MODULES, module, |limits| {
+                        plan.sample_launch(params, entry, limits, forced)
                     }),
                 }
             }
@@ -129,6 +160,7 @@ struct Plan {
 enum Params {
     Softmax(SoftmaxParams),
     Filter(FilterParams),
+    Sample(SampleParams),
 }
 
 /// The checks every op of the family makes of its input (named `input_name`) and `out`, in
@@ -159,8 +191,15 @@ fn rows_of(
     Ok((x.rows > 0).then_some((x, y)))
 }
 
-/// The device checks, first of all: the stream's, then `out`'s, then every alignment.
-fn check_devices(input_name: &'static str, input: &TensorView, out: &TensorView, stream: &Stream) -> Result<(), Error> {
+/// The device checks, first of all: the stream's, then the output's (`out_name`), then every
+/// alignment.
+fn check_devices(
+    input_name: &'static str,
+    input: &TensorView,
+    out_name: &'static str,
+    out: &TensorView,
+    stream: &Stream,
+) -> Result<(), Error> {
     let device = input.device();
     if stream.device() != device {
         return Err(Error::DeviceMismatch {
@@ -170,8 +209,8 @@ fn check_devices(input_name: &'static str, input: &TensorView, out: &TensorView,
             found: stream.device(),
         });
     }
-    layout::check_device("out", out, input_name, device)?;
-    for (argument, view) in [(input_name, input), ("out", out)] {
+    layout::check_device(out_name, out, input_name, device)?;
+    for (argument, view) in [(input_name, input), (out_name, out)] {
         layout::check_aligned(argument, view)?;
     }
     Ok(())
@@ -185,7 +224,7 @@ fn softmax_plan(
     temperatures: Option<&TensorView>,
     stream: &Stream,
 ) -> Result<Option<Plan>, Error> {
-    check_devices("logits", logits, out, stream)?;
+    check_devices("logits", logits, "out", out, stream)?;
     if out.dtype() != DType::F32 {
         return Err(Error::UnsupportedDType {
             argument: "out",
@@ -233,35 +272,26 @@ fn filter_plan(
     thresholds: Option<&TensorView>,
     stream: &Stream,
 ) -> Result<Option<Plan>, Error> {
-    check_devices(input_name, input, out, stream)?;
+    check_devices(input_name, input, "out", out, stream)?;
     let dtype = input.dtype();
     layout::check_dtype("out", out, input_name, dtype)?;
     layout::check_writable("out", out)?;
-    let top_p = filter_of(kernel).0 == Filter::TopP;
-    let (argument, valid, expected, per_row_dtype, per_row_expected) = if top_p {
-        ("top_p", threshold > 0.0 && threshold <= 1.0, "in (0, 1]", DType::F32, "an f32")
-    } else {
-        ("top_k", threshold.fract() == 0.0 && threshold >= 1.0, "a whole number ≥ 1", DType::I32, "an int32")
-    };
-    if thresholds.is_none() && !valid {
-        return Err(Error::InvalidScalar { argument, value: threshold, expected });
-    }
+    let filter = filter_of(kernel).0;
+    check_threshold(filter, threshold, thresholds.is_some())?;
     let rows = rows_of(input_name, input, out)?;
-    // Any value a row: a top_k ≤ 0 (as ≥ vocab) or a top_p ≥ 1 keeps the row, a mixed batch's
-    // "no filter".
-    let per_row = layout::PerRowCheck { argument, reference: input_name, expected: per_row_expected };
     let thresholds = match thresholds {
-        Some(view) => per_row.check(view, rows.map_or(0, |(x, _)| x.rows), per_row_dtype, out, |_| true)?,
+        Some(view) => threshold_check(filter, input_name).check(
+            view,
+            rows.map_or(0, |(x, _)| x.rows),
+            threshold_dtype(filter),
+            out,
+            |_| true,
+        )?,
         None => 0,
     };
     let Some((x, y)) = rows else { return Ok(None) };
     let vec = layout::vector_width(dtype, x.hidden, &[x.row_stride, y.row_stride], &[input.address(), out.address()]);
-    let threshold = match (thresholds, top_p) {
-        (0, true) => (threshold as f32).to_bits(),
-        // Past the vocabulary every k keeps the whole row.
-        (0, false) => threshold.min(x.hidden as f64) as u32,
-        _ => 0,
-    };
+    let threshold = threshold_bits(filter, threshold, thresholds, x.hidden);
     let params = FilterParams {
         input: input.address(),
         output: out.address(),
@@ -275,6 +305,131 @@ fn filter_plan(
         staged: 0,
     };
     Ok(Some(Plan { params: Params::Filter(params), dtype, vec, rows: x.rows, vocab: x.hidden }))
+}
+
+/// A filter's threshold argument: its name, and what a value must be.
+fn threshold_rule(filter: Filter) -> (&'static str, fn(f64) -> bool, &'static str) {
+    match filter {
+        Filter::TopK => ("top_k", |k| k.fract() == 0.0 && k >= 1.0, "a whole number ≥ 1"),
+        Filter::TopP => ("top_p", |p| p > 0.0 && p <= 1.0, "in (0, 1]"),
+        Filter::MinP => ("min_p", |p| (0.0..=1.0).contains(&p), "in [0, 1]"),
+        Filter::Everything => ("", |_| true, ""),
+    }
+}
+
+/// The dtype of a filter's threshold given a row: int32 `top_k`, f32 `top_p` and `min_p`.
+fn threshold_dtype(filter: Filter) -> DType {
+    if filter == Filter::TopK { DType::I32 } else { DType::F32 }
+}
+
+/// A filter's one threshold, unless a tensor gives one a row.
+fn check_threshold(filter: Filter, threshold: f64, per_row: bool) -> Result<(), Error> {
+    let (argument, valid, expected) = threshold_rule(filter);
+    if per_row || valid(threshold) {
+        Ok(())
+    } else {
+        Err(Error::InvalidScalar { argument, value: threshold, expected })
+    }
+}
+
+/// The checks of a filter's thresholds given a row: any value a row — a top_k ≤ 0 (as ≥ vocab),
+/// a top_p ≥ 1 or a min_p ≤ 0 keeps the row, a mixed batch's "no filter".
+fn threshold_check(filter: Filter, input_name: &'static str) -> layout::PerRowCheck {
+    let (argument, _, _) = threshold_rule(filter);
+    let expected = if filter == Filter::TopK { "an int32" } else { "an f32" };
+    layout::PerRowCheck { argument, reference: input_name, expected }
+}
+
+/// The kernel's `threshold` word: top-k's `k` (past the vocabulary every k keeps the whole row)
+/// or an f32's bits; 0 where `thresholds` (an address) gives one a row.
+fn threshold_bits(filter: Filter, threshold: f64, thresholds: u64, vocab: u64) -> u32 {
+    match (thresholds, filter) {
+        (0, Filter::TopK) => threshold.min(vocab as f64) as u32,
+        (0, _) => (threshold as f32).to_bits(),
+        _ => 0,
+    }
+}
+
+/// Seeds and offsets a call takes exactly: whole numbers an f64 holds (below 2^53).
+const RANDOM_LIMIT: f64 = 9_007_199_254_740_992.0;
+
+/// The sampling ops' checks and parameters: `probs` as the filters' input, `samples` one int32
+/// token a row (`probs`' shape without its last dimension, contiguous), the filter's threshold
+/// (none for `sampling_from_probs`), `seed` and `offset`.
+fn sample_plan(
+    kernel: SamplingKernel,
+    probs: &TensorView,
+    samples: &TensorView,
+    call: &Call,
+) -> Result<Option<Plan>, Error> {
+    let filter = filter_of(kernel).0;
+    let has_threshold = filter != Filter::Everything;
+    let random = &call.scalars[has_threshold as usize..];
+    check_devices("probs", probs, "samples", samples, &call.stream)?;
+    if samples.dtype() != DType::I32 {
+        let expected = "int32 (one token a row)".to_owned();
+        return Err(Error::UnsupportedDType { argument: "samples", found: samples.dtype().to_string(), expected });
+    }
+    layout::check_writable("samples", samples)?;
+    if has_threshold {
+        check_threshold(filter, call.scalar(0), call.per_row(0).is_some())?;
+    }
+    for (argument, &value) in ["seed", "offset"].into_iter().zip(random) {
+        if !(value.fract() == 0.0 && (0.0..RANDOM_LIMIT).contains(&value)) {
+            return Err(Error::InvalidScalar { argument, value, expected: "a whole number in [0, 2^53)" });
+        }
+    }
+    let x = layout::row_layout("probs", probs)?;
+    if x.hidden == 0 {
+        let expected = "a last dimension (the vocabulary) of at least 1".to_owned();
+        return Err(Error::ShapeMismatch { argument: "probs", expected, found: probs.shape().to_vec() });
+    }
+    let leading = &probs.shape()[..probs.shape().len() - 1];
+    if samples.shape() != leading {
+        let expected = format!("{leading:?} (`probs`' shape without the vocabulary: one token a row)");
+        return Err(Error::ShapeMismatch { argument: "samples", expected, found: samples.shape().to_vec() });
+    }
+    if samples.numel() > 1 && samples.strides() != ferrinfer_contiguous(samples.shape()) {
+        let reason = format!("strides {:?}; expected the tokens contiguous", samples.strides());
+        return Err(Error::UnsupportedLayout { argument: "samples", reason });
+    }
+    if layout::overlaps(samples, probs) {
+        return Err(Error::Overlap { argument: "samples", other: "probs" });
+    }
+    if x.hidden > u32::MAX as u64 {
+        let limit = u32::MAX as u64;
+        return Err(Error::TooLarge { argument: "probs", what: "the vocabulary", value: x.hidden, limit });
+    }
+    let thresholds = match call.per_row(0).filter(|_| has_threshold) {
+        Some(view) => {
+            threshold_check(filter, "probs").check(view, x.rows, threshold_dtype(filter), samples, |_| true)?
+        }
+        None => 0,
+    };
+    if x.rows == 0 {
+        return Ok(None);
+    }
+    let dtype = probs.dtype();
+    let vec = layout::vector_width(dtype, x.hidden, &[x.row_stride], &[probs.address()]);
+    let filter_params = FilterParams {
+        input: probs.address(),
+        output: samples.address(),
+        rows: x.rows,
+        input_row_stride: x.row_stride,
+        output_row_stride: 1,
+        thresholds,
+        vocab: x.hidden as u32,
+        threshold: if has_threshold { threshold_bits(filter, call.scalar(0), thresholds, x.hidden) } else { 0 },
+        slices: 1,
+        staged: 0,
+    };
+    let params = SampleParams { filter: filter_params, seed: random[0] as u64, offset: random[1] as u64 };
+    Ok(Some(Plan { params: Params::Sample(params), dtype, vec, rows: x.rows, vocab: x.hidden }))
+}
+
+/// The contiguous strides of `shape`.
+fn ferrinfer_contiguous(shape: &[i64]) -> Vec<i64> {
+    crate::contiguous_strides(&shape.iter().map(|&d| d as usize).collect::<Vec<_>>())
 }
 
 /// The widest vector of logits (16 bytes at most) whose f32 probabilities are aligned too (to
@@ -297,18 +452,24 @@ impl Plan {
                 match &self.params {
                     Params::Softmax(params) => unsafe { softmax_row::<T>(params, row) },
                     Params::Filter(params) => unsafe { filter_row::<T>(params, row, filter, output) },
+                    Params::Sample(params) => unsafe { sample_row::<T>(params, row, filter) },
                 }
             }
         }))
     }
 }
 
-/// The filter a kernel applies and what it writes (softmax's is never asked for).
+/// The filter a kernel applies and what it writes (softmax's is never asked for, nor a sampling
+/// op's output).
 fn filter_of(kernel: SamplingKernel) -> (Filter, FilterOutput) {
     match kernel {
         SamplingKernel::TopPRenormProbs => (Filter::TopP, FilterOutput::Renorm),
         SamplingKernel::TopKRenormProbs => (Filter::TopK, FilterOutput::Renorm),
         SamplingKernel::TopKMaskLogits | SamplingKernel::Softmax => (Filter::TopK, FilterOutput::Mask),
+        SamplingKernel::SamplingFromProbs => (Filter::Everything, FilterOutput::Mask),
+        SamplingKernel::TopKSamplingFromProbs => (Filter::TopK, FilterOutput::Mask),
+        SamplingKernel::TopPSamplingFromProbs => (Filter::TopP, FilterOutput::Mask),
+        SamplingKernel::MinPSamplingFromProbs => (Filter::MinP, FilterOutput::Mask),
     }
 }
 
@@ -388,17 +549,40 @@ impl Plan {
         let max_threads = limits.max_threads(entry);
         let planned = self.filter_split(limits.multiprocessors);
         let ((slices, rows), block) = self.geometry(limits.clusters, max_threads, planned, forced)?;
-        let (staged, shared_bytes) = self.filter_shared_bytes(slices, limits.max_shared_bytes);
+        let (staged, shared_bytes) = self.staged_shared_bytes(slices, FILTER_HEADER_BYTES, limits.max_shared_bytes);
         let params = FilterParams { slices, staged: staged as u32, ..params };
         Ok(Launch { entry, params, grid: (slices, rows), block, shared_bytes, cluster: slices })
     }
 
-    /// Whether a filter block's slice of `slices` fits in `max_shared_bytes` beside the filters'
-    /// header, and the dynamic shared memory the launch then takes.
-    fn filter_shared_bytes(&self, slices: u32, max_shared_bytes: u32) -> (bool, u32) {
+    /// A sampling op's launch: a filter's, with the sampling header (each thread's kept mass)
+    /// before the staged slice.
+    fn sample_launch(
+        &self,
+        params: SampleParams,
+        entry: usize,
+        limits: &Limits,
+        forced: LayoutOverride,
+    ) -> Result<Launch<SampleParams>, Error> {
+        let max_threads = limits.max_threads(entry);
+        let planned = self.filter_split(limits.multiprocessors);
+        let ((slices, rows), block) = self.geometry(limits.clusters, max_threads, planned, forced)?;
+        let (staged, shared_bytes) = self.staged_shared_bytes(slices, SAMPLE_HEADER_BYTES, limits.max_shared_bytes);
+        let filter = FilterParams { slices, staged: staged as u32, ..params.filter };
+        Ok(Launch {
+            entry,
+            params: SampleParams { filter, ..params },
+            grid: (slices, rows),
+            block,
+            shared_bytes,
+            cluster: slices,
+        })
+    }
+
+    /// Whether a block's slice of `slices` fits in `max_shared_bytes` after `header` bytes, and
+    /// the dynamic shared memory the launch then takes.
+    fn staged_shared_bytes(&self, slices: u32, header: u32, max_shared_bytes: u32) -> (bool, u32) {
         let vectors = (self.vocab / self.vec as u64).div_ceil(slices as u64);
         let slice_bytes = vectors * self.vec as u64 * self.dtype.size() as u64;
-        let header = FILTER_HEADER_BYTES;
         let staged = header as u64 + slice_bytes <= max_shared_bytes as u64;
         (staged, header + if staged { slice_bytes as u32 } else { 0 })
     }
@@ -537,6 +721,100 @@ fn top_k_reference(p: &Problem, write: impl Fn(&[f64], Vec<bool>) -> Vec<f64>) -
     vec![p.tensors[0].chunks_exact(p.hidden).flat_map(|row| write(row, top_k_kept(row, k))).collect()]
 }
 
+/// `sampling_from_probs` by its definition, row by row (see [`sample_reference`]).
+fn sampling_reference(p: &Problem) -> Vec<Vec<f64>> {
+    sample_reference(p, Filter::Everything)
+}
+
+/// `top_k_sampling_from_probs` by its definition.
+fn top_k_sampling_reference(p: &Problem) -> Vec<Vec<f64>> {
+    sample_reference(p, Filter::TopK)
+}
+
+/// `top_p_sampling_from_probs` by its definition.
+fn top_p_sampling_reference(p: &Problem) -> Vec<Vec<f64>> {
+    sample_reference(p, Filter::TopP)
+}
+
+/// `min_p_sampling_from_probs` by its definition.
+fn min_p_sampling_reference(p: &Problem) -> Vec<Vec<f64>> {
+    sample_reference(p, Filter::MinP)
+}
+
+/// A sampling op's tokens by the definition, without the kernels' search or sums: each entry's
+/// mass (the kernels crate's fixed point, [`MassScale`], which defines the op's numerics), the
+/// kept entries found by sorting, the masses summed in u128, the target from the row's 64
+/// Philox bits ([`row_random_bits`], [`mass_target`]), and the first entry whose running sum
+/// passes it (0 for a row without kept mass).
+fn sample_reference(p: &Problem, filter: Filter) -> Vec<Vec<f64>> {
+    let threshold = p.scalars[0];
+    let random = &p.scalars[(filter != Filter::Everything) as usize..];
+    let (seed, offset) = (random[0] as u64, random[1] as u64);
+    let rows = p.tensors[0].chunks_exact(p.hidden).enumerate();
+    vec![
+        rows.map(|(row, values)| {
+            let values: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+            let max = values.iter().fold(0.0f32, |max, &v| max.max(v));
+            let scale = MassScale::new(max, values.len() as u32);
+            let masses: Vec<u128> = values.iter().map(|&v| scale.mass(v) as u128).collect();
+            let kept = reference_kept(filter, &values, &masses, threshold, max);
+            let weights: Vec<u128> = masses.iter().zip(&kept).map(|(&m, &k)| if k { m } else { 0 }).collect();
+            let total: u128 = weights.iter().sum();
+            if total == 0 {
+                return 0.0;
+            }
+            let target = mass_target(row_random_bits(seed, row as u64, offset), total as u64) as u128;
+            let mut below = 0u128;
+            weights
+                .iter()
+                .position(|&w| {
+                    below += w;
+                    below > target
+                })
+                .unwrap_or(0) as f64
+        })
+        .collect(),
+    ]
+}
+
+/// Which entries `filter` keeps, by sorting: top-k's `k` largest (ties too), top-p's entries
+/// with less than `⌈top_p · Σ masses⌉` of mass strictly above them, min-p's at least
+/// `min_p · max` (in f32).
+fn reference_kept(filter: Filter, values: &[f32], masses: &[u128], threshold: f64, max: f32) -> Vec<bool> {
+    match filter {
+        Filter::Everything => vec![true; values.len()],
+        Filter::TopK => {
+            let row: Vec<f64> = values.iter().map(|&v| v as f64).collect();
+            top_k_kept(&row, threshold as usize)
+        }
+        Filter::TopP => {
+            let top_p = threshold as f32;
+            let total: u128 = masses.iter().sum();
+            let target = (share_of(total as u64, top_p) as u128).max(1);
+            let mut order: Vec<usize> = (0..values.len()).collect();
+            order.sort_by(|&a, &b| values[b].total_cmp(&values[a]));
+            let mut kept = vec![top_p >= 1.0; values.len()];
+            let (mut above, mut group_start) = (0u128, 0);
+            // Entries tied with each other have the same mass above them.
+            while group_start < order.len() {
+                let value = values[order[group_start]];
+                let group_end = order[group_start..].iter().position(|&i| values[i].total_cmp(&value).is_ne());
+                let group_end = group_end.map_or(order.len(), |n| group_start + n);
+                for &i in &order[group_start..group_end] {
+                    kept[i] |= above < target;
+                }
+                above += order[group_start..group_end].iter().map(|&i| masses[i]).sum::<u128>();
+                group_start = group_end;
+            }
+            kept
+        }
+        Filter::MinP => {
+            let floor = threshold as f32 * max;
+            values.iter().map(|&v| v >= floor || v.is_nan()).collect()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -621,9 +899,9 @@ mod tests {
     fn a_filter_slice_is_staged_in_shared_memory_when_it_fits() {
         let llama3 = plan(1, 128_256, 4);
         let header = FILTER_HEADER_BYTES;
-        assert_eq!(llama3.filter_shared_bytes(8, 232_448), (true, header + 16_032 * 4), "64 KB a block");
-        assert_eq!(llama3.filter_shared_bytes(1, 232_448), (false, header), "513 KB a row: global memory");
-        assert_eq!(plan(1, 1001, 1).filter_shared_bytes(1, 49_152), (true, header + 1001 * 4));
+        assert_eq!(llama3.staged_shared_bytes(8, header, 232_448), (true, header + 16_032 * 4), "64 KB a block");
+        assert_eq!(llama3.staged_shared_bytes(1, header, 232_448), (false, header), "513 KB a row: global memory");
+        assert_eq!(plan(1, 1001, 1).staged_shared_bytes(1, header, 49_152), (true, header + 1001 * 4));
     }
 
     #[test]

@@ -382,3 +382,161 @@ fn a_renormalised_row_without_mass_is_nan_and_the_other_rows_are_not() {
         assert!(out[4..].iter().all(|p| p.is_finite()) && (out[4..].iter().sum::<f32>() - 1.0).abs() < 1e-6);
     }
 }
+
+/// The sampling ops with their filter's threshold (none for `sampling_from_probs`).
+fn sampling_ops() -> [(&'static OpInfo, Option<f64>); 4] {
+    use ferrinfer_launch::{
+        min_p_sampling_from_probs, sampling_from_probs, top_k_sampling_from_probs, top_p_sampling_from_probs,
+    };
+    [
+        (&sampling_from_probs::INFO, None),
+        (&top_k_sampling_from_probs::INFO, Some(3.0)),
+        (&top_p_sampling_from_probs::INFO, Some(0.6)),
+        (&min_p_sampling_from_probs::INFO, Some(0.3)),
+    ]
+}
+
+/// `op`'s tokens for rows of `probs` (each `vocab` long) on the CPU backend.
+fn draw(op: &'static OpInfo, threshold: Option<f64>, probs: &[f32], vocab: usize, seed: u64, offset: u64) -> Vec<i32> {
+    let rows = probs.len() / vocab;
+    let mut samples = vec![-1i32; rows];
+    let x = TensorView::from_slice(probs, &[rows, vocab]).unwrap();
+    let y = TensorView::from_slice_mut(&mut samples, &[rows]).unwrap();
+    let scalars: Vec<f64> = threshold.into_iter().chain([seed as f64, offset as f64]).collect();
+    op.call(&[&x, &y], &scalars, Stream::Cpu).unwrap();
+    samples
+}
+
+/// Which of `probs` (one row) each sampling op keeps: the support test's and the expected
+/// distribution's set, by the ops' definitions (docs of the table).
+fn kept(op: &OpInfo, threshold: Option<f64>, probs: &[f32]) -> Vec<bool> {
+    let max = probs.iter().fold(0.0f32, |m, &p| m.max(p));
+    let mut sorted = probs.to_vec();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    match (op.name, threshold) {
+        ("top_k_sampling_from_probs", Some(k)) => probs.iter().map(|&p| p >= sorted[k as usize - 1]).collect(),
+        ("top_p_sampling_from_probs", Some(top_p)) => {
+            let total: f32 = probs.iter().sum();
+            let above = |p: f32| probs.iter().filter(|&&q| q > p).sum::<f32>();
+            probs.iter().map(|&p| above(p) < top_p as f32 * total).collect()
+        }
+        ("min_p_sampling_from_probs", Some(min_p)) => probs.iter().map(|&p| p >= min_p as f32 * max).collect(),
+        _ => probs.iter().map(|&p| p > 0.0).collect(),
+    }
+}
+
+/// Chi-square's critical value for `df` degrees of freedom at p ≈ 1e−6 (Wilson–Hilferty: a
+/// false alarm a million runs).
+fn chi_square_critical(df: usize) -> f64 {
+    let (df, z) = (df as f64, 4.753);
+    df * (1.0 - 2.0 / (9.0 * df) + z * (2.0 / (9.0 * df)).sqrt()).powi(3)
+}
+
+/// 200 000 draws of each sampling op from one 10-entry distribution (a batch of 5000 copies of
+/// the row, 40 offsets): the counts fit the distribution of the kept entries renormalised
+/// (chi-square at p ≈ 1e−6), and no entry outside the kept set is ever drawn.
+#[test]
+fn sampling_ops_draw_the_kept_distribution_and_nothing_else() {
+    let row = [0.02f32, 0.25, 0.0, 0.08, 0.3, 0.05, 0.12, 0.1, 0.0, 0.08];
+    let (vocab, copies) = (row.len(), 5000);
+    let probs: Vec<f32> = row.iter().copied().cycle().take(vocab * copies).collect();
+    for (op, threshold) in sampling_ops() {
+        let mut counts = vec![0u64; vocab];
+        for offset in (0..80).step_by(2) {
+            for token in draw(op, threshold, &probs, vocab, 7, offset) {
+                counts[token as usize] += 1;
+            }
+        }
+        let kept = kept(op, threshold, &row);
+        let mass: f64 = row.iter().zip(&kept).filter(|(_, k)| **k).map(|(&p, _)| p as f64).sum();
+        let draws = counts.iter().sum::<u64>() as f64;
+        let mut chi_square = 0.0;
+        for (i, (&count, &p)) in counts.iter().zip(&row).enumerate() {
+            if !kept[i] || p == 0.0 {
+                assert_eq!(count, 0, "{}: entry {i} (not kept) drawn {count} times", op.name);
+                continue;
+            }
+            let expected = draws * p as f64 / mass;
+            chi_square += (count as f64 - expected).powi(2) / expected;
+        }
+        let df = kept.iter().zip(&row).filter(|(k, p)| **k && **p > 0.0).count() - 1;
+        assert!(
+            chi_square < chi_square_critical(df),
+            "{}: chi-square {chi_square:.1} over {df} dof; {counts:?}",
+            op.name
+        );
+    }
+}
+
+/// A draw is a function of (probs, seed, offset, row): repeated calls agree bit for bit, a row's
+/// token does not depend on the other rows, another offset or seed draws afresh, and a row
+/// without mass (zeros, negatives, NaN; or min-p above 1) gives 0.
+#[test]
+fn sampling_ops_are_functions_of_seed_offset_and_row() {
+    let vocab = 1000;
+    let probs: Vec<f32> = random_normal::<f32>(64 * vocab, 3).into_iter().map(f32::abs).collect();
+    for (op, threshold) in sampling_ops() {
+        let tokens = draw(op, threshold, &probs, vocab, 11, 4);
+        assert_eq!(tokens, draw(op, threshold, &probs, vocab, 11, 4), "{}: repeated", op.name);
+        let mut changed = probs.clone();
+        changed[..vocab].iter_mut().for_each(|p| *p = 1.0 - *p);
+        assert_eq!(tokens[1..], draw(op, threshold, &changed, vocab, 11, 4)[1..], "{}: other rows", op.name);
+        for (seed, offset) in [(11, 6), (12, 4)] {
+            let other = draw(op, threshold, &probs, vocab, seed, offset);
+            let same = tokens.iter().zip(&other).filter(|(a, b)| a == b).count();
+            assert!(same < 32, "{}: seed {seed} offset {offset} repeats {same} of 64 tokens", op.name);
+        }
+    }
+    let empty = [0.0f32, -1.0, f32::NAN, 0.0];
+    for (op, threshold) in sampling_ops() {
+        assert_eq!(draw(op, threshold, &empty, 4, 1, 0), [0], "{}", op.name);
+    }
+    let (min_p, _) = sampling_ops()[3];
+    let ties = [0.5f32, 0.25, 0.5].repeat(100);
+    let tokens = draw(min_p, Some(1.0), &ties, 3, 1, 0);
+    assert!(
+        tokens.iter().all(|&t| t != 1) && tokens.contains(&0) && tokens.contains(&2),
+        "min_p = 1: the largest's ties"
+    );
+}
+
+/// The sampling ops' own errors, each naming its argument, `samples` untouched.
+#[test]
+fn sampling_errors_name_the_argument_and_leave_samples_untouched() {
+    use ferrinfer_launch::top_k_sampling_from_probs;
+    let probs: Vec<f32> = random_normal::<f32>(4 * 64, 1).into_iter().map(f32::abs).collect();
+    let x = TensorView::from_slice(&probs, &[4, 64]).unwrap();
+    let op = &top_k_sampling_from_probs::INFO;
+    let mut samples = vec![-1i32; 8];
+    let refused = |samples: &[i32]| samples.iter().all(|&s| s == -1);
+    let mut call = |shape: &[usize], scalars: [f64; 3]| {
+        let y = TensorView::from_slice_mut(&mut samples[..shape.iter().product::<usize>()], shape).unwrap();
+        op.call(&[&x, &y], &scalars, Stream::Cpu).unwrap_err()
+    };
+    for (scalars, name) in [
+        ([0.0, 1.0, 0.0], "top_k"),
+        ([5.0, -1.0, 0.0], "seed"),
+        ([5.0, 1.5, 0.0], "seed"),
+        ([5.0, 1.0, 9.1e15], "offset"),
+        ([5.0, 1.0, f64::NAN], "offset"),
+    ] {
+        let error = call(&[4], scalars);
+        assert!(matches!(&error, Error::InvalidScalar { argument, .. } if argument == &name), "{error}");
+    }
+    let error = call(&[8], [5.0, 1.0, 0.0]);
+    assert!(matches!(&error, Error::ShapeMismatch { argument: "samples", .. }), "{error}");
+    let error = call(&[4, 1], [5.0, 1.0, 0.0]);
+    assert!(matches!(&error, Error::ShapeMismatch { argument: "samples", .. }), "{error}");
+    assert!(refused(&samples));
+    let mut floats = vec![f32::NAN; 4];
+    let y = TensorView::from_slice_mut(&mut floats, &[4]).unwrap();
+    let error = op.call(&[&x, &y], &[5.0, 1.0, 0.0], Stream::Cpu).unwrap_err();
+    assert!(matches!(&error, Error::UnsupportedDType { argument: "samples", .. }), "{error}");
+    let min_p = sampling_ops()[3].0;
+    for bad in [-0.1, 1.5, f64::NAN] {
+        let y = TensorView::from_slice_mut(&mut samples[..4], &[4]).unwrap();
+        let error = min_p.call(&[&x, &y], &[bad, 1.0, 0.0], Stream::Cpu).unwrap_err();
+        assert!(matches!(&error, Error::InvalidScalar { argument: "min_p", .. }), "{error}");
+    }
+    assert!(refused(&samples));
+}

@@ -2,7 +2,9 @@
 //! of vocabularies (up to 2^20, odd ones too; rows staged in shared memory or not) and rows,
 //! every kernel path at sanitizer-friendly sizes, bitwise determinism (repeated calls, rows
 //! permuted, a row alone), temperatures and filter thresholds (one, or one a row from device
-//! memory), top-p keeping exactly the CPU's entries, and more than 2^31 elements. Without a CUDA driver or device every test prints
+//! memory), top-p keeping exactly the CPU's entries, the sampling ops drawing the CPU's tokens
+//! bit for bit and, over a million draws, the kept distribution and nothing else, and more than
+//! 2^31 elements. Without a CUDA driver or device every test prints
 //! that it was skipped and passes (CI has no GPU).
 
 mod support;
@@ -10,7 +12,8 @@ mod support;
 use ferrinfer_launch::op::OpInfo;
 use ferrinfer_launch::reference::{compare, random_normal};
 use ferrinfer_launch::{
-    DType, Error, Stream, TensorView, softmax, top_k_mask_logits, top_k_renorm_probs, top_p_renorm_probs,
+    DType, Error, Stream, TensorView, min_p_sampling_from_probs, sampling_from_probs, softmax, top_k_mask_logits,
+    top_k_renorm_probs, top_k_sampling_from_probs, top_p_renorm_probs, top_p_sampling_from_probs,
 };
 use support::{Buffer, Case, Gpu, Runner, buffer_of, family, run_cases};
 
@@ -38,14 +41,22 @@ fn sampling_gpu_sanitizer_every_kernel_path() {
     run_cases(&gpu, &family("sampling"), 7_500_000, &cases);
 }
 
-/// The filter kernels' paths at racecheck-friendly sizes (their shared-memory traffic makes the
+/// The filter and sampling kernels' paths at racecheck-friendly sizes (their shared-memory traffic makes the
 /// whole sanitizer test outrun racecheck's time limit): a row in one block and across clusters
 /// of 2, 4 and 8.
 #[test]
 fn sampling_gpu_sanitizer_filter_cluster_paths() {
     let Some(gpu) = Gpu::get("sampling_gpu_sanitizer_filter_cluster_paths") else { return };
     let cases = [1000, 16_384, 40_000, 65_543].map(|vocab| Case::contiguous(2, vocab));
-    let filters = [&top_k_mask_logits::INFO, &top_k_renorm_probs::INFO, &top_p_renorm_probs::INFO];
+    let filters = [
+        &top_k_mask_logits::INFO,
+        &top_k_renorm_probs::INFO,
+        &top_p_renorm_probs::INFO,
+        &sampling_from_probs::INFO,
+        &top_k_sampling_from_probs::INFO,
+        &top_p_sampling_from_probs::INFO,
+        &min_p_sampling_from_probs::INFO,
+    ];
     run_cases(&gpu, &filters, 7_700_000, &cases);
 }
 
@@ -218,5 +229,102 @@ fn sampling_gpu_over_2_pow_31_elements() {
         gpu.run(op, &mut after, &scalars).unwrap();
         let failures = support::check_in_slices(op, DType::Bf16, &case, &before, &after, &scalars, 500);
         assert!(failures.is_empty(), "{}: {failures:?}", op.name);
+    }
+}
+
+/// The sampling ops with a threshold each (none for `sampling_from_probs`).
+fn sampling_ops() -> [(&'static OpInfo, Option<f64>); 4] {
+    [
+        (&sampling_from_probs::INFO, None),
+        (&top_k_sampling_from_probs::INFO, Some(3.0)),
+        (&top_p_sampling_from_probs::INFO, Some(0.6)),
+        (&min_p_sampling_from_probs::INFO, Some(0.3)),
+    ]
+}
+
+/// `op`'s tokens for rows of `probs` (`vocab` each) on the GPU, or (`gpu` None) on the CPU.
+fn tokens(
+    gpu: Option<&Gpu>,
+    op: &'static OpInfo,
+    threshold: Option<f64>,
+    probs: &[f32],
+    vocab: usize,
+    offset: u64,
+) -> Vec<i32> {
+    let rows = probs.len() / vocab;
+    let scalars: Vec<f64> = threshold.into_iter().chain([7.0, offset as f64]).collect();
+    let mut buffers = [buffer_of(probs, &[rows, vocab]), buffer_of(&vec![-1i32; rows], &[rows])];
+    match gpu {
+        Some(gpu) => gpu.run(op, &mut buffers, &scalars).unwrap(),
+        None => support::Cpu.run(op, &mut buffers, &scalars).unwrap(),
+    }
+    bytemuck::cast_slice(&buffers[1].bytes).to_vec()
+}
+
+/// The GPU draws the CPU's tokens bit for bit — rows in one block or across clusters, staged in
+/// shared memory or not (2^20), ties and rows without mass — for several offsets, and the same
+/// tokens again on a repeated call and for a row alone.
+#[test]
+fn sampling_gpu_draws_the_cpus_tokens() {
+    let Some(gpu) = Gpu::get("sampling_gpu_draws_the_cpus_tokens") else { return };
+    for (rows, vocab) in [(64, 1000), (64, 32_000), (16, 128_256), (3, 1 << 20)] {
+        let mut probs: Vec<f32> = random_normal(rows * vocab, 51).iter().map(|x: &f32| x.abs().powi(3)).collect();
+        // Ties (a row of equal entries) and a row without mass.
+        probs[vocab..2 * vocab].fill(0.5);
+        probs[2 * vocab..3 * vocab].fill(0.0);
+        for (op, threshold) in sampling_ops() {
+            for offset in [0, 2, 1_000_006] {
+                let on_gpu = tokens(Some(&gpu), op, threshold, &probs, vocab, offset);
+                let on_cpu = tokens(None, op, threshold, &probs, vocab, offset);
+                assert_eq!(on_gpu, on_cpu, "{} vocab {vocab} offset {offset}", op.name);
+                assert_eq!(on_gpu, tokens(Some(&gpu), op, threshold, &probs, vocab, offset), "{}: repeated", op.name);
+                assert_eq!(on_gpu[2], 0, "{}: a row without mass", op.name);
+            }
+        }
+    }
+}
+
+/// A million draws of each sampling op on the GPU (a batch of 2^20 copies of one 16-entry row):
+/// no entry outside the kept set is ever drawn, and the counts fit the kept entries' distribution
+/// (chi-square at p ≈ 1e−6).
+#[test]
+fn sampling_gpu_draws_the_kept_distribution_over_a_million_draws() {
+    let Some(gpu) = Gpu::get("sampling_gpu_draws_the_kept_distribution_over_a_million_draws") else { return };
+    let row: Vec<f32> = (0..16).map(|i| if i % 5 == 2 { 0.0 } else { (1 + i % 7) as f32 / 40.0 }).collect();
+    let copies = 1 << 20;
+    let probs: Vec<f32> = row.iter().copied().cycle().take(row.len() * copies).collect();
+    let max = row.iter().fold(0.0f32, |m, &p| m.max(p));
+    let mut sorted = row.clone();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let total: f32 = row.iter().sum();
+    for (op, threshold) in sampling_ops() {
+        let kept: Vec<bool> = match (op.name, threshold) {
+            ("top_k_sampling_from_probs", Some(k)) => row.iter().map(|&p| p >= sorted[k as usize - 1]).collect(),
+            ("top_p_sampling_from_probs", Some(top_p)) => {
+                row.iter().map(|&p| row.iter().filter(|&&q| q > p).sum::<f32>() < top_p as f32 * total).collect()
+            }
+            ("min_p_sampling_from_probs", Some(min_p)) => row.iter().map(|&p| p >= min_p as f32 * max).collect(),
+            _ => row.iter().map(|&p| p > 0.0).collect(),
+        };
+        let mut counts = vec![0u64; row.len()];
+        for token in tokens(Some(&gpu), op, threshold, &probs, row.len(), 0) {
+            counts[token as usize] += 1;
+        }
+        let mass: f64 = row.iter().zip(&kept).filter(|(_, k)| **k).map(|(&p, _)| p as f64).sum();
+        let mut chi_square = 0.0;
+        let mut df = 0;
+        for (i, (&count, &p)) in counts.iter().zip(&row).enumerate() {
+            if !kept[i] || p == 0.0 {
+                assert_eq!(count, 0, "{}: entry {i} (not kept) drawn {count} times", op.name);
+                continue;
+            }
+            let expected = copies as f64 * p as f64 / mass;
+            chi_square += (count as f64 - expected).powi(2) / expected;
+            df += 1;
+        }
+        // Chi-square's critical value at p ≈ 1e−6 (Wilson–Hilferty), df − 1 degrees of freedom.
+        let (dof, z) = ((df - 1) as f64, 4.753);
+        let critical = dof * (1.0 - 2.0 / (9.0 * dof) + z * (2.0 / (9.0 * dof)).sqrt()).powi(3);
+        assert!(chi_square < critical, "{}: chi-square {chi_square:.1} over {dof} dof; {counts:?}", op.name);
     }
 }

@@ -9,9 +9,12 @@ are random normal. ferrinfer runs on torch's current stream (the capture stream)
 Families: `norm` (rmsnorm, fused_add_rmsnorm over H ∈ {4096, 8192} × T ∈ {1, …, 65536}),
 `activation` (silu/gelu/gelu_tanh_and_mul over d ∈ {4096, 11008, 14336} × T ∈ {1, …, 16384}) and
 `sampling` (softmax, top_k_mask_logits and top_k_renorm_probs with k = 50, top_p_renorm_probs with
-p = 0.9, over vocabularies of 32000 and 128256 × batches of 1, 64, 256; `H` is the vocabulary, `T` the batch; FlashInfer's sampling
-functions return a new tensor — softmax's logits converted to f32 first —, as its API does; the
-renorm's input is a softmax's probabilities in the run's dtype).
+p = 0.9, and the sampling ops — sampling_from_probs, top_k_/top_p_/min_p_sampling_from_probs with
+k = 50, p = 0.9, min_p = 0.1, seed 7 and offset 0 for FlashInfer and ferrinfer, torch's
+`multinomial` over its filtered probabilities — over vocabularies of 32000 and 128256 × batches
+of 1, 64, 256; `H` is the vocabulary, `T` the batch; FlashInfer's sampling functions return a new
+tensor — softmax's logits converted to f32 first —, as its API does; the renorms' and sampling
+ops' input is a softmax's probabilities in the run's dtype).
 `--eager` instead times the host path: the wall time per call of 2000 back-to-back calls outside
 any graph (T = 1), what eager PyTorch pays per op.
 
@@ -38,6 +41,8 @@ SAMPLING_GRID = [(V, B) for V in (32000, 128256) for B in (1, 64, 256)]
 TEMPERATURE = 0.7
 TOP_K = 50
 TOP_P = 0.9
+MIN_P = 0.1
+SEED = 7
 
 
 def graph_us(fn, n=50, reps=15):
@@ -222,6 +227,15 @@ def top_p_renorm_torch(p):
     return kept / kept.sum(-1, keepdim=True)
 
 
+def draw_torch(p):
+    """torch's draw of one token a row: `multinomial` over the (filtered) probabilities."""
+    return torch.multinomial(p.float(), 1)
+
+
+def min_p_torch(p):
+    return torch.where(p >= MIN_P * p.amax(-1, keepdim=True), p, 0)
+
+
 def sampling_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
     """Per op: (torch version, FlashInfer call, ferrinfer call, input maker, output dtype)."""
     size = torch.tensor([], dtype=dtype).element_size()
@@ -237,13 +251,30 @@ def sampling_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
                                lambda x, out: ferrinfer.top_k_renorm_probs(x, TOP_K, out=out), probs, dtype),
         "top_p_renorm_probs": (top_p_renorm_torch, lambda x: fi.top_p_renorm_probs(x, TOP_P),
                                lambda x, out: ferrinfer.top_p_renorm_probs(x, TOP_P, out=out), probs, dtype),
+        # One token a row, from an explicit (seed, offset) on every side (no generator state).
+        "sampling_from_probs": (draw_torch, lambda x: fi.sampling_from_probs(x, seed=SEED, offset=0),
+                                lambda x, out: ferrinfer.sampling_from_probs(x, SEED, 0, samples=out), probs, torch.int32),
+        "top_k_sampling_from_probs": (lambda p: draw_torch(top_k_renorm_torch(p)),
+                                      lambda x: fi.top_k_sampling_from_probs(x, TOP_K, seed=SEED, offset=0),
+                                      lambda x, out: ferrinfer.top_k_sampling_from_probs(x, TOP_K, SEED, 0, samples=out),
+                                      probs, torch.int32),
+        "top_p_sampling_from_probs": (lambda p: draw_torch(top_p_renorm_torch(p)),
+                                      lambda x: fi.top_p_sampling_from_probs(x, TOP_P, seed=SEED, offset=0),
+                                      lambda x, out: ferrinfer.top_p_sampling_from_probs(x, TOP_P, SEED, 0, samples=out),
+                                      probs, torch.int32),
+        "min_p_sampling_from_probs": (lambda p: draw_torch(min_p_torch(p)),
+                                      lambda x: fi.min_p_sampling_from_probs(x, MIN_P, seed=SEED, offset=0),
+                                      lambda x, out: ferrinfer.min_p_sampling_from_probs(x, MIN_P, SEED, 0, samples=out),
+                                      probs, torch.int32),
     }
     for op in ops:
         eager, theirs, ours, make, out_dtype = table[op]
         compiled = torch.compile(eager)
         for V, B in grid:
-            x, out = make(B, V), torch.empty(B, V, device="cuda", dtype=out_dtype)
-            nbytes = B * V * (size + out.element_size())
+            # Tokens: one a row; probabilities and logits: a row each.
+            shape = (B,) if out_dtype == torch.int32 else (B, V)
+            x, out = make(B, V), torch.empty(shape, device="cuda", dtype=out_dtype)
+            nbytes = B * V * size + out.numel() * out.element_size()
             record(op, B, V, nbytes, "torch_eager" + impl_suffix, time_fn(lambda: eager(x)))
             try:
                 if compiled:

@@ -190,3 +190,38 @@ def test_top_p_renorm_probs_keeps_what_the_cpu_keeps_on_the_device(dtype, shape,
     assert torch.equal(out, ferrinfer.top_p_renorm_probs(p, top_p)), "bitwise deterministic"
     shares = torch.full((shape[0],), top_p, device=DEV)
     assert torch.equal(out, ferrinfer.top_p_renorm_probs(p, shares)), "a share a row, the same"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 128256), (64, 32000), (3, 7)])
+@pytest.mark.parametrize(
+    "name, threshold",
+    [("sampling_from_probs", ()), ("top_k_sampling_from_probs", (50,)), ("top_p_sampling_from_probs", (0.9,)),
+     ("min_p_sampling_from_probs", (0.1,))],
+)
+def test_sampling_ops_draw_the_cpus_tokens_on_the_device(dtype, shape, name, threshold):
+    op = getattr(ferrinfer, name)
+    p = torch.softmax(2 * randn(*shape, dtype=torch.float32), dim=-1).to(dtype)
+    samples = op(p, *threshold, 123, 4)
+    assert samples.dtype == torch.int32 and samples.shape == shape[:1] and samples.device == p.device
+    assert torch.equal(samples.cpu(), op(p.cpu(), *threshold, 123, 4)), "exact integers: the CPU's tokens"
+    assert torch.equal(samples, op(p, *threshold, 123, 4)), "bitwise deterministic"
+
+
+def test_sampling_captured_in_a_cuda_graph_draws_as_outside():
+    p = torch.softmax(randn(16, 32000, dtype=torch.float32), dim=-1)
+    samples = torch.full((16,), -1, device=DEV, dtype=torch.int32)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside capture: loads the module
+        ferrinfer.top_p_sampling_from_probs(p, 0.9, 5, 6, samples=samples)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ferrinfer.top_p_sampling_from_probs(p, 0.9, 5, 6, samples=samples)
+    fresh = torch.softmax(randn(16, 32000, dtype=torch.float32), dim=-1)
+    p.copy_(fresh)
+    samples.fill_(-1)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(samples, ferrinfer.top_p_sampling_from_probs(fresh, 0.9, 5, 6))

@@ -148,3 +148,60 @@ def test_top_p_signature_a_share_a_row_and_errors():
     assert np.isnan(out).all()
     with pytest.raises(TypeError, match="`top_p` has dtype"):
         ferrinfer.top_p_renorm_probs(p, shares.astype(np.int32))  # f32 shares only
+
+
+SAMPLING_OPS = [
+    ("sampling_from_probs", ()),
+    ("top_k_sampling_from_probs", (3,)),
+    ("top_p_sampling_from_probs", (0.6,)),
+    ("min_p_sampling_from_probs", (0.3,)),
+]
+
+
+def kept_by(name, row, threshold):
+    """The entries each sampling op draws among, by its definition."""
+    if name == "top_k_sampling_from_probs":
+        return row >= np.sort(row)[::-1][threshold - 1]
+    if name == "top_p_sampling_from_probs":
+        above = np.array([row[row > p].sum() for p in row])
+        return above < np.float32(threshold) * row.sum()
+    if name == "min_p_sampling_from_probs":
+        return row >= np.float32(threshold) * row.max()
+    return row > 0
+
+
+@pytest.mark.parametrize("name, threshold", SAMPLING_OPS)
+def test_sampling_ops_draw_int32_tokens_among_the_kept_entries(name, threshold):
+    op = getattr(ferrinfer, name)
+    row = np.array([0.02, 0.25, 0.0, 0.08, 0.3, 0.05, 0.12, 0.1, 0.0, 0.08], dtype=np.float32)
+    probs = np.tile(row, (2000, 1))
+    samples = op(probs, *threshold, 7, 0)
+    assert samples.dtype == np.int32 and samples.shape == (2000,)
+    kept = kept_by(name, row, *threshold) if threshold else row > 0
+    drawn = np.bincount(samples, minlength=row.size)
+    assert np.all(drawn[~kept] == 0), drawn
+    # The kept entries in proportion (a loose check here; the Rust tests run chi-square).
+    share = drawn[kept] / drawn.sum()
+    expected = row[kept] / row[kept].sum()
+    assert np.all(np.abs(share - expected) < 0.05), (share, expected)
+    assert np.array_equal(op(probs, *threshold, 7, 0), samples), "a draw is a function of (seed, offset)"
+    assert not np.array_equal(op(probs, *threshold, 7, 2), samples), "another offset draws afresh"
+
+
+def test_sampling_signatures_out_and_errors():
+    sig = str(inspect.signature(ferrinfer.top_k_sampling_from_probs))
+    assert sig == "(probs, top_k, seed, offset, samples=None, enable_pdl=None)", sig
+    probs = np.abs(RNG.standard_normal((4, 100))).astype(np.float32)
+    samples = np.full(4, -1, dtype=np.int32)
+    assert ferrinfer.sampling_from_probs(probs, 1, 0, samples=samples) is samples
+    assert np.all((samples >= 0) & (samples < 100))
+    bad = np.full(4, -1, dtype=np.int32)
+    with pytest.raises(ValueError, match="`seed` is -1"):
+        ferrinfer.sampling_from_probs(probs, -1, 0, samples=bad)
+    with pytest.raises(TypeError, match="`samples` has dtype f32"):
+        ferrinfer.sampling_from_probs(probs, 1, 0, samples=np.zeros(4, dtype=np.float32))
+    with pytest.raises(ValueError, match="`samples`"):
+        ferrinfer.sampling_from_probs(probs, 1, 0, samples=np.zeros(5, dtype=np.int32))
+    with pytest.raises(ValueError, match="`min_p` is 1.5"):
+        ferrinfer.min_p_sampling_from_probs(probs, 1.5, 1, 0, samples=bad)
+    assert np.all(bad == -1)

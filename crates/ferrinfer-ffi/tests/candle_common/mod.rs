@@ -72,6 +72,7 @@ pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &
                     *wide.last_mut().unwrap() *= 2;
                     tensor_on::<T>(device, &wide, narrow, seed)
                 }
+                Extent::Batch => panic!("{}: no op reads one value a row", op.name),
             }
         })
         .collect();
@@ -91,12 +92,14 @@ pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &
     }
     let out_args = op.tensors.iter().filter(|a| a.role == Role::Out);
     written.extend(out.iter().zip(out_args).map(|(o, arg)| {
-        assert_eq!(o.dims()[..o.rank() - 1], shape[..shape.len() - 1], "{context}: output shape");
+        // A row's length, or (one value a row) none.
+        let leading = if arg.extent == Extent::Batch { o.dims() } else { &o.dims()[..o.rank() - 1] };
+        assert_eq!(leading, &shape[..shape.len() - 1], "{context}: output shape");
         let expected = match arg.dtype.dtype(dtype::<T>(), false) {
             DType::F32 => CandleDType::F32,
             DType::F16 => CandleDType::F16,
             DType::Bf16 => CandleDType::BF16,
-            DType::I32 => unreachable!("{context}: no op writes integers yet"),
+            DType::I32 => CandleDType::I32,
         };
         assert_eq!(o.dtype(), expected, "{context}: `{}`'s dtype", arg.name);
         values(o)

@@ -126,9 +126,10 @@ pub fn buffers(op: &OpInfo, dtype: DType, wide: bool, case: &Case, seed: u64) ->
                 Extent::Rows => case.hidden,
                 Extent::DoubleRows => 2 * case.hidden,
                 Extent::Row => case.hidden,
+                Extent::Batch => case.rows,
             };
             let (shape, strides, len) = match arg.extent {
-                Extent::Row => (vec![width], vec![1], width),
+                Extent::Row | Extent::Batch => (vec![width], vec![1], width),
                 _ => {
                     let stride = width + case.pad;
                     (vec![case.rows, width], vec![stride as i64, 1], (case.rows - 1) * stride + width)
