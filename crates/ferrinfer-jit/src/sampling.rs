@@ -69,7 +69,8 @@ impl SamplingKernel {
     /// share a multiprocessor (docs/perf/sampling.md, top-k v2): the filters take 80 (three
     /// blocks, as many as a staged f32 slice of a 128k vocabulary, ~71 KB of shared memory,
     /// allows; uncapped, top-p took 86: two), the mask of 16-bit logits 64 (four: its slices
-    /// are half the size, and it holds no sum).
+    /// are half the size, and it holds no sum). The sampling ops are not capped: under 80 their
+    /// top-k entries spilled (88 bytes), uncapped they take 84–126.
     fn max_registers(self, dtype: DType) -> Option<u32> {
         match self {
             SamplingKernel::Softmax => None,

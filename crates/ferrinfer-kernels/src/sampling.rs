@@ -1335,7 +1335,8 @@ mod device_kernels {
         if thread == load_shared_u32(state) {
             let mut below = load_shared_u64(state + 8);
             let (lo, hi) = chunk(thread);
-            for v in lo..hi {
+            let mut v = lo;
+            while v < hi {
                 let keys = slice.keys(v);
                 // The vector's entries all summed, the first past the target noted: a loop
                 // without an exit unrolls (an exit would index the vector from local memory).
@@ -1346,10 +1347,14 @@ mod device_kernels {
                 }
                 if hit < VEC {
                     unsafe { draw.write((v * VEC + hit) as u32) };
-                    return;
+                    v = hi;
                 }
+                v += 1;
             }
         }
+        // The chunk's thread reads staged keys other threads staged: none may stage the next
+        // row's before it is done (a block takes several rows past the grid's 65535).
+        block_barrier();
     }
 }
 

@@ -546,12 +546,9 @@ impl Plan {
         limits: &Limits,
         forced: LayoutOverride,
     ) -> Result<Launch<FilterParams>, Error> {
-        let max_threads = limits.max_threads(entry);
-        let planned = self.filter_split(limits.multiprocessors);
-        let ((slices, rows), block) = self.geometry(limits.clusters, max_threads, planned, forced)?;
-        let (staged, shared_bytes) = self.staged_shared_bytes(slices, FILTER_HEADER_BYTES, limits.max_shared_bytes);
-        let params = FilterParams { slices, staged: staged as u32, ..params };
-        Ok(Launch { entry, params, grid: (slices, rows), block, shared_bytes, cluster: slices })
+        let (params, grid, block, shared_bytes) =
+            self.staged_layout(params, FILTER_HEADER_BYTES, entry, limits, forced)?;
+        Ok(Launch { entry, params, grid, block, shared_bytes, cluster: grid.0 })
     }
 
     /// A sampling op's launch: a filter's, with the sampling header (each thread's kept mass)
@@ -563,19 +560,26 @@ impl Plan {
         limits: &Limits,
         forced: LayoutOverride,
     ) -> Result<Launch<SampleParams>, Error> {
-        let max_threads = limits.max_threads(entry);
+        let (filter, grid, block, shared_bytes) =
+            self.staged_layout(params.filter, SAMPLE_HEADER_BYTES, entry, limits, forced)?;
+        Ok(Launch { entry, params: SampleParams { filter, ..params }, grid, block, shared_bytes, cluster: grid.0 })
+    }
+
+    /// The layout of a kernel that stages its block's slice after `header` bytes of shared
+    /// memory (the filters', the sampling ops'): `params` with its slices and staging, the grid
+    /// (blocks a row, rows in parallel), the block and the dynamic shared memory.
+    fn staged_layout(
+        &self,
+        params: FilterParams,
+        header: u32,
+        entry: usize,
+        limits: &Limits,
+        forced: LayoutOverride,
+    ) -> Result<(FilterParams, (u32, u32), u32, u32), Error> {
         let planned = self.filter_split(limits.multiprocessors);
-        let ((slices, rows), block) = self.geometry(limits.clusters, max_threads, planned, forced)?;
-        let (staged, shared_bytes) = self.staged_shared_bytes(slices, SAMPLE_HEADER_BYTES, limits.max_shared_bytes);
-        let filter = FilterParams { slices, staged: staged as u32, ..params.filter };
-        Ok(Launch {
-            entry,
-            params: SampleParams { filter, ..params },
-            grid: (slices, rows),
-            block,
-            shared_bytes,
-            cluster: slices,
-        })
+        let ((slices, rows), block) = self.geometry(limits.clusters, limits.max_threads(entry), planned, forced)?;
+        let (staged, shared_bytes) = self.staged_shared_bytes(slices, header, limits.max_shared_bytes);
+        Ok((FilterParams { slices, staged: staged as u32, ..params }, (slices, rows), block, shared_bytes))
     }
 
     /// Whether a block's slice of `slices` fits in `max_shared_bytes` after `header` bytes, and
@@ -809,8 +813,9 @@ fn reference_kept(filter: Filter, values: &[f32], masses: &[u128], threshold: f6
             kept
         }
         Filter::MinP => {
+            // As the kernels' `!(v < floor)`: a NaN value, or a NaN floor (min_p 0 of +∞), keeps.
             let floor = threshold as f32 * max;
-            values.iter().map(|&v| v >= floor || v.is_nan()).collect()
+            values.iter().map(|&v| v >= floor || v.is_nan() || floor.is_nan()).collect()
         }
     }
 }

@@ -488,8 +488,13 @@ fn sampling_ops_are_functions_of_seed_offset_and_row() {
         }
     }
     let empty = [0.0f32, -1.0, f32::NAN, 0.0];
+    // +∞ weighs 0 and sets the scale: the finite entries of its row weigh 0 too (min-p's floor
+    // `0 · ∞` is NaN, which keeps every entry, as the reference).
+    let infinite = [0.5f32, f32::INFINITY, 0.25, 1.0];
     for (op, threshold) in sampling_ops() {
         assert_eq!(draw(op, threshold, &empty, 4, 1, 0), [0], "{}", op.name);
+        let threshold = if op.name == "min_p_sampling_from_probs" { Some(0.0) } else { threshold };
+        assert_eq!(draw(op, threshold, &infinite, 4, 1, 0), [0], "{}: a row holding +∞", op.name);
     }
     let (min_p, _) = sampling_ops()[3];
     let ties = [0.5f32, 0.25, 0.5].repeat(100);

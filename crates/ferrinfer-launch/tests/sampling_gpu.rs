@@ -284,6 +284,20 @@ fn sampling_gpu_draws_the_cpus_tokens() {
     }
 }
 
+/// More rows than the grid's 65535: a block takes several rows, each staged over the last while
+/// the previous draw's thread may still read it (a race fixed in session 12, before any GPU ran
+/// it); 512 vectors a slice, so a thread's chunk holds keys other threads staged.
+#[test]
+fn sampling_gpu_draws_the_cpus_tokens_when_blocks_take_several_rows() {
+    let Some(gpu) = Gpu::get("sampling_gpu_draws_the_cpus_tokens_when_blocks_take_several_rows") else { return };
+    let (rows, vocab) = (70_000, 2048);
+    let probs: Vec<f32> = random_normal(rows * vocab, 53).iter().map(|x: &f32| x.abs().powi(3)).collect();
+    for (op, threshold) in sampling_ops() {
+        let on_gpu = tokens(Some(&gpu), op, threshold, &probs, vocab, 8);
+        assert_eq!(on_gpu, tokens(None, op, threshold, &probs, vocab, 8), "{}", op.name);
+    }
+}
+
 /// A million draws of each sampling op on the GPU (a batch of 2^20 copies of one 16-entry row):
 /// no entry outside the kept set is ever drawn, and the counts fit the kept entries' distribution
 /// (chi-square at p ≈ 1e−6).
