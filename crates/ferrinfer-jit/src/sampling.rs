@@ -69,11 +69,13 @@ impl SamplingKernel {
     /// share a multiprocessor (docs/perf/sampling.md, top-k v2): the filters take 80 (three
     /// blocks, as many as a staged f32 slice of a 128k vocabulary, ~71 KB of shared memory,
     /// allows; uncapped, top-p took 86: two), the mask of 16-bit logits 64 (four: its slices
-    /// are half the size, and it holds no sum). The sampling ops are not capped: under 80 their
-    /// top-k entries spilled (88 bytes), uncapped they take 84–126.
+    /// are half the size, and it holds no sum). `sampling_from_probs` 80 too (three blocks; it
+    /// stages nothing; uncapped up to 108, at 72 it spilled). The filtering sampling ops are not
+    /// capped: under 80 their top-k entries spilled (88 bytes), uncapped they take 84–126.
     fn max_registers(self, dtype: DType) -> Option<u32> {
         match self {
             SamplingKernel::Softmax => None,
+            SamplingKernel::SamplingFromProbs => Some(80),
             SamplingKernel::TopKMaskLogits if dtype.size() == 2 => Some(64),
             SamplingKernel::TopKMaskLogits | SamplingKernel::TopKRenormProbs | SamplingKernel::TopPRenormProbs => {
                 Some(80)

@@ -491,6 +491,91 @@ pub fn warp_any(predicate: bool) -> bool {
     any != 0
 }
 
+/// The lanes where `predicate` holds, a bit a lane; every lane must call it.
+#[inline(always)]
+pub fn warp_ballot(predicate: bool) -> u32 {
+    let lanes: u32;
+    unsafe {
+        asm!(
+            "{{ .reg .pred p; setp.ne.u32 p, {v}, 0; vote.sync.ballot.b32 {b}, p, 0xffffffff; }}",
+            b = out(reg32) lanes, v = in(reg32) predicate as u32, options(nostack)
+        )
+    };
+    lanes
+}
+
+/// This thread's lane in its warp.
+#[inline(always)]
+pub fn lane_index() -> u32 {
+    thread_index() % 32
+}
+
+/// `redux.sync` of a u32 over the warp (sm_80+): `op` is `add` or `max`.
+macro_rules! warp_redux {
+    ($op:literal, $value:expr) => {{
+        let result: u32;
+        unsafe {
+            asm!(concat!("redux.sync.", $op, ".u32 {r}, {v}, 0xffffffff;"), r = out(reg32) result, v = in(reg32) $value,
+                options(nostack))
+        };
+        result
+    }};
+}
+
+/// Sum over the warp of u64 values whose sum is below 2^64, exact and in every lane: three
+/// `redux.sync` adds of 27-, 27- and 10-bit parts (32 parts of 27 bits cannot carry out of a
+/// u32), rather than ten shuffles.
+#[inline(always)]
+pub fn warp_sum_u64(value: u64) -> u64 {
+    const PART: u32 = 27;
+    const MASK: u64 = (1 << PART) - 1;
+    let low = warp_redux!("add", (value & MASK) as u32) as u64;
+    let middle = warp_redux!("add", ((value >> PART) & MASK) as u32) as u64;
+    let high = warp_redux!("add", (value >> (2 * PART)) as u32) as u64;
+    low.wrapping_add(middle << PART).wrapping_add(high << (2 * PART))
+}
+
+/// The largest u32 over the warp, in every lane.
+#[inline(always)]
+pub fn warp_max_u32(value: u32) -> u32 {
+    warp_redux!("max", value)
+}
+
+/// Lane `lane`'s `value`, in every lane.
+#[inline(always)]
+pub fn warp_broadcast_u64(value: u64, lane: u32) -> u64 {
+    let shuffle = |word: u32| {
+        let result: u32;
+        unsafe {
+            asm!("shfl.sync.idx.b32 {r}, {v}, {l}, 0x1f, 0xffffffff;", r = out(reg32) result, v = in(reg32) word,
+                l = in(reg32) lane, options(nostack))
+        };
+        result
+    };
+    shuffle(value as u32) as u64 | (shuffle((value >> 32) as u32) as u64) << 32
+}
+
+/// The sum of `value` over this lane and the lanes below it (an inclusive scan; the warp's sum
+/// below 2^64): five steps of a pair of shuffles.
+#[inline(always)]
+pub fn warp_inclusive_sum_u64(mut value: u64) -> u64 {
+    let lane = lane_index();
+    for step in 0..5 {
+        let distance = 1u32 << step;
+        let shuffle = |word: u32| {
+            let result: u32;
+            unsafe {
+                asm!("shfl.sync.up.b32 {r}, {v}, {d}, 0, 0xffffffff;", r = out(reg32) result, v = in(reg32) word,
+                    d = in(reg32) distance, options(nostack))
+            };
+            result
+        };
+        let below = shuffle(value as u32) as u64 | (shuffle((value >> 32) as u32) as u64) << 32;
+        value += if lane >= distance { below } else { 0 };
+    }
+    value
+}
+
 /// A u32 in shared memory at `at`.
 #[inline(always)]
 pub fn load_shared_u32(at: u32) -> u32 {

@@ -471,11 +471,14 @@ pub fn share_of(mass: u64, share: f32) -> u64 {
     (whole + (below != 0) as u128).min(mass as u128) as u64
 }
 
-/// Top-p's fixed point: an entry `x ≥ 0` weighs `⌊x · 2^(F − e)⌋`, `e` the exponent of the
-/// row's largest entry and `F = 62 − ⌈log2 vocab⌉`, so that a row's mass fits 63 bits and every
-/// entry counts to within 2^−F of the largest. Negative, infinite and NaN entries weigh 0.
-/// Integer weights sum to the same total in any order: the device's blocks and the CPU find the
-/// same pivot, bit for bit.
+/// Top-p's and the draws' fixed point: an entry `x ≥ 0` weighs `⌊x · 2^(F − e)⌋`, `e` the
+/// exponent of the row's largest entry and `F = 62 − ⌈log2 vocab⌉`, so that a row's mass fits 63
+/// bits and every entry counts to within 2^−F of the largest. A row whose largest entry lies in
+/// [2^−20, 2) — every row of probabilities up to 2^20 entries — takes `e = 0` (the exponent of
+/// 1): one scale for all of them, so that a kernel can weigh a row of probabilities as it reads
+/// it, before it knows the largest entry. Negative, infinite and NaN entries weigh 0. Integer
+/// weights sum to the same total in any order: the device's blocks and the CPU find the same
+/// pivot and draw the same token, bit for bit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MassScale {
     /// The biased exponent an entry must have to weigh its mantissa as it is (`e − F + 23`).
@@ -488,7 +491,19 @@ impl MassScale {
     pub fn new(max: f32, vocab: u32) -> Self {
         let fraction_bits = 62 - (32 - vocab.max(1).wrapping_sub(1).leading_zeros()) as i32;
         let max_exponent = ((max.to_bits() >> 23) & 0xff).clamp(1, 254) as i32;
-        MassScale { base: max_exponent - fraction_bits + 23 }
+        let exponent = if Self::PROBABILITY_EXPONENTS.contains(&max_exponent) { Self::ONE } else { max_exponent };
+        MassScale { base: exponent - fraction_bits + 23 }
+    }
+
+    /// The biased exponent of 1.
+    const ONE: i32 = 127;
+    /// The biased exponents of the largest entries of rows weighed as if it were 1: [2^−20, 2).
+    const PROBABILITY_EXPONENTS: core::ops::RangeInclusive<i32> = Self::ONE - 20..=Self::ONE;
+
+    /// The scale of every row of `vocab` entries whose largest lies in [2^−20, 2).
+    #[inline(always)]
+    pub fn of_probabilities(vocab: u32) -> Self {
+        Self::new(1.0, vocab)
     }
 
     /// `x`'s weight: its mantissa (24 bits) shifted by its exponent relative to the scale's —
@@ -681,8 +696,9 @@ mod device_kernels {
     use core::arch::asm;
 
     use crate::device::{
-        ClusterExchange, ClusterHistogram, block_barrier, block_pairs, block_size, chain_after_prior_grids,
-        dynamic_shared, load_shared_u32, load_shared_u64, store_shared_u32, store_shared_u64, thread_index, warp_any,
+        ClusterExchange, ClusterHistogram, block_barrier, block_pairs, block_size, chain_after_prior_grids, divide,
+        dynamic_shared, lane_index, load_shared_u32, load_shared_u64, store_shared_u32, store_shared_u64, thread_index,
+        warp_any, warp_ballot, warp_broadcast_u64, warp_inclusive_sum_u64, warp_max_u32, warp_sum_u64,
     };
     use crate::vector::{Kept, Packed, Reused, Shared};
 
@@ -1130,10 +1146,288 @@ mod device_kernels {
         }
     }
 
-    /// `sampling_from_probs`: see [`sample_filtered_rows`].
+    /// `sampling_from_probs`, in one read of the row: each warp weighs a contiguous span of its
+    /// block's slice as it reads it, at the scale of probabilities (a row whose largest entry
+    /// is outside [2^−20, 2) is weighed again at its own, [`MassScale`]), the spans' masses are
+    /// summed over the block and the cluster (whose shared memory the row is not staged in), and
+    /// the warp whose span holds [`mass_target`] reads the 32 vectors that hold it again to find
+    /// the entry. Integers throughout: the token is [`sample_row`]'s. Grid and cluster as
+    /// [`filter_rows`]; dynamic shared memory [`SAMPLE_HEADER_BYTES`]; `p.filter.staged` unused.
     #[inline(always)]
     pub unsafe fn sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
-        unsafe { sample_filtered_rows::<T, VEC, { Filter::Everything as u32 }>(p) }
+        chain_after_prior_grids();
+        let f = &p.filter;
+        // Before the cluster's first barrier: its sums' sets cleared before any block adds.
+        let histogram = ClusterHistogram::new(dynamic_shared() + crate::CLUSTER_EXCHANGE_BYTES);
+        let cluster = ClusterExchange::new(f.slices);
+        let vectors = f.vocab as usize / VEC;
+        let per_slice = vectors.div_ceil(cluster.count() as usize);
+        let begin = (cluster.rank() as usize * per_slice).min(vectors);
+        let end = (begin + per_slice).min(vectors);
+        let (mut row, row_step) =
+            unsafe { (core::arch::nvptx::_block_idx_y() as u64, core::arch::nvptx::_grid_dim_y() as u64) };
+        let mut round = 0u32;
+        while row < f.rows {
+            let input = (f.input as *const T).wrapping_add((row * f.input_row_stride) as usize);
+            let span = WarpSpan::<T, VEC>::of_slice(input, begin, end);
+            let mut scale = MassScale::of_probabilities(f.vocab);
+            let (mut weighed, mut row_mass) = span.weigh(&scale, &cluster, histogram, &mut round);
+            let own_scale = MassScale::new(f32::from_bits(row_mass.max), f.vocab);
+            if own_scale != scale {
+                scale = own_scale;
+                (weighed, row_mass) = span.weigh(&scale, &cluster, histogram, &mut round);
+            }
+            let token = (f.output as *mut i32).wrapping_add(row as usize);
+            let draw = Draw { keep: Keep::EVERYTHING, scale, bits: row_random_bits(p.seed, row, p.offset), token };
+            span.draw(&draw, weighed, row_mass, &cluster);
+            row += row_step;
+        }
+    }
+
+    /// A warp's contiguous share of its block's slice of a row: vectors `lo..hi`, read a step of
+    /// 32 (a vector a lane) at a time, a batch of steps' loads in flight together, the steps
+    /// taken in groups of `group` (whole batches; at most 32 groups: a lane keeps the mass of
+    /// one).
+    struct WarpSpan<T: Element, const VEC: usize> {
+        input: *const T,
+        lo: usize,
+        hi: usize,
+        group: usize,
+    }
+
+    /// A block's masses of a row, once summed over the cluster.
+    struct RowMass {
+        /// The row's.
+        total: u64,
+        /// The blocks' of lower rank.
+        before: u64,
+        /// This block's.
+        own: u64,
+        /// The bits of the row's largest entry (or 0).
+        max: u32,
+    }
+
+    /// What a warp keeps of [`WarpSpan::weigh`]: the mass of this lane's group of steps, and the
+    /// span's.
+    #[derive(Clone, Copy)]
+    struct Weighed {
+        group: u64,
+        span: u64,
+    }
+
+    /// The shared-memory address of the block's warps' masses (a u64 each) and, after them, their
+    /// largest entries' bits (a u32 each): the sampling header's chunk masses.
+    #[inline(always)]
+    fn warp_masses() -> u32 {
+        chunk_masses()
+    }
+
+    impl<T: Element, const VEC: usize> WarpSpan<T, VEC> {
+        /// This warp's span of the slice `begin..end` of the row at `input`.
+        #[inline(always)]
+        fn of_slice(input: *const T, begin: usize, end: usize) -> Self {
+            let warps = (block_size() / 32).max(1) as usize;
+            let per_warp = (end - begin).div_ceil(warps);
+            let lo = (begin + (thread_index() / 32) as usize * per_warp).min(end);
+            let hi = (lo + per_warp).min(end);
+            // Whole loads' worth of steps a group: a group's steps are weighed together.
+            let group = (hi - lo).div_ceil(32 * 32).max(1).next_multiple_of(Self::BATCH);
+            WarpSpan { input, lo, hi, group }
+        }
+
+        /// Steps loaded together: [`UNROLL`], half for 16-bit types (whose vectors hold twice
+        /// the entries: with four, the weighing of a batch took 134 registers).
+        const BATCH: usize = if size_of::<T>() == 2 { UNROLL / 2 } else { UNROLL };
+
+        /// This lane's vectors of the batch of steps from `step` (zeros past the span, and in
+        /// the array past [`Self::BATCH`]).
+        #[inline(always)]
+        fn load_batch(&self, step: usize) -> [Packed<T, VEC>; UNROLL] {
+            let mut loaded = [Packed::<T, VEC>::ZERO; UNROLL];
+            // Indexed: an array iterator kept in memory is a local-memory array.
+            #[allow(clippy::needless_range_loop)]
+            for k in 0..Self::BATCH {
+                loaded[k] = self.load(step + k);
+            }
+            loaded
+        }
+
+        fn steps(&self) -> usize {
+            (self.hi - self.lo).div_ceil(32)
+        }
+
+        /// This lane's vector of step `step` (zeros past the span).
+        #[inline(always)]
+        fn load(&self, step: usize) -> Packed<T, VEC> {
+            let v = self.lo + step * 32 + lane_index() as usize;
+            if v < self.hi {
+                unsafe { Packed::<T, VEC>::load::<Reused>(self.input.add(v * VEC)) }
+            } else {
+                Packed::ZERO
+            }
+        }
+
+        /// The masses of `vector`'s entries under `scale`, summed; and the bits of its largest
+        /// entry (0 for negatives and NaN, as `f32::max` from 0 on the host).
+        #[inline(always)]
+        fn vector_mass(vector: &Packed<T, VEC>, scale: &MassScale) -> (u64, u32) {
+            let (mut mass, mut max) = (0u64, 0u32);
+            for i in 0..VEC {
+                let x = vector.get_f32(i);
+                mass += scale.mass(x);
+                let bits = x.to_bits();
+                max = max.max(if bits <= f32::INFINITY.to_bits() { bits } else { 0 });
+            }
+            (mass, max)
+        }
+
+        /// The span's masses under `scale`, summed over the block and the cluster (an exchange
+        /// of `round`): every thread of every block of the cluster must call it.
+        #[inline(always)]
+        fn weigh(
+            &self,
+            scale: &MassScale,
+            cluster: &ClusterExchange,
+            histogram: ClusterHistogram,
+            round: &mut u32,
+        ) -> (Weighed, RowMass) {
+            histogram.clear();
+            let (steps, lane) = (self.steps(), lane_index() as usize);
+            let (mut group, mut max) = (0u64, 0u32);
+            let mut step = 0;
+            while step < steps {
+                let loaded = self.load_batch(step);
+                // The steps loaded together are of one group: one warp sum for them.
+                let mut mass = 0u64;
+                #[allow(clippy::needless_range_loop)]
+                for k in 0..Self::BATCH {
+                    let (vector_mass, top) = Self::vector_mass(&loaded[k], scale);
+                    mass += vector_mass;
+                    max = max.max(top);
+                }
+                let steps_mass = warp_sum_u64(mass);
+                group += if divide(step, self.group) == lane { steps_mass } else { 0 };
+                step += Self::BATCH;
+            }
+            let weighed = Weighed { group, span: warp_sum_u64(group) };
+            let warp = thread_index() / 32;
+            let max = warp_max_u32(max);
+            if lane == 0 {
+                store_shared_u64(warp_masses() + 8 * warp, weighed.span);
+                store_shared_u32(warp_masses() + 8 * 32 + 4 * warp, max);
+            }
+            block_barrier();
+            if thread_index() == 0 {
+                let (mut block, mut block_max) = (0u64, 0u32);
+                for w in 0..block_size() / 32 {
+                    block += load_shared_u64(warp_masses() + 8 * w);
+                    block_max = block_max.max(load_shared_u32(warp_masses() + 8 * 32 + 4 * w));
+                }
+                // Bins 0..count: the blocks' masses; from MAX_CLUSTER_BLOCKS on, their largest
+                // entries (each block's own bin, so the sum is the value).
+                if block != 0 {
+                    histogram.add(cluster.rank(), block);
+                }
+                if block_max != 0 {
+                    histogram.add(crate::MAX_CLUSTER_BLOCKS + cluster.rank(), block_max as u64);
+                }
+            }
+            let totals = histogram.total(cluster, *round);
+            let mut mass = RowMass { total: 0, before: 0, own: 0, max: 0 };
+            for rank in 0..cluster.count() {
+                let sum = load_shared_u64(totals + 8 * rank);
+                mass.before += if rank < cluster.rank() { sum } else { 0 };
+                mass.total += sum;
+                mass.max = mass.max.max(load_shared_u64(totals + 8 * (crate::MAX_CLUSTER_BLOCKS + rank)) as u32);
+            }
+            mass.own = load_shared_u64(totals + 8 * cluster.rank());
+            histogram.recycle(cluster, *round);
+            *round += 1;
+            (weighed, mass)
+        }
+
+        /// Writes the row's token: the first entry at which the masses summed in index order pass
+        /// `draw`'s target in the row's mass, found by the block, then the warp, whose span holds
+        /// it (0 for a row without mass, by the cluster's first block). Every thread of the
+        /// block must call it; the span's masses as [`WarpSpan::weigh`] left them.
+        #[inline(always)]
+        fn draw(&self, draw: &Draw, weighed: Weighed, mass: RowMass, cluster: &ClusterExchange) {
+            let thread = thread_index();
+            if mass.total == 0 {
+                if cluster.rank() == 0 && thread == 0 {
+                    unsafe { draw.write(0) };
+                }
+                return;
+            }
+            let target = mass_target(draw.bits, mass.total);
+            // The same in every thread of the block: the block returns as one.
+            if target < mass.before || target - mass.before >= mass.own {
+                return;
+            }
+            let mut target = target - mass.before;
+            let state = histogram_broadcast();
+            if thread == 0 {
+                let mut found = false;
+                for w in 0..block_size() / 32 {
+                    let span = load_shared_u64(warp_masses() + 8 * w);
+                    if !found && target < span {
+                        store_shared_u32(state, w);
+                        store_shared_u64(state + 8, target);
+                        found = true;
+                    }
+                    target -= if found { 0 } else { span };
+                }
+            }
+            block_barrier();
+            if thread / 32 != load_shared_u32(state) {
+                return;
+            }
+            let target = load_shared_u64(state + 8);
+            // The group of steps, then the step, then the lane, then the entry.
+            let groups = warp_inclusive_sum_u64(weighed.group);
+            let group = warp_ballot(groups > target).trailing_zeros();
+            let mut below = warp_broadcast_u64(groups - weighed.group, group);
+            let mut step = group as usize * self.group;
+            while step < self.steps() {
+                let loaded = self.load_batch(step);
+                // Without an exit from the loop (which would index `loaded` from local memory).
+                let mut found = false;
+                #[allow(clippy::needless_range_loop)]
+                for k in 0..Self::BATCH {
+                    let vector = &loaded[k];
+                    if found {
+                        continue;
+                    }
+                    let (lane_mass, _) = Self::vector_mass(vector, &draw.scale);
+                    let lanes = warp_inclusive_sum_u64(lane_mass);
+                    let holder = warp_ballot(below + lanes > target);
+                    found = holder != 0;
+                    if found && lane_index() == holder.trailing_zeros() {
+                        let v = self.lo + (step + k) * 32 + lane_index() as usize;
+                        let entry = Self::entry_passing(vector, below + lanes - lane_mass, target, &draw.scale);
+                        unsafe { draw.write((v * VEC + entry) as u32) };
+                    }
+                    below += warp_broadcast_u64(lanes, 31);
+                }
+                if found {
+                    return;
+                }
+                step += Self::BATCH;
+            }
+        }
+
+        /// The first entry of `vector` at which the masses summed from `below` pass `target`
+        /// (`VEC` where none does): a loop without an exit unrolls (an exit would index the
+        /// vector from local memory).
+        #[inline(always)]
+        fn entry_passing(vector: &Packed<T, VEC>, mut below: u64, target: u64, scale: &MassScale) -> usize {
+            let mut hit = VEC;
+            for i in 0..VEC {
+                below += scale.mass(vector.get_f32(i));
+                hit = if hit == VEC && below > target { i } else { hit };
+            }
+            hit
+        }
     }
 
     /// `top_k_sampling_from_probs`: see [`sample_filtered_rows`].
@@ -1154,8 +1448,8 @@ mod device_kernels {
         unsafe { sample_filtered_rows::<T, VEC, { Filter::MinP as u32 }>(p) }
     }
 
-    /// The sampling kernels: the row's largest entry (a pass that stages the slice), the
-    /// filter's [`Keep`] (top-k's and top-p's by [`histogram_pivot`], as the filter kernels),
+    /// The filtering sampling kernels (`FILTER`: top-k, top-p or min-p): the row's largest
+    /// entry (a pass that stages the slice), the filter's [`Keep`] (top-k's and top-p's by [`histogram_pivot`], as the filter kernels),
     /// then one token drawn from the kept entries in proportion to their exact masses
     /// ([`draw`]). Integers throughout: the token is [`sample_row`]'s, whatever the slicing.
     /// Grid, cluster and launcher's guarantees as [`filter_rows`], with [`SAMPLE_HEADER_BYTES`]
@@ -1189,10 +1483,8 @@ mod device_kernels {
                 let search = PivotSearch::top_p::<T>(unsafe { row_top_p(f, row) });
                 let weights = Weights::Mass(scale);
                 Keep::from_pivot(histogram_pivot(&mut slice, &cluster, histogram, search, weights, &mut round))
-            } else if FILTER == Filter::MinP as u32 {
-                Keep::min_p(unsafe { row_top_p(f, row) }, max)
             } else {
-                Keep::EVERYTHING
+                Keep::min_p(unsafe { row_top_p(f, row) }, max)
             };
             let bits = row_random_bits(p.seed, row, p.offset);
             let token = (f.output as *mut i32).wrapping_add(row as usize);
@@ -1498,10 +1790,17 @@ mod tests {
     #[test]
     fn masses_are_exact_fixed_point_and_a_row_fits() {
         let scale = MassScale::new(0.75, 128_256);
-        // F = 62 − 17 = 45; 0.75's exponent is −1: a weight is x · 2^46.
-        assert_eq!(scale.mass(0.75), 3 << 44);
-        assert_eq!(scale.mass(2f32.powi(-40)), 1 << 6);
-        assert_eq!(scale.mass(2f32.powi(-50)), 0, "below 2^−46: truncated");
+        // F = 62 − 17 = 45; a largest entry in [2^−20, 2) weighs as 1: a weight is x · 2^45.
+        assert_eq!(scale, MassScale::of_probabilities(128_256));
+        assert_eq!(scale.mass(0.75), 3 << 43);
+        assert_eq!(scale.mass(2f32.powi(-40)), 1 << 5);
+        assert_eq!(scale.mass(2f32.powi(-50)), 0, "below 2^−45: truncated");
+        assert!(scale.mass(f32::from_bits(2f32.to_bits() - 1)) as u128 * 128_256 < 1 << 63, "a row below 2 fits");
+        for own in [2f32.powi(-21), 2.0, 3.5e9] {
+            let scale = MassScale::new(own, 128_256);
+            assert_ne!(scale, MassScale::of_probabilities(128_256), "{own}");
+            assert_eq!(scale.mass(own) >> 45, 1, "{own}: the largest entry weighs 2^45 (and a bit more)");
+        }
         for nothing in [-0.5, -0.0, 0.0, f32::INFINITY, f32::NAN, f32::NEG_INFINITY] {
             assert_eq!(scale.mass(nothing), 0, "{nothing}");
         }

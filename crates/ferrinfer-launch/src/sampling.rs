@@ -77,8 +77,8 @@ macro_rules! sampling_ops {
             /// `samples` = one token a row of `probs`, drawn with probability proportional to its
             /// entry (the row need not sum to 1; entries ≤ 0 or NaN are never drawn), from
             /// Philox's stream `(seed, row, offset)`. Deterministic: the draw is made in exact
-            /// integers (a fixed point of 2^−(62 − ⌈log2 vocab⌉) of the row's largest entry), so
-            /// the CPU draws the GPU's token.
+            /// integers (a fixed point of 2^−(62 − ⌈log2 vocab⌉) of the row's largest entry, or
+            /// of 1 for a row of probabilities: `MassScale`), so the CPU draws the GPU's token.
             fn sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; seed: u64 (example 42), offset: u64 (example 0)
                 => SamplingKernel::SamplingFromProbs, reference sampling_reference;
             /// `samples` = one token a row drawn as `sampling_from_probs` among the row's `top_k`
@@ -133,7 +133,7 @@ impl FamilyOp for SamplingKernel {
                         plan.filter_launch(params, entry, limits, forced)
                     }),
                     Params::Sample(params) => cuda::launch(stream, &MODULES, module, |limits| {
-                        plan.sample_launch(params, entry, limits, forced)
+                        plan.sample_launch(params, stages(*self), entry, limits, forced)
                     }),
                 }
             }
@@ -461,6 +461,13 @@ impl Plan {
 
 /// The filter a kernel applies and what it writes (softmax's is never asked for, nor a sampling
 /// op's output).
+/// Whether `kernel` stages its block's slice of a row in shared memory (where it fits): the
+/// filters and the filtering sampling ops read it several times; `sampling_from_probs` once (and
+/// 32 vectors again).
+fn stages(kernel: SamplingKernel) -> bool {
+    kernel != SamplingKernel::SamplingFromProbs
+}
+
 fn filter_of(kernel: SamplingKernel) -> (Filter, FilterOutput) {
     match kernel {
         SamplingKernel::TopPRenormProbs => (Filter::TopP, FilterOutput::Renorm),
@@ -552,16 +559,22 @@ impl Plan {
     }
 
     /// A sampling op's launch: a filter's, with the sampling header (each thread's kept mass)
-    /// before the staged slice.
+    /// before the staged slice where the kernel `stages` it.
     fn sample_launch(
         &self,
         params: SampleParams,
+        stages: bool,
         entry: usize,
         limits: &Limits,
         forced: LayoutOverride,
     ) -> Result<Launch<SampleParams>, Error> {
-        let (filter, grid, block, shared_bytes) =
-            self.staged_layout(params.filter, SAMPLE_HEADER_BYTES, entry, limits, forced)?;
+        let (filter, grid, block, shared_bytes) = if stages {
+            self.staged_layout(params.filter, SAMPLE_HEADER_BYTES, entry, limits, forced)?
+        } else {
+            let planned = self.streamed_split(limits.multiprocessors);
+            let ((slices, rows), block) = self.geometry(limits.clusters, limits.max_threads(entry), planned, forced)?;
+            (FilterParams { slices, staged: 0, ..params.filter }, (slices, rows), block, SAMPLE_HEADER_BYTES)
+        };
         Ok(Launch { entry, params: SampleParams { filter, ..params }, grid, block, shared_bytes, cluster: grid.0 })
     }
 
@@ -609,6 +622,20 @@ impl Plan {
         }
         let most = if self.dtype.size() == 2 { MAX_CLUSTER_BLOCKS / 2 } else { MAX_CLUSTER_BLOCKS };
         (self.split(MIN_SLICE, most), FILTER_BLOCK_THREADS)
+    }
+
+    /// `sampling_from_probs`' (blocks a row, threads a block), from the layout sweep of
+    /// 2026-12-02 (docs/perf/sampling.md, session 13): a small batch as the filters'; a larger
+    /// one in at most 2 blocks a row (more blocks wait on more of each other: f32 128256 × 256
+    /// in 8 blocks 100.1 µs, in 2 80.6), of 512 threads while the batch's blocks fit the
+    /// multiprocessors once (× 64: 22.8 µs against 31.9 with 256), else 256.
+    fn streamed_split(&self, multiprocessors: u32) -> (u32, u32) {
+        if self.rows * MAX_CLUSTER_BLOCKS as u64 <= multiprocessors as u64 {
+            return self.filter_split(multiprocessors);
+        }
+        let slices = self.split(MIN_SLICE, 2);
+        let block = if self.rows * slices as u64 <= multiprocessors as u64 { 512 } else { FILTER_BLOCK_THREADS };
+        (slices, block)
     }
 
     /// ((blocks per row, rows in parallel), block) where clusters are available or not, for an
@@ -898,6 +925,17 @@ mod tests {
         assert_eq!(split(256, 128256, DType::F32), (8, 256));
         assert_eq!(split(256, 32000, DType::F32), (2, 256));
         assert_eq!(split(1, 3000, DType::F32), (1, 512), "below a slice: one block");
+    }
+
+    #[test]
+    fn sampling_from_probs_shares_a_row_among_at_most_two_blocks_past_small_batches() {
+        let split = |rows, vocab: u32| plan(rows, vocab, 4).streamed_split(132);
+        assert_eq!(split(1, 128256), (8, 512), "a small batch: as the filters");
+        assert_eq!(split(64, 128256), (2, 512), "64 × 2 blocks fit 132 multiprocessors once");
+        assert_eq!(split(66, 32000), (2, 512));
+        assert_eq!(split(67, 32000), (2, 256));
+        assert_eq!(split(1024, 128256), (2, 256));
+        assert_eq!(split(256, 9000), (1, 256), "below two slices: one block");
     }
 
     #[test]

@@ -267,11 +267,19 @@ fn tokens(
 #[test]
 fn sampling_gpu_draws_the_cpus_tokens() {
     let Some(gpu) = Gpu::get("sampling_gpu_draws_the_cpus_tokens") else { return };
-    for (rows, vocab) in [(64, 1000), (64, 32_000), (16, 128_256), (3, 1 << 20)] {
+    // 2^22 + 1: one entry a vector, spans of more than 32 steps a warp in `sampling_from_probs`.
+    for (rows, vocab) in [(64, 1000), (64, 32_000), (16, 128_256), (3, 1 << 20), (3, (1 << 22) + 1)] {
         let mut probs: Vec<f32> = random_normal(rows * vocab, 51).iter().map(|x: &f32| x.abs().powi(3)).collect();
         // Ties (a row of equal entries) and a row without mass.
         probs[vocab..2 * vocab].fill(0.5);
         probs[2 * vocab..3 * vocab].fill(0.0);
+        if rows > 4 {
+            // Probabilities (weighed as they are read), and weights all below 2^−20 (weighed
+            // again at their own scale), beside the rows of larger weights.
+            let sum: f32 = probs[3 * vocab..4 * vocab].iter().sum();
+            probs[3 * vocab..4 * vocab].iter_mut().for_each(|p| *p /= sum);
+            probs[4 * vocab..5 * vocab].iter_mut().for_each(|p| *p *= 1e-12);
+        }
         for (op, threshold) in sampling_ops() {
             for offset in [0, 2, 1_000_006] {
                 let on_gpu = tokens(Some(&gpu), op, threshold, &probs, vocab, offset);
