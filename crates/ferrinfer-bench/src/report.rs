@@ -43,6 +43,7 @@ impl Row {
             DType::F16 => "float16",
             DType::F32 => "float32",
             DType::I32 => "int32",
+            DType::I64 => "int64",
         }
     }
 

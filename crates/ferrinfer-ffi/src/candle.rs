@@ -348,6 +348,11 @@ macro_rules! with_element_data {
                 type $t = i32;
                 Ok(($body, DType::I32))
             }
+            $kind::I64($data) => {
+                #[allow(dead_code)]
+                type $t = i64;
+                Ok(($body, DType::I64))
+            }
             _ => Err($otherwise),
         }
     };

@@ -60,6 +60,7 @@ pub fn dtype_from_dlpack(argument: &'static str, dtype: DLDataType) -> Result<DT
         (DL_BFLOAT, 16, 1) => Ok(DType::Bf16),
         (DL_FLOAT, 32, 1) => Ok(DType::F32),
         (DL_INT, 32, 1) => Ok(DType::I32),
+        (DL_INT, 64, 1) => Ok(DType::I64),
         _ => {
             Err(Error::UnsupportedDType { argument, found: dlpack_dtype_name(dtype), expected: EXPECTED_DTYPES.into() })
         }
@@ -68,7 +69,7 @@ pub fn dtype_from_dlpack(argument: &'static str, dtype: DLDataType) -> Result<DT
 
 /// What ops accept, as the frameworks spell it (int32 only where an op takes integers: each op
 /// says so when it refuses one).
-const EXPECTED_DTYPES: &str = "float16, bfloat16, float32 or int32";
+const EXPECTED_DTYPES: &str = "float16, bfloat16, float32, int32 or int64";
 
 /// A DLPack dtype as NumPy and torch name it (`int32`, `float64`, `uint8`, `bool`, …), with the
 /// lane count when it is a vector type.
@@ -94,6 +95,7 @@ pub fn dtype_to_dlpack(dtype: DType) -> DLDataType {
         DType::Bf16 => DLDataType { code: DL_BFLOAT, bits: 16, lanes: 1 },
         DType::F32 => DLDataType { code: DL_FLOAT, bits: 32, lanes: 1 },
         DType::I32 => DLDataType { code: DL_INT, bits: 32, lanes: 1 },
+        DType::I64 => DLDataType { code: DL_INT, bits: 64, lanes: 1 },
     }
 }
 
@@ -215,17 +217,19 @@ mod tests {
         let int32 = DLDataType { code: DL_INT, bits: 32, lanes: 1 };
         assert_eq!(dtype_from_dlpack("top_k", int32).unwrap(), DType::I32, "int32: per-row `top_k`");
         let int64 = DLDataType { code: DL_INT, bits: 64, lanes: 1 };
-        let err = dtype_from_dlpack("input", int64).unwrap_err();
+        assert_eq!(dtype_from_dlpack("seed", int64).unwrap(), DType::I64, "int64: per-row `seed`");
+        let uint32 = DLDataType { code: 1, bits: 32, lanes: 1 }; // kDLUInt
+        let err = dtype_from_dlpack("input", uint32).unwrap_err();
         assert!(
             err.is_dtype()
-                && err.to_string() == "`input` has dtype int64; expected float16, bfloat16, float32 or int32",
+                && err.to_string() == "`input` has dtype uint32; expected float16, bfloat16, float32, int32 or int64",
             "{err}"
         );
         let f64x2 = DLDataType { code: DL_FLOAT, bits: 64, lanes: 2 };
         assert!(dtype_from_dlpack("x", f64x2).unwrap_err().to_string().contains("float64x2"));
         let int8 = DLDataType { code: DL_INT, bits: 8, lanes: 1 };
         let err = dtype_from_dlpack("weight", int8).unwrap_err().to_string();
-        assert_eq!(err, "`weight` has dtype int8; expected float16, bfloat16, float32 or int32");
+        assert_eq!(err, "`weight` has dtype int8; expected float16, bfloat16, float32, int32 or int64");
         let rocm = DLDevice { device_type: 10, device_id: 0 };
         assert!(device_from_dlpack("input", rocm).unwrap_err().to_string().contains("device type 10"));
     }

@@ -145,10 +145,9 @@ fn call<'py>(
         .collect::<PyResult<Vec<_>>>()?;
     let views = imported.iter().map(Imported::view).collect::<PyResult<Vec<_>>>()?;
     let scalar_object = |i: usize| bound.iter().find(|(p, _)| *p == Parameter::Scalar(i)).and_then(|(_, v)| v.as_ref());
-    // A per-row scalar given as a tensor (anything but a number): imported as the others.
-    let per_row_objects: Vec<Option<&Bound<PyAny>>> = (0..op.scalars.len())
-        .map(|i| scalar_object(i).filter(|v| op.scalars[i].per_row && v.extract::<f64>().is_err()))
-        .collect();
+    // A per-row scalar given as a tensor: imported as the others.
+    let per_row_objects: Vec<Option<&Bound<PyAny>>> =
+        (0..op.scalars.len()).map(|i| scalar_object(i).filter(|v| op.scalars[i].per_row && is_tensor(v))).collect();
     let per_row_imported = op
         .scalars
         .iter()
@@ -234,7 +233,7 @@ const DLPACK_CUDA: i32 = 2;
 /// torch's objects the light path compares with, looked up once (only if torch is imported).
 struct Torch {
     tensor: Py<PyAny>,
-    dtypes: [(Py<PyAny>, DType); 4],
+    dtypes: [(Py<PyAny>, DType); 5],
     strided: Py<PyAny>,
     /// `torch._C._cuda_getCurrentRawStream(device)`: the current stream as an integer.
     raw_stream: Py<PyAny>,
@@ -261,6 +260,7 @@ fn torch(py: Python<'_>) -> PyResult<Option<&Torch>> {
                     (dtype("bfloat16")?, DType::Bf16),
                     (dtype("float32")?, DType::F32),
                     (dtype("int32")?, DType::I32),
+                    (dtype("int64")?, DType::I64),
                 ],
                 strided: dtype("strided")?,
                 raw_stream: torch.getattr("_C")?.getattr("_cuda_getCurrentRawStream")?.unbind(),
@@ -274,6 +274,15 @@ fn torch(py: Python<'_>) -> PyResult<Option<&Torch>> {
 fn modules(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     static MODULES: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     MODULES.get_or_try_init(py, || py.import("sys")?.getattr("modules").map(Bound::unbind)).map(|m| m.bind(py))
+}
+
+/// Whether a scalar argument is a tensor of values (a DLPack exporter of at least one dimension)
+/// rather than a number. Not "whatever does not convert to a float": a one-element tensor does,
+/// by reading its value — for a CUDA tensor a device sync, which also breaks graph capture.
+fn is_tensor(object: &Bound<'_, PyAny>) -> bool {
+    let py = object.py();
+    object.hasattr(intern!(py, "__dlpack__")).unwrap_or(false)
+        && object.getattr(intern!(py, "ndim")).and_then(|n| n.extract::<usize>()).map_or(true, |n| n > 0)
 }
 
 /// `object` as a torch tensor, if it is one (subclasses too).
@@ -445,7 +454,7 @@ fn torch_parts(argument: &'static str, object: &Bound<'_, PyAny>, torch: &Torch)
     let dtype_object = object.getattr(intern!(py, "dtype"))?;
     let Some(&(_, dtype)) = torch.dtypes.iter().find(|(d, _)| d.bind(py).is(&dtype_object)) else {
         let found = dtype_object.str()?.to_string().trim_start_matches("torch.").to_owned();
-        let expected = "float16, bfloat16, float32 or int32".into();
+        let expected = "float16, bfloat16, float32, int32 or int64".into();
         return Err(to_python(Error::UnsupportedDType { argument, found, expected }));
     };
     let layout_error = |reason: String| to_python(Error::UnsupportedLayout { argument, reason });

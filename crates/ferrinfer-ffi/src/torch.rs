@@ -210,8 +210,10 @@ fn dtype(argument: &'static str, kind: Kind) -> Result<DType, TchError> {
         Kind::Float => Ok(DType::F32),
         // Sampled tokens (and per-row `top_k`).
         Kind::Int => Ok(DType::I32),
+        // Per-row seeds and offsets.
+        Kind::Int64 => Ok(DType::I64),
         other => {
-            let expected = "Half, BFloat16 or Float (Int for sampled tokens)".into();
+            let expected = "Half, BFloat16 or Float (Int for sampled tokens, Int64 for seeds)".into();
             Err(to_tch(Error::UnsupportedDType { argument, found: format!("{other:?}"), expected }))
         }
     }

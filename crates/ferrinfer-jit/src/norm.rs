@@ -77,7 +77,7 @@ impl NormKernel {
             (_, DType::F16) => &[DType::F16],
             (_, DType::Bf16) => &[DType::Bf16],
             (_, DType::F32) => &[DType::F32],
-            (_, DType::I32) => &[],
+            (_, DType::I32 | DType::I64) => &[],
         }
     }
 }

@@ -78,6 +78,7 @@ pub fn element_type(dtype: DType) -> &'static str {
         DType::Bf16 => "element::Bf16",
         DType::F32 => "f32",
         DType::I32 => "i32",
+        DType::I64 => "i64",
     }
 }
 

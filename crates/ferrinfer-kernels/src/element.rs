@@ -13,6 +13,8 @@ pub enum DType {
     Bf16,
     F32,
     I32,
+    /// Per-row seeds and offsets of the sampling ops (their bits as u64).
+    I64,
 }
 
 impl DType {
@@ -24,6 +26,7 @@ impl DType {
         match self {
             DType::F16 | DType::Bf16 => 2,
             DType::F32 | DType::I32 => 4,
+            DType::I64 => 8,
         }
     }
 
@@ -34,12 +37,13 @@ impl DType {
             DType::Bf16 => "bf16",
             DType::F32 => "f32",
             DType::I32 => "i32",
+            DType::I64 => "i64",
         }
     }
 
     /// One of [`DType::ALL`]: a type kernels compute in.
     pub const fn is_float(self) -> bool {
-        !matches!(self, DType::I32)
+        !matches!(self, DType::I32 | DType::I64)
     }
 }
 
@@ -323,7 +327,9 @@ impl core::fmt::Display for DType {
 macro_rules! with_element {
     ($dtype:expr, $t:ident => $body:expr) => {
         match $dtype {
-            $crate::element::DType::I32 => unreachable!("integer tensors are refused before any dispatch"),
+            $crate::element::DType::I32 | $crate::element::DType::I64 => {
+                unreachable!("integer tensors are refused before any dispatch")
+            }
             $crate::element::DType::F16 => {
                 type $t = $crate::element::F16;
                 $body

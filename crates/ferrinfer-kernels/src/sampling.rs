@@ -613,13 +613,37 @@ pub unsafe fn filter_row<T: Element>(p: &FilterParams, row: u64, filter: Filter,
 /// Arguments of the sampling kernels (`sampling_from_probs`, `top_k_sampling_from_probs`,
 /// `top_p_sampling_from_probs`, `min_p_sampling_from_probs`), passed by value: a filter's, with
 /// `filter.output` the `[rows]` i32 tokens (`output_row_stride` 1; `threshold(s)` top-k's,
-/// top-p's or min-p's), and the random stream's key and position.
+/// top-p's or min-p's), and the random stream's key and position — `seed` and `offset`, or where
+/// `seeds` (`offsets`) is not 0 the address of 64-bit values read on the device: one a row where
+/// `seeds_per_row` (`offsets_per_row`) is 1, else one for every row.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[repr(C)]
 pub struct SampleParams {
     pub filter: FilterParams,
     pub seed: u64,
     pub offset: u64,
+    pub seeds: u64,
+    pub offsets: u64,
+    pub seeds_per_row: u32,
+    pub offsets_per_row: u32,
+}
+
+/// Row `row`'s seed and offset.
+///
+/// # Safety
+/// `p.seeds` (`p.offsets`), when not 0, must hold `p.filter.rows` 64-bit values where
+/// `seeds_per_row` (`offsets_per_row`) is 1, else one.
+#[inline(always)]
+pub unsafe fn row_seed_and_offset(p: &SampleParams, row: u64) -> (u64, u64) {
+    let read = |values: u64, per_row: u32, value: u64| {
+        if values == 0 {
+            return value;
+        }
+        let at = (values as *const f32).wrapping_add(2 * (row * per_row as u64) as usize);
+        let words = unsafe { crate::vector::Packed::<f32, 2>::load::<crate::vector::Reused>(at) };
+        words.get(0).to_bits() as u64 | (words.get(1).to_bits() as u64) << 32
+    };
+    (read(p.seeds, p.seeds_per_row, p.seed), read(p.offsets, p.offsets_per_row, p.offset))
 }
 
 /// 64 random bits for row `row`: Philox's outputs `offset` and `offset + 1` of subsequence
@@ -631,6 +655,16 @@ pub fn row_random_bits(seed: u64, row: u64, offset: u64) -> u64 {
     let mut stream = crate::random::Philox::new(seed, row, offset);
     let low = stream.next_u32();
     ((stream.next_u32() as u64) << 32) | low as u64
+}
+
+/// [`row_random_bits`] of row `row` under its seed and offset.
+///
+/// # Safety
+/// As [`row_seed_and_offset`].
+#[inline(always)]
+pub unsafe fn random_bits_of_row(p: &SampleParams, row: u64) -> u64 {
+    let (seed, offset) = unsafe { row_seed_and_offset(p, row) };
+    row_random_bits(seed, row, offset)
 }
 
 /// Where random bits `bits` fall in a row's kept mass `mass`: `⌊bits · mass / 2^64⌋`, in
@@ -657,7 +691,7 @@ pub unsafe fn sample_row<T: Element>(p: &SampleParams, row: u64, filter: Filter)
     let total = (0..vocab).map(mass).fold(0u64, u64::wrapping_add);
     let mut token = 0;
     if total > 0 {
-        let target = mass_target(row_random_bits(p.seed, row, p.offset), total);
+        let target = mass_target(unsafe { random_bits_of_row(p, row) }, total);
         let mut below = 0u64;
         for i in 0..vocab {
             below += mass(i);
@@ -1061,6 +1095,37 @@ mod device_kernels {
         search.done = word(5) != 0;
     }
 
+    /// What the filter and sampling kernels set up first: the cluster's histogram and exchange,
+    /// this block's slice `begin..end` of a row's vectors (`VEC` entries each), and the first row
+    /// the block takes and the step to its next (the grid's y dimension strides over rows).
+    struct RowSlices {
+        histogram: ClusterHistogram,
+        cluster: ClusterExchange,
+        begin: usize,
+        end: usize,
+        row: u64,
+        row_step: u64,
+    }
+
+    impl RowSlices {
+        /// For a launch of `slices` blocks a row of `vocab` entries, after the grids before it
+        /// ([`chain_after_prior_grids`]). Every thread of every block must call it.
+        #[inline(always)]
+        fn of_launch(slices: u32, vocab: u32, vec: usize) -> Self {
+            chain_after_prior_grids();
+            // Before the cluster's first barrier: its sums' sets cleared before any block adds.
+            let histogram = ClusterHistogram::new(dynamic_shared() + crate::CLUSTER_EXCHANGE_BYTES);
+            let cluster = ClusterExchange::new(slices);
+            let vectors = vocab as usize / vec;
+            let per_slice = vectors.div_ceil(cluster.count() as usize);
+            let begin = (cluster.rank() as usize * per_slice).min(vectors);
+            let end = (begin + per_slice).min(vectors);
+            let (row, row_step) =
+                unsafe { (core::arch::nvptx::_block_idx_y() as u64, core::arch::nvptx::_grid_dim_y() as u64) };
+            RowSlices { histogram, cluster, begin, end, row, row_step }
+        }
+    }
+
     /// The filter kernels: the grid's y dimension strides over rows; the `p.slices` blocks of a
     /// cluster (x) share a row, each summing its slice's weights by digit a round, the sums
     /// added over the cluster, until every block holds the same pivot; then (renorms) the kept
@@ -1072,18 +1137,10 @@ mod device_kernels {
     /// (`⌈vocab / VEC / slices⌉` vectors).
     #[inline(always)]
     unsafe fn filter_rows<T: Element, const VEC: usize, const TOP_P: bool, const RENORM: bool>(p: &FilterParams) {
-        chain_after_prior_grids();
-        // Before the cluster's first barrier: its sums' sets cleared before any block adds.
-        let histogram = ClusterHistogram::new(dynamic_shared() + crate::CLUSTER_EXCHANGE_BYTES);
-        let cluster = ClusterExchange::new(p.slices);
-        let vectors = p.vocab as usize / VEC;
-        let per_slice = vectors.div_ceil(cluster.count() as usize);
-        let begin = (cluster.rank() as usize * per_slice).min(vectors);
-        let end = (begin + per_slice).min(vectors);
+        let RowSlices { histogram, cluster, begin, end, mut row, row_step } =
+            RowSlices::of_launch(p.slices, p.vocab, VEC);
         let (step, first) = (block_size() as usize, begin + thread_index() as usize);
         let header = FILTER_HEADER_BYTES as usize;
-        let (mut row, row_step) =
-            unsafe { (core::arch::nvptx::_block_idx_y() as u64, core::arch::nvptx::_grid_dim_y() as u64) };
         let mut round = 0u32;
         while row < p.rows {
             let input = (p.input as *const T).wrapping_add((row * p.input_row_stride) as usize);
@@ -1155,17 +1212,9 @@ mod device_kernels {
     /// [`filter_rows`]; dynamic shared memory [`SAMPLE_HEADER_BYTES`]; `p.filter.staged` unused.
     #[inline(always)]
     pub unsafe fn sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
-        chain_after_prior_grids();
         let f = &p.filter;
-        // Before the cluster's first barrier: its sums' sets cleared before any block adds.
-        let histogram = ClusterHistogram::new(dynamic_shared() + crate::CLUSTER_EXCHANGE_BYTES);
-        let cluster = ClusterExchange::new(f.slices);
-        let vectors = f.vocab as usize / VEC;
-        let per_slice = vectors.div_ceil(cluster.count() as usize);
-        let begin = (cluster.rank() as usize * per_slice).min(vectors);
-        let end = (begin + per_slice).min(vectors);
-        let (mut row, row_step) =
-            unsafe { (core::arch::nvptx::_block_idx_y() as u64, core::arch::nvptx::_grid_dim_y() as u64) };
+        let RowSlices { histogram, cluster, begin, end, mut row, row_step } =
+            RowSlices::of_launch(f.slices, f.vocab, VEC);
         let mut round = 0u32;
         while row < f.rows {
             let input = (f.input as *const T).wrapping_add((row * f.input_row_stride) as usize);
@@ -1178,7 +1227,7 @@ mod device_kernels {
                 (weighed, row_mass) = span.weigh(&scale, &cluster, histogram, &mut round);
             }
             let token = (f.output as *mut i32).wrapping_add(row as usize);
-            let draw = Draw { keep: Keep::EVERYTHING, scale, bits: row_random_bits(p.seed, row, p.offset), token };
+            let draw = Draw { keep: Keep::EVERYTHING, scale, bits: unsafe { random_bits_of_row(p, row) }, token };
             span.draw(&draw, weighed, row_mass, &cluster);
             row += row_step;
         }
@@ -1456,19 +1505,11 @@ mod device_kernels {
     /// in place of [`FILTER_HEADER_BYTES`].
     #[inline(always)]
     unsafe fn sample_filtered_rows<T: Element, const VEC: usize, const FILTER: u32>(p: &SampleParams) {
-        chain_after_prior_grids();
         let f = &p.filter;
-        // Before the cluster's first barrier: its sums' sets cleared before any block adds.
-        let histogram = ClusterHistogram::new(dynamic_shared() + crate::CLUSTER_EXCHANGE_BYTES);
-        let cluster = ClusterExchange::new(f.slices);
-        let vectors = f.vocab as usize / VEC;
-        let per_slice = vectors.div_ceil(cluster.count() as usize);
-        let begin = (cluster.rank() as usize * per_slice).min(vectors);
-        let end = (begin + per_slice).min(vectors);
+        let RowSlices { histogram, cluster, begin, end, mut row, row_step } =
+            RowSlices::of_launch(f.slices, f.vocab, VEC);
         let (step, first) = (block_size() as usize, begin + thread_index() as usize);
         let header = SAMPLE_HEADER_BYTES as usize;
-        let (mut row, row_step) =
-            unsafe { (core::arch::nvptx::_block_idx_y() as u64, core::arch::nvptx::_grid_dim_y() as u64) };
         let mut round = 0u32;
         while row < f.rows {
             let input = (f.input as *const T).wrapping_add((row * f.input_row_stride) as usize);
@@ -1486,7 +1527,7 @@ mod device_kernels {
             } else {
                 Keep::min_p(unsafe { row_top_p(f, row) }, max)
             };
-            let bits = row_random_bits(p.seed, row, p.offset);
+            let bits = unsafe { random_bits_of_row(p, row) };
             let token = (f.output as *mut i32).wrapping_add(row as usize);
             draw(&slice, &cluster, histogram, Draw { keep, scale, bits, token }, &mut round);
             row += row_step;

@@ -96,15 +96,17 @@ pub struct ScalarArg {
     /// The default, or for a required scalar a typical value: what the benchmark and the tests
     /// that walk every op pass.
     pub example: f64,
-    /// May be given a tensor of one value a row instead (`[f32]` or `[i32]` in the table:
-    /// FlashInfer's "tensor or scalar"; [`PerRow`]).
+    /// May be given a tensor of one value a row instead (`[f32]`, `[i32]` or `[u64]` in the
+    /// table: FlashInfer's "tensor or scalar"; [`PerRow`]).
     pub per_row: bool,
 }
 
-/// A parameter given once for every row, or — for the scalars a table marks `[f32]` or `[i32]` —
-/// as a tensor of one value a row (FlashInfer's "tensor or scalar"): `softmax(&logits, &mut out,
-/// 0.7, s)` or `softmax(&logits, &mut out, &temperatures, s)` with `temperatures` a `[rows]` f32
-/// tensor; `top_k_mask_logits(&logits, &mut out, 50, s)` or with a `[rows]` int32 tensor.
+/// A parameter given once for every row, or — for the scalars a table marks `[f32]`, `[i32]` or
+/// `[u64]` — as a tensor of one value a row (FlashInfer's "tensor or scalar"): `softmax(&logits,
+/// &mut out, 0.7, s)` or `softmax(&logits, &mut out, &temperatures, s)` with `temperatures` a
+/// `[rows]` f32 tensor; `top_k_mask_logits(&logits, &mut out, 50, s)` or with a `[rows]` int32
+/// tensor; a sampling op's `seed` and `offset` as numbers or int64 tensors (`[rows]`, or `[1]` for
+/// every row) read on the device, so that a captured graph draws afresh once they change.
 #[derive(Clone, Copy, Debug)]
 pub enum PerRow<'a, T> {
     All(T),
@@ -123,6 +125,12 @@ impl From<i32> for PerRow<'_, i32> {
     }
 }
 
+impl From<u64> for PerRow<'_, u64> {
+    fn from(value: u64) -> Self {
+        PerRow::All(value)
+    }
+}
+
 /// A float literal (`0.7`, an f64 to Rust) for an f32 parameter, rounded to f32 as the kernels take it.
 impl From<f64> for PerRow<'_, f32> {
     fn from(value: f64) -> Self {
@@ -136,12 +144,37 @@ impl<'a, T> From<&'a TensorView<'a>> for PerRow<'a, T> {
     }
 }
 
-impl<'a, T: Into<f64>> PerRow<'a, T> {
+/// A scalar's value as the registry carries it: an f64 (exact for f32 and i32; a u64 from 2^53
+/// on rounds, and the families that take one refuse it there).
+#[doc(hidden)]
+pub trait ScalarValue: Copy {
+    fn to_f64(self) -> f64;
+}
+
+impl ScalarValue for f32 {
+    fn to_f64(self) -> f64 {
+        self.into()
+    }
+}
+
+impl ScalarValue for i32 {
+    fn to_f64(self) -> f64 {
+        self.into()
+    }
+}
+
+impl ScalarValue for u64 {
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+impl<'a, T: ScalarValue> PerRow<'a, T> {
     /// `(the value, the tensor)`: the value is NaN (never read) when a tensor is given.
     #[doc(hidden)]
     pub fn split(self) -> (f64, Option<&'a TensorView<'a>>) {
         match self {
-            PerRow::All(value) => (value.into(), None),
+            PerRow::All(value) => (value.to_f64(), None),
             PerRow::Rows(view) => (f64::NAN, Some(view)),
         }
     }
@@ -451,7 +484,7 @@ macro_rules! __scalar_split {
 ///
 /// The table's grammar, one line per op (what every consumer of a table matches):
 /// `fn NAME(INPUT: In|InOut [Extent (| f32)? (, nonnegative)?], …) (-> OUTPUT: Out [Extent (as f32|i32)?], …)? (;
-/// SCALAR: f32|i32|u64|[f32]|[i32] (= DEFAULT)? ((example VALUE))?, …)? => SELECTOR, reference PATH;` with doc
+/// SCALAR: f32|i32|u64|[f32]|[i32]|[u64] (= DEFAULT)? ((example VALUE))?, …)? => SELECTOR, reference PATH;` with doc
 /// comments before it. `/ alias` after an argument's name gives FlashInfer's Python name when it
 /// differs; `| f32` lets an input be f32 whatever the first tensor's dtype, `as f32` (`as i32`)
 /// makes an output f32 (int32) always, `nonnegative` marks an input of probabilities. `[f32]` makes a scalar per

@@ -29,7 +29,7 @@ pub fn compare(dtype: DType, got: &[f64], want: &[f64]) -> Result<Agreement, Str
     let (relative_bound, unit, subnormal) = match dtype {
         DType::F32 => (1e-5, 1e-5, 2f64.powi(-150)),
         // Integers (indices, sampled tokens) are exact.
-        DType::I32 => (f64::MIN_POSITIVE, 0.0, 0.0),
+        DType::I32 | DType::I64 => (f64::MIN_POSITIVE, 0.0, 0.0),
         DType::F16 => (1e-2, 2f64.powi(-10), 2f64.powi(-25)),
         DType::Bf16 => (1e-2, 2f64.powi(-7), 2f64.powi(-134)),
     };

@@ -79,19 +79,22 @@ macro_rules! sampling_ops {
             /// Philox's stream `(seed, row, offset)`. Deterministic: the draw is made in exact
             /// integers (a fixed point of 2^−(62 − ⌈log2 vocab⌉) of the row's largest entry, or
             /// of 1 for a row of probabilities: `MassScale`), so the CPU draws the GPU's token.
-            fn sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; seed: u64 (example 42), offset: u64 (example 0)
+            /// `seed` and `offset` are numbers below 2^53 or int64 tensors read on the device —
+            /// `[rows]` (a value a row) or `[1]` (one for every row) — so that a captured CUDA
+            /// graph draws afresh once they change.
+            fn sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; seed: [u64] (example 42), offset: [u64] (example 0)
                 => SamplingKernel::SamplingFromProbs, reference sampling_reference;
             /// `samples` = one token a row drawn as `sampling_from_probs` among the row's `top_k`
             /// largest entries (ties with the `top_k`-th too, as `top_k_renorm_probs`).
-            fn top_k_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_k: [i32] (example 50), seed: u64 (example 42), offset: u64 (example 0)
+            fn top_k_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_k: [i32] (example 50), seed: [u64] (example 42), offset: [u64] (example 0)
                 => SamplingKernel::TopKSamplingFromProbs, reference top_k_sampling_reference;
             /// `samples` = one token a row drawn as `sampling_from_probs` among the entries
             /// `top_p_renorm_probs` keeps.
-            fn top_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_p: [f32] (example 0.9), seed: u64 (example 42), offset: u64 (example 0)
+            fn top_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_p: [f32] (example 0.9), seed: [u64] (example 42), offset: [u64] (example 0)
                 => SamplingKernel::TopPSamplingFromProbs, reference top_p_sampling_reference;
             /// `samples` = one token a row drawn as `sampling_from_probs` among the entries at least
             /// `min_p` times the row's largest (FlashInfer's `p ≥ min_p · max p`, in f32).
-            fn min_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; min_p: [f32] (example 0.1), seed: u64 (example 42), offset: u64 (example 0)
+            fn min_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; min_p: [f32] (example 0.1), seed: [u64] (example 42), offset: [u64] (example 0)
                 => SamplingKernel::MinPSamplingFromProbs, reference min_p_sampling_reference;
         }
     };
@@ -364,7 +367,7 @@ fn sample_plan(
 ) -> Result<Option<Plan>, Error> {
     let filter = filter_of(kernel).0;
     let has_threshold = filter != Filter::Everything;
-    let random = &call.scalars[has_threshold as usize..];
+    let random = has_threshold as usize;
     check_devices("probs", probs, "samples", samples, &call.stream)?;
     if samples.dtype() != DType::I32 {
         let expected = "int32 (one token a row)".to_owned();
@@ -374,8 +377,9 @@ fn sample_plan(
     if has_threshold {
         check_threshold(filter, call.scalar(0), call.per_row(0).is_some())?;
     }
-    for (argument, &value) in ["seed", "offset"].into_iter().zip(random) {
-        if !(value.fract() == 0.0 && (0.0..RANDOM_LIMIT).contains(&value)) {
+    for (i, argument) in ["seed", "offset"].into_iter().enumerate() {
+        let value = call.scalar(random + i);
+        if call.per_row(random + i).is_none() && !(value.fract() == 0.0 && (0.0..RANDOM_LIMIT).contains(&value)) {
             return Err(Error::InvalidScalar { argument, value, expected: "a whole number in [0, 2^53)" });
         }
     }
@@ -406,6 +410,9 @@ fn sample_plan(
         }
         None => 0,
     };
+    let [seed, offset] = [("seed", random), ("offset", random + 1)]
+        .map(|(argument, i)| random_source(argument, call.scalar(i), call.per_row(i), x.rows, samples));
+    let ((seed, seeds, seeds_per_row), (offset, offsets, offsets_per_row)) = (seed?, offset?);
     if x.rows == 0 {
         return Ok(None);
     }
@@ -423,8 +430,25 @@ fn sample_plan(
         slices: 1,
         staged: 0,
     };
-    let params = SampleParams { filter: filter_params, seed: random[0] as u64, offset: random[1] as u64 };
+    let params = SampleParams { filter: filter_params, seed, offset, seeds, offsets, seeds_per_row, offsets_per_row };
     Ok(Some(Plan { params: Params::Sample(params), dtype, vec, rows: x.rows, vocab: x.hidden }))
+}
+
+/// A sampling op's `seed` or `offset` as the kernel takes it — `(value, tensor address, 1 where the
+/// tensor holds a value a row)`: the call's number (checked already), or an int64 tensor the
+/// device reads (its bits as a u64), `[rows]` or `[1]` for every row.
+fn random_source(
+    argument: &'static str,
+    value: f64,
+    view: Option<&TensorView>,
+    rows: u64,
+    samples: &TensorView,
+) -> Result<(u64, u64, u32), Error> {
+    let Some(view) = view else { return Ok((value as u64, 0, 0)) };
+    let one_for_every_row = view.shape() == [1] && rows != 1;
+    let check = layout::PerRowCheck { argument, reference: "probs", expected: "an int64" };
+    let address = check.check(view, if one_for_every_row { 1 } else { rows }, DType::I64, samples, |_| true)?;
+    Ok((0, address, !one_for_every_row as u32))
 }
 
 /// The contiguous strides of `shape`.

@@ -75,6 +75,7 @@ host_element! {
     half::bf16 => Bf16, half::bf16::to_f64, half::bf16::from_f64;
     f32 => F32, f64::from, |v: f64| v as f32;
     i32 => I32, f64::from, |v: f64| v.round_ties_even() as i32;
+    i64 => I64, |v: i64| v as f64, |v: f64| v.round_ties_even() as i64;
 }
 
 /// Runs `$body` with `$t` naming the host element type ([`HostElement`]: `half::f16`,
@@ -98,6 +99,10 @@ macro_rules! with_host_element {
             }
             $crate::DType::I32 => {
                 type $t = i32;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $t = i64;
                 $body
             }
         }

@@ -545,3 +545,42 @@ fn sampling_errors_name_the_argument_and_leave_samples_untouched() {
     }
     assert!(refused(&samples));
 }
+
+/// `seed` and `offset` as int64 tensors (read by the kernel, as a captured graph needs): a value a
+/// row draws row `r` as the numbers `seeds[r]`, `offsets[r]` do, a `[1]` tensor as its one value;
+/// a tensor of another dtype or shape is refused by name, `samples` untouched.
+#[test]
+fn sampling_takes_seeds_and_offsets_from_tensors_a_row_or_one() {
+    let (rows, vocab) = (6, 500);
+    let probs: Vec<f32> = random_normal::<f32>(rows * vocab, 5).into_iter().map(f32::abs).collect();
+    let seeds: [i64; 6] = [0, 1, 42, 7, (1 << 53) - 1, 3];
+    let offsets: [i64; 6] = [0, 2, 4, 1_000_006, 6, 8];
+    let x = TensorView::from_slice(&probs, &[rows, vocab]).unwrap();
+    let seed_view = TensorView::from_slice(&seeds, &[rows]).unwrap();
+    let offset_view = TensorView::from_slice(&offsets, &[rows]).unwrap();
+    let one = [9i64];
+    let one_view = TensorView::from_slice(&one, &[1]).unwrap();
+    for (op, threshold) in sampling_ops() {
+        let call = |seed: Option<&TensorView>, offset: Option<&TensorView>, numbers: [f64; 2]| {
+            let mut samples = vec![-1i32; rows];
+            let y = TensorView::from_slice_mut(&mut samples, &[rows]).unwrap();
+            let scalars: Vec<f64> = threshold.into_iter().chain(numbers).collect();
+            let per_row: Vec<Option<&TensorView>> = threshold.map(|_| None).into_iter().chain([seed, offset]).collect();
+            op.call_per_row(&[&x, &y], &scalars, &per_row, Stream::Cpu).map(|()| samples)
+        };
+        let tokens = call(Some(&seed_view), Some(&offset_view), [f64::NAN; 2]).unwrap();
+        for row in 0..rows {
+            let alone = draw(op, threshold, &probs, vocab, seeds[row] as u64, offsets[row] as u64);
+            assert_eq!(tokens[row], alone[row], "{}: row {row}", op.name);
+        }
+        let broadcast = call(Some(&one_view), None, [f64::NAN, 5.0]).unwrap();
+        assert_eq!(broadcast, draw(op, threshold, &probs, vocab, 9, 5), "{}: one seed for every row", op.name);
+        let mixed = call(None, Some(&one_view), [3.0, f64::NAN]).unwrap();
+        assert_eq!(mixed, draw(op, threshold, &probs, vocab, 3, 9), "{}: one offset for every row", op.name);
+        let int32 = [1i32; 6];
+        let error = call(Some(&TensorView::from_slice(&int32, &[rows]).unwrap()), None, [f64::NAN, 0.0]).unwrap_err();
+        assert!(matches!(&error, Error::UnsupportedDType { argument: "seed", .. }), "{}: {error}", op.name);
+        let error = call(None, Some(&TensorView::from_slice(&seeds[..3], &[3]).unwrap()), [1.0, f64::NAN]).unwrap_err();
+        assert!(matches!(&error, Error::ShapeMismatch { argument: "offset", .. }), "{}: {error}", op.name);
+    }
+}

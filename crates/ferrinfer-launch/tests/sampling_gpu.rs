@@ -350,3 +350,56 @@ fn sampling_gpu_draws_the_kept_distribution_over_a_million_draws() {
         assert!(chi_square < critical, "{}: chi-square {chi_square:.1} over {dof} dof; {counts:?}", op.name);
     }
 }
+
+/// Seeds and offsets from device memory (int64, a value a row, any 64 bits — past 2^53 and
+/// "negative" ones too): the GPU draws the CPU's tokens from the same tensors; the tensors
+/// rewritten on the device (as a graph's captured `offset += 2` would) change the draw the next
+/// call makes, to the CPU's for the new values; a `[1]` offset serves every row.
+#[test]
+fn sampling_gpu_takes_seeds_and_offsets_from_device_memory() {
+    let Some(gpu) = Gpu::get("sampling_gpu_takes_seeds_and_offsets_from_device_memory") else { return };
+    let s = &gpu.stream;
+    let (rows, vocab) = (64, 32_000);
+    let probs: Vec<f32> = random_normal(rows * vocab, 57).iter().map(|x: &f32| x.abs()).collect();
+    let seeds: Vec<i64> = (0..rows as i64).map(|r| r.wrapping_mul(0x9e37_79b9_7f4a_7c15u64 as i64)).collect();
+    let x = s.clone_htod(&probs).unwrap();
+    let xv = TensorView::from_cuda(&x, &[rows, vocab], None).unwrap();
+    let seeds_gpu = s.clone_htod(&seeds).unwrap();
+    let seed_view = TensorView::from_cuda(&seeds_gpu, &[rows], None).unwrap();
+    for (op, threshold) in sampling_ops() {
+        let draw = |offsets: &[i64]| -> (Vec<i32>, Vec<i32>) {
+            // The GPU's tokens, then the CPU's from host copies of the same tensors.
+            let offsets_gpu = s.clone_htod(offsets).unwrap();
+            let offset_view = TensorView::from_cuda(&offsets_gpu, &[offsets.len()], None).unwrap();
+            let mut out = s.alloc_zeros::<i32>(rows).unwrap();
+            let yv = TensorView::from_cuda_mut(&mut out, &[rows], None).unwrap();
+            let scalars: Vec<f64> = threshold.into_iter().chain([f64::NAN; 2]).collect();
+            let per_row: Vec<Option<&TensorView>> =
+                threshold.map(|_| None).into_iter().chain([Some(&seed_view), Some(&offset_view)]).collect();
+            op.call_per_row(&[&xv, &yv], &scalars, &per_row, Stream::Cuda(s)).unwrap();
+            let on_gpu = s.clone_dtoh(&out).unwrap();
+            let mut on_cpu = vec![-1i32; rows];
+            let (hx, hs, ho) = (
+                TensorView::from_slice(&probs, &[rows, vocab]).unwrap(),
+                TensorView::from_slice(&seeds, &[rows]).unwrap(),
+                TensorView::from_slice(offsets, &[offsets.len()]).unwrap(),
+            );
+            let hy = TensorView::from_slice_mut(&mut on_cpu, &[rows]).unwrap();
+            let per_row: Vec<Option<&TensorView>> =
+                threshold.map(|_| None).into_iter().chain([Some(&hs), Some(&ho)]).collect();
+            op.call_per_row(&[&hx, &hy], &scalars, &per_row, Stream::Cpu).unwrap();
+            (on_gpu, on_cpu)
+        };
+        let first: Vec<i64> = (0..rows as i64).map(|r| 3 * r).collect();
+        let (gpu_first, cpu_first) = draw(&first);
+        assert_eq!(gpu_first, cpu_first, "{}: a seed and an offset a row", op.name);
+        let advanced: Vec<i64> = first.iter().map(|o| o + 2).collect();
+        let (gpu_next, cpu_next) = draw(&advanced);
+        assert_eq!(gpu_next, cpu_next, "{}: offsets advanced", op.name);
+        let same = gpu_first.iter().zip(&gpu_next).filter(|(a, b)| a == b).count();
+        // Top-k keeps 3 a row: ~a third repeat by chance; three quarters would not.
+        assert!(same < rows * 3 / 4, "{}: advanced offsets repeat {same} of {rows} tokens", op.name);
+        let (gpu_one, cpu_one) = draw(&[-5]);
+        assert_eq!(gpu_one, cpu_one, "{}: one offset for every row", op.name);
+    }
+}

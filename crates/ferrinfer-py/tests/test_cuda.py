@@ -225,3 +225,30 @@ def test_sampling_captured_in_a_cuda_graph_draws_as_outside():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(samples, ferrinfer.top_p_sampling_from_probs(fresh, 0.9, 5, 6))
+
+
+def test_sampling_with_offset_tensors_in_a_cuda_graph_draws_afresh_on_each_replay():
+    p = torch.softmax(randn(16, 32000, dtype=torch.float32), dim=-1)
+    seed = torch.tensor([5], device=DEV, dtype=torch.int64)
+    offset = torch.tensor([6], device=DEV, dtype=torch.int64)
+    samples = torch.full((16,), -1, device=DEV, dtype=torch.int32)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside capture: loads the module
+        ferrinfer.top_p_sampling_from_probs(p, 0.9, seed, offset, samples=samples)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ferrinfer.top_p_sampling_from_probs(p, 0.9, seed, offset, samples=samples)
+        offset.add_(2)
+    offset.fill_(6)
+    draws = []
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        draws.append(samples.clone())
+    for replay, drawn in enumerate(draws):
+        assert torch.equal(drawn, ferrinfer.top_p_sampling_from_probs(p, 0.9, 5, 6 + 2 * replay)), replay
+    assert not torch.equal(draws[0], draws[1]), "the offset the graph advanced draws afresh"
+    assert offset.item() == 12
+

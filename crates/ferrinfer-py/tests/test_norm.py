@@ -82,11 +82,14 @@ def test_export_and_dtype_errors_name_the_argument():
 
 def test_dtype_errors_are_type_errors_naming_the_dtype():
     x = RNG.standard_normal((4, 64)).astype(np.float32)
-    # int32 imports (per-row `top_k` takes it) and is refused by the op, which computes in floats.
+    # int32 and int64 import (per-row `top_k` and `seed` take them) and are refused by the op,
+    # which computes in floats.
     with pytest.raises(TypeError, match="`input` has dtype i32; expected f16, bf16 or f32"):
         ferrinfer.rmsnorm(x.astype(np.int32), np.ones(64, np.float32))
-    with pytest.raises(TypeError, match="`input` has dtype int64; expected float16, bfloat16, float32 or int32"):
+    with pytest.raises(TypeError, match="`input` has dtype i64; expected f16, bf16 or f32"):
         ferrinfer.rmsnorm(x.astype(np.int64), np.ones(64, np.float32))
+    with pytest.raises(TypeError, match="`input` has dtype uint8; expected float16, bfloat16, float32, int32 or int64"):
+        ferrinfer.rmsnorm(x.astype(np.uint8), np.ones(64, np.float32))
     with pytest.raises(TypeError, match="`weight` has dtype float64"):
         ferrinfer.rmsnorm(x, np.ones(64, np.float64))
 

@@ -108,7 +108,7 @@ def test_top_k_takes_a_k_a_row():
     for row, k in enumerate(ks):
         want = ferrinfer.top_k_mask_logits(x[row : row + 1], int(k) if k > 0 else 300)[0]
         np.testing.assert_array_equal(masked[row], want)
-    with pytest.raises(TypeError, match="`top_k` has dtype int64"):
+    with pytest.raises(TypeError, match="`top_k` has dtype i64"):
         ferrinfer.top_k_mask_logits(x, ks.astype(np.int64))
     with pytest.raises(ValueError, match=r"`top_k` has shape \[3\]; expected \[4\]"):
         ferrinfer.top_k_renorm_probs(np.abs(x), ks[:3])
@@ -205,3 +205,21 @@ def test_sampling_signatures_out_and_errors():
     with pytest.raises(ValueError, match="`min_p` is 1.5"):
         ferrinfer.min_p_sampling_from_probs(probs, 1.5, 1, 0, samples=bad)
     assert np.all(bad == -1)
+
+
+@pytest.mark.parametrize("name, threshold", SAMPLING_OPS)
+def test_sampling_takes_seed_and_offset_tensors_a_row_or_one(name, threshold):
+    op = getattr(ferrinfer, name)
+    probs = np.abs(RNG.standard_normal((6, 300))).astype(np.float32)
+    seeds = np.array([0, 1, 42, 7, 2**53 - 1, 3], dtype=np.int64)
+    offsets = np.array([0, 2, 4, 6, 8, 1_000_006], dtype=np.int64)
+    samples = op(probs, *threshold, seeds, offsets)
+    for row in range(6):
+        alone = op(probs, *threshold, int(seeds[row]), int(offsets[row]))
+        assert samples[row] == alone[row], row
+    one = np.array([9], dtype=np.int64)
+    assert np.array_equal(op(probs, *threshold, one, 5), op(probs, *threshold, 9, 5)), "one seed for every row"
+    with pytest.raises(TypeError, match="`seed` has dtype i32"):
+        op(probs, *threshold, seeds.astype(np.int32), 0)
+    with pytest.raises(ValueError, match="`offset`"):
+        op(probs, *threshold, 1, offsets[:3])

@@ -100,6 +100,7 @@ pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &
             DType::F16 => CandleDType::F16,
             DType::Bf16 => CandleDType::BF16,
             DType::I32 => CandleDType::I32,
+            DType::I64 => CandleDType::I64,
         };
         assert_eq!(o.dtype(), expected, "{context}: `{}`'s dtype", arg.name);
         values(o)
@@ -114,7 +115,7 @@ pub fn unit<T: Elem>() -> f64 {
         DType::F32 => 1e-5,
         DType::F16 => 2f64.powi(-10),
         DType::Bf16 => 2f64.powi(-7),
-        DType::I32 => 0.0,
+        DType::I32 | DType::I64 => 0.0,
     }
 }
 
