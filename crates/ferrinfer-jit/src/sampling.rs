@@ -70,11 +70,13 @@ impl SamplingKernel {
     /// blocks, as many as a staged f32 slice of a 128k vocabulary, ~71 KB of shared memory,
     /// allows; uncapped, top-p took 86: two), the mask of 16-bit logits 64 (four: its slices
     /// are half the size, and it holds no sum). `sampling_from_probs` 80 too (three blocks; it
-    /// stages nothing; uncapped up to 108, at 72 it spilled). The filtering sampling ops are not
+    /// stages nothing; uncapped up to 108, at 72 it spilled) — but 88 before sm_90, where ptxas
+    /// spilled 40 bytes of its f32 and f16 entries at 80. The filtering sampling ops are not
     /// capped: under 80 their top-k entries spilled (88 bytes), uncapped they take 84–126.
-    fn max_registers(self, dtype: DType) -> Option<u32> {
+    fn max_registers(self, dtype: DType, arch: CudaArch) -> Option<u32> {
         match self {
             SamplingKernel::Softmax => None,
+            SamplingKernel::SamplingFromProbs if arch < (CudaArch { major: 9, minor: 0 }) => Some(88),
             SamplingKernel::SamplingFromProbs => Some(80),
             SamplingKernel::TopKMaskLogits if dtype.size() == 2 => Some(64),
             SamplingKernel::TopKMaskLogits | SamplingKernel::TopKRenormProbs | SamplingKernel::TopPRenormProbs => {
@@ -118,7 +120,7 @@ impl SamplingModule {
                 kernel: kernel.into(),
                 params: params.into(),
                 generics: vec![element_type(self.dtype).into(), vec.to_string()],
-                max_registers: self.kernel.max_registers(self.dtype),
+                max_registers: self.kernel.max_registers(self.dtype, arch),
                 stores: self.kernel.stores(),
             })
             .collect();
