@@ -246,9 +246,10 @@ mod tests {
     #[test]
     fn torch_kinds_and_devices_map_or_name_the_argument() {
         assert_eq!(dtype("x", Kind::BFloat16).unwrap(), DType::Bf16);
-        let error = dtype("weight", Kind::Int64).unwrap_err();
+        assert_eq!(dtype("seed", Kind::Int64).unwrap(), DType::I64, "per-row seeds");
+        let error = dtype("weight", Kind::Double).unwrap_err();
         assert!(
-            matches!(&error, TchError::Kind(m) if m.starts_with("`weight` has dtype Int64; expected Half, BFloat16 or Float")),
+            matches!(&error, TchError::Kind(m) if m.starts_with("`weight` has dtype Double; expected Half, BFloat16 or Float")),
             "{error}"
         );
         assert_eq!(device("x", tch::Device::Cuda(3)).unwrap(), Device::Cuda(3));
