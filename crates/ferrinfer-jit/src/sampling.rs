@@ -69,20 +69,27 @@ impl SamplingKernel {
     /// share a multiprocessor (docs/perf/sampling.md, top-k v2): the filters take 80 (three
     /// blocks, as many as a staged f32 slice of a 128k vocabulary, ~71 KB of shared memory,
     /// allows; uncapped, top-p took 86: two), the mask of 16-bit logits 64 (four: its slices
-    /// are half the size, and it holds no sum). `sampling_from_probs` 80 too (three blocks; it
-    /// stages nothing; uncapped up to 108, at 72 it spilled) — but 88 before sm_90, where ptxas
-    /// spilled 40 bytes of its f32 and f16 entries at 80. The filtering sampling ops are not
-    /// capped: under 80 their top-k entries spilled (88 bytes), uncapped they take 84–126.
+    /// are half the size, and it holds no sum). The ops that weigh a row as they read it
+    /// (`sampling_from_probs`, min-p) 80 too (three blocks; they stage nothing; uncapped up to
+    /// 108, at 72 it spilled) — but 88 before sm_90, where ptxas spilled 40 bytes of their f32
+    /// and f16 entries at 80; top-p's rejection rounds hold a round's state across a weighing:
+    /// 96 (uncapped 89–96), 104 before sm_90 (at 96 its f32 entries spilled 8–16 bytes there). Top-k sampling
+    /// is not capped: under 80 its entries spilled (88 bytes), uncapped they take 84–126.
     fn max_registers(self, dtype: DType, arch: CudaArch) -> Option<u32> {
         match self {
-            SamplingKernel::Softmax => None,
-            SamplingKernel::SamplingFromProbs if arch < (CudaArch { major: 9, minor: 0 }) => Some(88),
-            SamplingKernel::SamplingFromProbs => Some(80),
+            SamplingKernel::Softmax | SamplingKernel::TopKSamplingFromProbs => None,
+            SamplingKernel::TopPSamplingFromProbs if arch < (CudaArch { major: 9, minor: 0 }) => Some(104),
+            SamplingKernel::TopPSamplingFromProbs => Some(96),
+            SamplingKernel::SamplingFromProbs | SamplingKernel::MinPSamplingFromProbs
+                if arch < (CudaArch { major: 9, minor: 0 }) =>
+            {
+                Some(88)
+            }
+            SamplingKernel::SamplingFromProbs | SamplingKernel::MinPSamplingFromProbs => Some(80),
             SamplingKernel::TopKMaskLogits if dtype.size() == 2 => Some(64),
             SamplingKernel::TopKMaskLogits | SamplingKernel::TopKRenormProbs | SamplingKernel::TopPRenormProbs => {
                 Some(80)
             }
-            _ => None,
         }
     }
 

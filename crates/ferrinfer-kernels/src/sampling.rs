@@ -554,6 +554,22 @@ impl<T: Element> HostRow<T> {
         order_key(self.element(i))
     }
 
+    /// The first entry at which the masses `mass` summed in index order pass [`mass_target`] of
+    /// random bits `bits` in their total (None for a total of 0).
+    fn draw(&self, mass: impl Fn(usize) -> u64, bits: u64) -> Option<usize> {
+        let vocab = self.vocab as usize;
+        let total = (0..vocab).map(&mass).fold(0u64, u64::wrapping_add);
+        if total == 0 {
+            return None;
+        }
+        let target = mass_target(bits, total);
+        let mut below = 0u64;
+        (0..vocab).find(|&i| {
+            below += mass(i);
+            below > target
+        })
+    }
+
     /// What `filter` keeps of the row (its threshold from `p`): the same keys, weights and
     /// search as the device, so the same entries.
     ///
@@ -667,6 +683,34 @@ pub unsafe fn random_bits_of_row(p: &SampleParams, row: u64) -> u64 {
     row_random_bits(seed, row, offset)
 }
 
+/// 64 random bits for draw `draw` (from 0) of row `row`: [`row_random_bits`] for the first; a
+/// later one (top-p's rejection rounds) from Philox subsequence `row + draw · 2^32` at the same
+/// offset, so no draw reads another's outputs, nor another row's (rows < 2^32), nor another
+/// call's (each moves the offset on by 2).
+#[inline(always)]
+pub fn draw_random_bits(seed: u64, row: u64, offset: u64, draw: u32) -> u64 {
+    row_random_bits(seed, row + ((draw as u64) << 32), offset)
+}
+
+/// Top-p's rank: the mass the entries strictly above a kept entry must fall short of, for a row
+/// of mass `mass` — `⌈top_p · mass⌉`, at least 1 (`top_p ≤ 0` or NaN: the largest entries
+/// only), or `u64::MAX` for `top_p ≥ 1` (every entry; masses stay below 2^63). The filters'
+/// search ([`PivotSearch::top_p`]) keeps the same entries.
+#[inline(always)]
+pub fn top_p_rank(top_p: f32, mass: u64) -> u64 {
+    if top_p >= 1.0 { u64::MAX } else { share_of(mass, top_p).max(1) }
+}
+
+/// The lowest f32 bits min-p keeps in a row whose largest entry is `max`: those of its floor
+/// `min_p · max` (FlashInfer's `p ≥ max · min_p`, the product in f32), 0 (every entry) for a
+/// floor ≤ 0 or NaN. Among entries with mass (positive and finite) bits order as values do, so
+/// an entry's bits reaching these is [`Keep::min_p`]'s test.
+#[inline(always)]
+pub fn min_p_lowest_bits(min_p: f32, max: f32) -> u32 {
+    let floor = min_p * max;
+    if floor > 0.0 { floor.to_bits() } else { 0 }
+}
+
 /// Where random bits `bits` fall in a row's kept mass `mass`: `⌊bits · mass / 2^64⌋`, in
 /// `[0, mass)` for `mass > 0`; every unit of mass as likely as any other to within 2^−64.
 #[inline(always)]
@@ -676,34 +720,51 @@ pub fn mass_target(bits: u64, mass: u64) -> u64 {
 
 /// One row of a sampling op on the host (the CPU backend): the same keys, masses and search as
 /// the device, then the first entry at which the kept masses summed in index order pass
-/// [`mass_target`] — integers throughout, so the GPU draws the same token. A row without mass
-/// to draw from (zeros, negatives, NaN; or a filter keeping none of its mass) gives 0, as
-/// FlashInfer's.
+/// [`mass_target`] — integers throughout, so the GPU draws the same token. Top-p draws by
+/// [`top_p_draw`] instead. A row without mass to draw from (zeros, negatives, NaN; or a filter
+/// keeping none of its mass) gives 0, as FlashInfer's.
 ///
 /// # Safety
 /// As [`filter_row`], with `p.filter.output` a `[rows]` i32 buffer.
 pub unsafe fn sample_row<T: Element>(p: &SampleParams, row: u64, filter: Filter) {
     let f = &p.filter;
     let entries = unsafe { HostRow::<T>::new(f, row) };
-    let keep = unsafe { entries.keep(f, row, filter) };
-    let mass = |i: usize| keep.mass(entries.key(i), entries.value(i), &entries.scale);
-    let vocab = f.vocab as usize;
-    let total = (0..vocab).map(mass).fold(0u64, u64::wrapping_add);
-    let mut token = 0;
-    if total > 0 {
-        let target = mass_target(unsafe { random_bits_of_row(p, row) }, total);
-        let mut below = 0u64;
-        for i in 0..vocab {
-            below += mass(i);
-            if below > target {
-                token = i;
-                break;
-            }
-        }
-    }
-    unsafe { (f.output as *mut i32).add(row as usize).write(token as i32) };
+    let token = if filter == Filter::TopP {
+        let (seed, offset) = unsafe { row_seed_and_offset(p, row) };
+        top_p_draw(&entries, unsafe { row_top_p(f, row) }, |draw| draw_random_bits(seed, row, offset, draw))
+    } else {
+        let keep = unsafe { entries.keep(f, row, filter) };
+        let bits = unsafe { random_bits_of_row(p, row) };
+        entries.draw(|i| keep.mass(entries.key(i), entries.value(i), &entries.scale), bits)
+    };
+    unsafe { (f.output as *mut i32).add(row as usize).write(token.unwrap_or(0) as i32) };
 }
 
+/// `top_p_sampling_from_probs`' token by rejection rounds (FlashInfer's scheme, made exact):
+/// draw among the entries whose bits are at least `lowest` (at first every one) in proportion
+/// to their masses; accept the token where the mass of the entries above it falls short of
+/// [`top_p_rank`] — then it is one top-p keeps, and every kept entry was as likely as its mass
+/// says; else none at or below it is kept, so the next round draws (with the next
+/// [`draw_random_bits`]) from those above it, whose mass that check just summed. A round is a
+/// read of the row; each removes at least the token drawn, and in expectation half the mass
+/// left outside the kept set. Among entries with mass, bits order as values (and keys) do.
+fn top_p_draw<T: Element>(entries: &HostRow<T>, top_p: f32, bits_of_draw: impl Fn(u32) -> u64) -> Option<usize> {
+    let mass_from = |lowest: u32, i: usize| {
+        let x = entries.value(i);
+        if x.to_bits() >= lowest { entries.scale.mass(x) } else { 0 }
+    };
+    let vocab = entries.vocab as usize;
+    let rank = top_p_rank(top_p, (0..vocab).map(|i| mass_from(0, i)).sum());
+    let (mut lowest, mut draw) = (0u32, 0u32);
+    loop {
+        let token = entries.draw(|i| mass_from(lowest, i), bits_of_draw(draw))?;
+        let above = entries.value(token).to_bits() + 1;
+        if rank == u64::MAX || (0..vocab).map(|i| mass_from(above, i)).sum::<u64>() < rank {
+            return Some(token);
+        }
+        (lowest, draw) = (above, draw + 1);
+    }
+}
 /// The warp-wide choice of a digit in shared memory: the 32 lanes' sums of their 8 bins, then the
 /// search as the choosing lane leaves it (6 words).
 const SEARCH_BROADCAST_BYTES: u32 = 32 * 8 + 32;
@@ -1203,15 +1264,35 @@ mod device_kernels {
         }
     }
 
-    /// `sampling_from_probs`, in one read of the row: each warp weighs a contiguous span of its
-    /// block's slice as it reads it, at the scale of probabilities (a row whose largest entry
-    /// is outside [2^−20, 2) is weighed again at its own, [`MassScale`]), the spans' masses are
-    /// summed over the block and the cluster (whose shared memory the row is not staged in), and
-    /// the warp whose span holds [`mass_target`] reads the 32 vectors that hold it again to find
-    /// the entry. Integers throughout: the token is [`sample_row`]'s. Grid and cluster as
-    /// [`filter_rows`]; dynamic shared memory [`SAMPLE_HEADER_BYTES`]; `p.filter.staged` unused.
+    /// `sampling_from_probs`: see [`sample_weighed_rows`].
     #[inline(always)]
     pub unsafe fn sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
+        unsafe { sample_weighed_rows::<T, VEC, { Filter::Everything as u32 }>(p) }
+    }
+
+    /// `top_p_sampling_from_probs`: see [`sample_weighed_rows`].
+    #[inline(always)]
+    pub unsafe fn top_p_sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
+        unsafe { sample_weighed_rows::<T, VEC, { Filter::TopP as u32 }>(p) }
+    }
+
+    /// `min_p_sampling_from_probs`: see [`sample_weighed_rows`].
+    #[inline(always)]
+    pub unsafe fn min_p_sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
+        unsafe { sample_weighed_rows::<T, VEC, { Filter::MinP as u32 }>(p) }
+    }
+
+    /// The sampling ops that weigh a row as they read it (`FILTER`: everything, top-p or min-p;
+    /// nothing staged): each warp weighs a contiguous span of its block's slice, at the scale of
+    /// probabilities (a row whose largest entry is outside [2^−20, 2) is weighed again at its
+    /// own, [`MassScale`]), the spans' masses are summed over the block and the cluster, and the
+    /// warp whose span holds [`mass_target`] reads the 32 vectors that hold it again to find the
+    /// entry. Min-p weighs the row again from its floor ([`min_p_lowest_bits`]); top-p draws by
+    /// rejection rounds ([`top_p_draw`]), each a weighing that checks the last token. Integers
+    /// throughout: the token is [`sample_row`]'s. Grid and cluster as [`filter_rows`]; dynamic
+    /// shared memory [`SAMPLE_HEADER_BYTES`]; `p.filter.staged` unused.
+    #[inline(always)]
+    unsafe fn sample_weighed_rows<T: Element, const VEC: usize, const FILTER: u32>(p: &SampleParams) {
         let f = &p.filter;
         let RowSlices { histogram, cluster, begin, end, mut row, row_step } =
             RowSlices::of_launch(f.slices, f.vocab, VEC);
@@ -1220,15 +1301,28 @@ mod device_kernels {
             let input = (f.input as *const T).wrapping_add((row * f.input_row_stride) as usize);
             let span = WarpSpan::<T, VEC>::of_slice(input, begin, end);
             let mut scale = MassScale::of_probabilities(f.vocab);
-            let (mut weighed, mut row_mass) = span.weigh(&scale, &cluster, histogram, &mut round);
-            let own_scale = MassScale::new(f32::from_bits(row_mass.max), f.vocab);
-            if own_scale != scale {
+            let (mut weighed, mut row_mass) = span.weigh(&scale, 0, &cluster, histogram, &mut round);
+            let max = f32::from_bits(row_mass.max);
+            let own_scale = MassScale::new(max, f.vocab);
+            let lowest =
+                if FILTER == Filter::MinP as u32 { min_p_lowest_bits(unsafe { row_top_p(f, row) }, max) } else { 0 };
+            if own_scale != scale || lowest != 0 {
                 scale = own_scale;
-                (weighed, row_mass) = span.weigh(&scale, &cluster, histogram, &mut round);
+                (weighed, row_mass) = span.weigh(&scale, lowest, &cluster, histogram, &mut round);
             }
             let token = (f.output as *mut i32).wrapping_add(row as usize);
-            let draw = Draw { keep: Keep::EVERYTHING, scale, bits: unsafe { random_bits_of_row(p, row) }, token };
-            span.draw(&draw, weighed, row_mass, &cluster);
+            if FILTER == Filter::TopP as u32 {
+                let top_p = unsafe { row_top_p(f, row) };
+                let drawn =
+                    span.top_p_draw(top_p, row, p, (&scale, weighed, row_mass), &cluster, histogram, &mut round);
+                if cluster.rank() == 0 && thread_index() == 0 {
+                    unsafe { Draw::write_to(token, drawn) };
+                }
+            } else {
+                let bits = unsafe { random_bits_of_row(p, row) };
+                let draw = Draw { keep: Keep::EVERYTHING, scale, bits, token };
+                span.draw(&draw, lowest, weighed, row_mass, &cluster);
+            }
             row += row_step;
         }
     }
@@ -1316,26 +1410,35 @@ mod device_kernels {
             }
         }
 
-        /// The masses of `vector`'s entries under `scale`, summed; and the bits of its largest
-        /// entry (0 for negatives and NaN, as `f32::max` from 0 on the host).
+        /// The mass under `scale` of an entry `x` weighed when its bits are at least `lowest`.
         #[inline(always)]
-        fn vector_mass(vector: &Packed<T, VEC>, scale: &MassScale) -> (u64, u32) {
+        fn entry_mass(x: f32, scale: &MassScale, lowest: u32) -> u64 {
+            if x.to_bits() >= lowest { scale.mass(x) } else { 0 }
+        }
+
+        /// The masses of `vector`'s entries under `scale` (those whose bits are at least
+        /// `lowest`), summed; and the bits of its largest entry (0 for negatives and NaN, as
+        /// `f32::max` from 0 on the host).
+        #[inline(always)]
+        fn vector_mass(vector: &Packed<T, VEC>, scale: &MassScale, lowest: u32) -> (u64, u32) {
             let (mut mass, mut max) = (0u64, 0u32);
             for i in 0..VEC {
                 let x = vector.get_f32(i);
-                mass += scale.mass(x);
+                mass += Self::entry_mass(x, scale, lowest);
                 let bits = x.to_bits();
                 max = max.max(if bits <= f32::INFINITY.to_bits() { bits } else { 0 });
             }
             (mass, max)
         }
 
-        /// The span's masses under `scale`, summed over the block and the cluster (an exchange
-        /// of `round`): every thread of every block of the cluster must call it.
+        /// The span's masses under `scale` of the entries whose bits are at least `lowest`,
+        /// summed over the block and the cluster (an exchange of `round`): every thread of every
+        /// block of the cluster must call it.
         #[inline(always)]
         fn weigh(
             &self,
             scale: &MassScale,
+            lowest: u32,
             cluster: &ClusterExchange,
             histogram: ClusterHistogram,
             round: &mut u32,
@@ -1350,7 +1453,7 @@ mod device_kernels {
                 let mut mass = 0u64;
                 #[allow(clippy::needless_range_loop)]
                 for k in 0..Self::BATCH {
-                    let (vector_mass, top) = Self::vector_mass(&loaded[k], scale);
+                    let (vector_mass, top) = Self::vector_mass(&loaded[k], scale, lowest);
                     mass += vector_mass;
                     max = max.max(top);
                 }
@@ -1395,23 +1498,42 @@ mod device_kernels {
             (weighed, mass)
         }
 
-        /// Writes the row's token: the first entry at which the masses summed in index order pass
-        /// `draw`'s target in the row's mass, found by the block, then the warp, whose span holds
-        /// it (0 for a row without mass, by the cluster's first block). Every thread of the
-        /// block must call it; the span's masses as [`WarpSpan::weigh`] left them.
+        /// Writes the row's token: the first entry (of bits at least `lowest`) at which the
+        /// masses summed in index order pass `draw`'s target in the row's mass ([`WarpSpan::find`];
+        /// 0 for a row without mass, by the cluster's first block). Every thread of the block
+        /// must call it; the span's masses as [`WarpSpan::weigh`] left them.
         #[inline(always)]
-        fn draw(&self, draw: &Draw, weighed: Weighed, mass: RowMass, cluster: &ClusterExchange) {
-            let thread = thread_index();
+        fn draw(&self, draw: &Draw, lowest: u32, weighed: Weighed, mass: RowMass, cluster: &ClusterExchange) {
             if mass.total == 0 {
-                if cluster.rank() == 0 && thread == 0 {
+                if cluster.rank() == 0 && thread_index() == 0 {
                     unsafe { draw.write(0) };
                 }
                 return;
             }
             let target = mass_target(draw.bits, mass.total);
+            if let Some((token, _)) = self.find(&draw.scale, lowest, target, weighed, &mass) {
+                unsafe { draw.write(token) };
+            }
+        }
+
+        /// The entry (of bits at least `lowest`) at which the masses under `scale` summed in
+        /// index order pass `target` (< the row's mass), found by the block, then the warp,
+        /// whose span holds it: its index and bits, in the one lane of the cluster that finds
+        /// it (None in every other). Every thread of the block must call it; the span's masses
+        /// as [`WarpSpan::weigh`] left them.
+        #[inline(always)]
+        fn find(
+            &self,
+            scale: &MassScale,
+            lowest: u32,
+            target: u64,
+            weighed: Weighed,
+            mass: &RowMass,
+        ) -> Option<(u32, u32)> {
+            let thread = thread_index();
             // The same in every thread of the block: the block returns as one.
             if target < mass.before || target - mass.before >= mass.own {
-                return;
+                return None;
             }
             let mut target = target - mass.before;
             let state = histogram_broadcast();
@@ -1429,7 +1551,7 @@ mod device_kernels {
             }
             block_barrier();
             if thread / 32 != load_shared_u32(state) {
-                return;
+                return None;
             }
             let target = load_shared_u64(state + 8);
             // The group of steps, then the step, then the lane, then the entry.
@@ -1440,71 +1562,124 @@ mod device_kernels {
             while step < self.steps() {
                 let loaded = self.load_batch(step);
                 // Without an exit from the loop (which would index `loaded` from local memory).
-                let mut found = false;
+                let (mut found, mut token) = (false, None);
                 #[allow(clippy::needless_range_loop)]
                 for k in 0..Self::BATCH {
                     let vector = &loaded[k];
                     if found {
                         continue;
                     }
-                    let (lane_mass, _) = Self::vector_mass(vector, &draw.scale);
+                    let (lane_mass, _) = Self::vector_mass(vector, scale, lowest);
                     let lanes = warp_inclusive_sum_u64(lane_mass);
                     let holder = warp_ballot(below + lanes > target);
                     found = holder != 0;
                     if found && lane_index() == holder.trailing_zeros() {
                         let v = self.lo + (step + k) * 32 + lane_index() as usize;
-                        let entry = Self::entry_passing(vector, below + lanes - lane_mass, target, &draw.scale);
-                        unsafe { draw.write((v * VEC + entry) as u32) };
+                        let (entry, bits) =
+                            Self::entry_passing(vector, below + lanes - lane_mass, target, scale, lowest);
+                        token = Some(((v * VEC + entry) as u32, bits));
                     }
                     below += warp_broadcast_u64(lanes, 31);
                 }
                 if found {
-                    return;
+                    return token;
                 }
                 step += Self::BATCH;
             }
+            None
         }
 
-        /// The first entry of `vector` at which the masses summed from `below` pass `target`
-        /// (`VEC` where none does): a loop without an exit unrolls (an exit would index the
-        /// vector from local memory).
+        /// The first entry of `vector` (of bits at least `lowest`) at which the masses summed
+        /// from `below` pass `target`, and its bits (`VEC` where none does): a loop without an
+        /// exit unrolls (an exit would index the vector from local memory).
         #[inline(always)]
-        fn entry_passing(vector: &Packed<T, VEC>, mut below: u64, target: u64, scale: &MassScale) -> usize {
-            let mut hit = VEC;
+        fn entry_passing(
+            vector: &Packed<T, VEC>,
+            mut below: u64,
+            target: u64,
+            scale: &MassScale,
+            lowest: u32,
+        ) -> (usize, u32) {
+            let (mut hit, mut hit_bits) = (VEC, 0);
             for i in 0..VEC {
-                below += scale.mass(vector.get_f32(i));
-                hit = if hit == VEC && below > target { i } else { hit };
+                let x = vector.get_f32(i);
+                below += Self::entry_mass(x, scale, lowest);
+                let passes = hit == VEC && below > target;
+                (hit, hit_bits) = if passes { (i, x.to_bits()) } else { (hit, hit_bits) };
             }
-            hit
+            (hit, hit_bits)
+        }
+
+        /// Top-p's token by rejection rounds ([`top_p_draw`]), from the row's masses
+        /// `(scale, weighed, mass)` as [`WarpSpan::weigh`] left them: each round finds a token
+        /// ([`WarpSpan::find`]), makes it known to the cluster ([`share_found`]) and weighs the
+        /// entries above it — the next round's masses where the check rejects it. The same in
+        /// every thread of the cluster; every one must call it.
+        #[inline(always)]
+        #[allow(clippy::too_many_arguments)]
+        fn top_p_draw(
+            &self,
+            top_p: f32,
+            row: u64,
+            p: &SampleParams,
+            (scale, mut weighed, mut mass): (&MassScale, Weighed, RowMass),
+            cluster: &ClusterExchange,
+            histogram: ClusterHistogram,
+            round: &mut u32,
+        ) -> u32 {
+            let rank = top_p_rank(top_p, mass.total);
+            let (mut lowest, mut draw) = (0u32, 0u32);
+            loop {
+                if mass.total == 0 {
+                    return 0;
+                }
+                // Read again each round: fewer registers held across a weighing.
+                let (seed, offset) = unsafe { row_seed_and_offset(p, row) };
+                let target = mass_target(draw_random_bits(seed, row, offset, draw), mass.total);
+                let found = self.find(scale, lowest, target, weighed, &mass);
+                let (token, bits) = share_found(found, cluster, histogram, round);
+                if rank == u64::MAX {
+                    return token;
+                }
+                let above = bits + 1;
+                let (above_weighed, above_mass) = self.weigh(scale, above, cluster, histogram, round);
+                if above_mass.total < rank {
+                    return token;
+                }
+                (weighed, mass, lowest, draw) = (above_weighed, above_mass, above, draw + 1);
+            }
         }
     }
 
-    /// `top_k_sampling_from_probs`: see [`sample_filtered_rows`].
+    /// The token and bits one thread of the cluster `found` (None in every other), made known to
+    /// every thread of the cluster through the histogram's bin 0 (an exchange of `round`):
+    /// every thread of every block must call it.
+    #[inline(always)]
+    fn share_found(
+        found: Option<(u32, u32)>,
+        cluster: &ClusterExchange,
+        histogram: ClusterHistogram,
+        round: &mut u32,
+    ) -> (u32, u32) {
+        histogram.clear();
+        block_barrier();
+        if let Some((token, bits)) = found {
+            histogram.add(0, (bits as u64) << 32 | token as u64);
+        }
+        let totals = histogram.total(cluster, *round);
+        let shared = load_shared_u64(totals);
+        histogram.recycle(cluster, *round);
+        *round += 1;
+        (shared as u32, (shared >> 32) as u32)
+    }
+
+    /// `top_k_sampling_from_probs`: the row's largest entry (a pass that stages the slice), the
+    /// top-k pivot by [`histogram_pivot`] (as the filter kernels'), then one token drawn from the
+    /// kept entries in proportion to their exact masses ([`draw`]). Integers throughout: the
+    /// token is [`sample_row`]'s, whatever the slicing. Grid, cluster and launcher's guarantees
+    /// as [`filter_rows`], with [`SAMPLE_HEADER_BYTES`] in place of [`FILTER_HEADER_BYTES`].
     #[inline(always)]
     pub unsafe fn top_k_sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
-        unsafe { sample_filtered_rows::<T, VEC, { Filter::TopK as u32 }>(p) }
-    }
-
-    /// `top_p_sampling_from_probs`: see [`sample_filtered_rows`].
-    #[inline(always)]
-    pub unsafe fn top_p_sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
-        unsafe { sample_filtered_rows::<T, VEC, { Filter::TopP as u32 }>(p) }
-    }
-
-    /// `min_p_sampling_from_probs`: see [`sample_filtered_rows`].
-    #[inline(always)]
-    pub unsafe fn min_p_sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
-        unsafe { sample_filtered_rows::<T, VEC, { Filter::MinP as u32 }>(p) }
-    }
-
-    /// The filtering sampling kernels (`FILTER`: top-k, top-p or min-p): the row's largest
-    /// entry (a pass that stages the slice), the filter's [`Keep`] (top-k's and top-p's by [`histogram_pivot`], as the filter kernels),
-    /// then one token drawn from the kept entries in proportion to their exact masses
-    /// ([`draw`]). Integers throughout: the token is [`sample_row`]'s, whatever the slicing.
-    /// Grid, cluster and launcher's guarantees as [`filter_rows`], with [`SAMPLE_HEADER_BYTES`]
-    /// in place of [`FILTER_HEADER_BYTES`].
-    #[inline(always)]
-    unsafe fn sample_filtered_rows<T: Element, const VEC: usize, const FILTER: u32>(p: &SampleParams) {
         let f = &p.filter;
         let RowSlices { histogram, cluster, begin, end, mut row, row_step } =
             RowSlices::of_launch(f.slices, f.vocab, VEC);
@@ -1517,16 +1692,9 @@ mod device_kernels {
                 Slice::<T, VEC> { input, header, begin, first, end, step, staged: f.staged != 0, in_shared: false };
             let max = row_max(&mut slice, &cluster, &mut round);
             let scale = MassScale::new(max, f.vocab);
-            let keep = if FILTER == Filter::TopK as u32 {
-                let search = PivotSearch::top_k::<T>(unsafe { row_top_k(f, row) }, f.vocab);
-                Keep::from_pivot(histogram_pivot(&mut slice, &cluster, histogram, search, Weights::Count, &mut round))
-            } else if FILTER == Filter::TopP as u32 {
-                let search = PivotSearch::top_p::<T>(unsafe { row_top_p(f, row) });
-                let weights = Weights::Mass(scale);
-                Keep::from_pivot(histogram_pivot(&mut slice, &cluster, histogram, search, weights, &mut round))
-            } else {
-                Keep::min_p(unsafe { row_top_p(f, row) }, max)
-            };
+            let search = PivotSearch::top_k::<T>(unsafe { row_top_k(f, row) }, f.vocab);
+            let keep =
+                Keep::from_pivot(histogram_pivot(&mut slice, &cluster, histogram, search, Weights::Count, &mut round));
             let bits = unsafe { random_bits_of_row(p, row) };
             let token = (f.output as *mut i32).wrapping_add(row as usize);
             draw(&slice, &cluster, histogram, Draw { keep, scale, bits, token }, &mut round);
@@ -1550,7 +1718,16 @@ mod device_kernels {
         /// `token` writable, as the launcher guarantees.
         #[inline(always)]
         unsafe fn write(&self, token: u32) {
-            unsafe { <Kept as crate::vector::Store>::words::<4>(self.token.cast(), [token, 0, 0, 0]) }
+            unsafe { Self::write_to(self.token, token) }
+        }
+
+        /// Writes `token` at `at`, as [`Draw::write`].
+        ///
+        /// # Safety
+        /// `at` writable, as the launcher guarantees.
+        #[inline(always)]
+        unsafe fn write_to(at: *mut i32, token: u32) {
+            unsafe { <Kept as crate::vector::Store>::words::<4>(at.cast(), [token, 0, 0, 0]) }
         }
     }
 

@@ -35,7 +35,7 @@ use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
 use ferrinfer_kernels::sampling::{
     FILTER_HEADER_BYTES, Filter, FilterOutput, FilterParams, MassScale, SAMPLE_HEADER_BYTES, SampleParams,
-    SoftmaxParams, filter_row, mass_target, row_random_bits, sample_row, share_of, softmax_row,
+    SoftmaxParams, draw_random_bits, filter_row, mass_target, sample_row, share_of, softmax_row,
 };
 use ferrinfer_kernels::{CLUSTER_EXCHANGE_BYTES, MAX_CLUSTER_BLOCKS};
 
@@ -88,8 +88,11 @@ macro_rules! sampling_ops {
             /// largest entries (ties with the `top_k`-th too, as `top_k_renorm_probs`).
             fn top_k_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_k: [i32] (example 50), seed: [u64] (example 42), offset: [u64] (example 0)
                 => SamplingKernel::TopKSamplingFromProbs, reference top_k_sampling_reference;
-            /// `samples` = one token a row drawn as `sampling_from_probs` among the entries
-            /// `top_p_renorm_probs` keeps.
+            /// `samples` = one token a row among the entries `top_p_renorm_probs` keeps, each as
+            /// likely as its mass: by exact rejection rounds (FlashInfer's scheme) — a draw as
+            /// `sampling_from_probs` among the entries above the last rejected token (at first
+            /// every one), kept when top-p keeps it; round `j > 0` reads Philox subsequence
+            /// `row + j · 2^32` (so `probs` has fewer than 2^32 rows).
             fn top_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_p: [f32] (example 0.9), seed: [u64] (example 42), offset: [u64] (example 0)
                 => SamplingKernel::TopPSamplingFromProbs, reference top_p_sampling_reference;
             /// `samples` = one token a row drawn as `sampling_from_probs` among the entries at least
@@ -404,6 +407,12 @@ fn sample_plan(
         let limit = u32::MAX as u64;
         return Err(Error::TooLarge { argument: "probs", what: "the vocabulary", value: x.hidden, limit });
     }
+    if filter == Filter::TopP && x.rows > u32::MAX as u64 {
+        // A later draw of row r reads Philox subsequence r + draw · 2^32 (`draw_random_bits`).
+        let (what, limit) =
+            ("the rows (top-p's rejection rounds draw from subsequences row + draw · 2^32)", u32::MAX as u64);
+        return Err(Error::TooLarge { argument: "probs", what, value: x.rows, limit });
+    }
     let thresholds = match call.per_row(0).filter(|_| has_threshold) {
         Some(view) => {
             threshold_check(filter, "probs").check(view, x.rows, threshold_dtype(filter), samples, |_| true)?
@@ -486,10 +495,15 @@ impl Plan {
 /// The filter a kernel applies and what it writes (softmax's is never asked for, nor a sampling
 /// op's output).
 /// Whether `kernel` stages its block's slice of a row in shared memory (where it fits): the
-/// filters and the filtering sampling ops read it several times; `sampling_from_probs` once (and
-/// 32 vectors again).
+/// filters and top-k sampling read it several times; the ops that weigh a row as they read it
+/// (`sampling_from_probs`, top-p's and min-p's) once or twice, top-p again a rejected round.
 fn stages(kernel: SamplingKernel) -> bool {
-    kernel != SamplingKernel::SamplingFromProbs
+    !matches!(
+        kernel,
+        SamplingKernel::SamplingFromProbs
+            | SamplingKernel::TopPSamplingFromProbs
+            | SamplingKernel::MinPSamplingFromProbs
+    )
 }
 
 fn filter_of(kernel: SamplingKernel) -> (Filter, FilterOutput) {
@@ -799,8 +813,9 @@ fn min_p_sampling_reference(p: &Problem) -> Vec<Vec<f64>> {
 /// A sampling op's tokens by the definition, without the kernels' search or sums: each entry's
 /// mass (the kernels crate's fixed point, [`MassScale`], which defines the op's numerics), the
 /// kept entries found by sorting, the masses summed in u128, the target from the row's 64
-/// Philox bits ([`row_random_bits`], [`mass_target`]), and the first entry whose running sum
-/// passes it (0 for a row without kept mass).
+/// Philox bits ([`draw_random_bits`], [`mass_target`]), and the first entry whose running sum
+/// passes it (0 for a row without kept mass). Top-p draws by rejection rounds
+/// ([`top_p_reference_token`]).
 fn sample_reference(p: &Problem, filter: Filter) -> Vec<Vec<f64>> {
     let threshold = p.scalars[0];
     let random = &p.scalars[(filter != Filter::Everything) as usize..];
@@ -813,23 +828,53 @@ fn sample_reference(p: &Problem, filter: Filter) -> Vec<Vec<f64>> {
             let scale = MassScale::new(max, values.len() as u32);
             let masses: Vec<u128> = values.iter().map(|&v| scale.mass(v) as u128).collect();
             let kept = reference_kept(filter, &values, &masses, threshold, max);
-            let weights: Vec<u128> = masses.iter().zip(&kept).map(|(&m, &k)| if k { m } else { 0 }).collect();
-            let total: u128 = weights.iter().sum();
-            if total == 0 {
-                return 0.0;
-            }
-            let target = mass_target(row_random_bits(seed, row as u64, offset), total as u64) as u128;
-            let mut below = 0u128;
-            weights
-                .iter()
-                .position(|&w| {
-                    below += w;
-                    below > target
-                })
-                .unwrap_or(0) as f64
+            let bits_of_draw = |draw| draw_random_bits(seed, row as u64, offset, draw);
+            let token = if filter == Filter::TopP {
+                top_p_reference_token(&values, &masses, &kept, bits_of_draw)
+            } else {
+                let weights: Vec<u128> = masses.iter().zip(&kept).map(|(&m, &k)| if k { m } else { 0 }).collect();
+                reference_draw(&weights, bits_of_draw(0))
+            };
+            token.unwrap_or(0) as f64
         })
         .collect(),
     ]
+}
+
+/// The first entry whose running sum of `weights` passes [`mass_target`] of `bits` in their
+/// total (None for a total of 0).
+fn reference_draw(weights: &[u128], bits: u64) -> Option<usize> {
+    let total: u128 = weights.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let target = mass_target(bits, total as u64) as u128;
+    let mut below = 0u128;
+    weights.iter().position(|&w| {
+        below += w;
+        below > target
+    })
+}
+
+/// Top-p's token by rejection rounds: draw among the entries greater than the last rejected
+/// token (at first every one) in proportion to their masses; accept a token top-p keeps
+/// (`kept`, by sorting), else draw again from the entries greater than it, with the next draw's
+/// bits.
+fn top_p_reference_token(
+    values: &[f32],
+    masses: &[u128],
+    kept: &[bool],
+    bits_of_draw: impl Fn(u32) -> u64,
+) -> Option<usize> {
+    let (mut floor, mut draw) = (f32::NEG_INFINITY, 0);
+    loop {
+        let weights: Vec<u128> = values.iter().zip(masses).map(|(&v, &m)| if v > floor { m } else { 0 }).collect();
+        let token = reference_draw(&weights, bits_of_draw(draw))?;
+        if kept[token] {
+            return Some(token);
+        }
+        (floor, draw) = (values[token], draw + 1);
+    }
 }
 
 /// Which entries `filter` keeps, by sorting: top-k's `k` largest (ties too), top-p's entries

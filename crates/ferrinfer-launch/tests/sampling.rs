@@ -468,6 +468,40 @@ fn sampling_ops_draw_the_kept_distribution_and_nothing_else() {
     }
 }
 
+/// Top-p draws by rejection rounds: over peaked rows and small shares most first draws are
+/// rejected (the token `top_p = 1` draws from the same first bits lies outside the kept set), and
+/// every token is the reference's and one top-p keeps.
+#[test]
+fn top_p_sampling_redraws_above_a_rejected_token_as_the_reference() {
+    let (op, _) = sampling_ops()[2];
+    let (rows, vocab) = (64, 2000);
+    let logits: Vec<f32> = random_normal(rows * vocab, 5);
+    let probs: Vec<f32> = logits
+        .chunks_exact(vocab)
+        .flat_map(|row| {
+            let weights: Vec<f32> = row.iter().map(|&x| (3.0 * x).exp()).collect();
+            let sum: f32 = weights.iter().sum();
+            weights.into_iter().map(move |w| w / sum)
+        })
+        .collect();
+    let as_f64: Vec<f64> = probs.iter().map(|&p| p as f64).collect();
+    let unfiltered = draw(op, Some(1.0), &probs, vocab, 9, 2);
+    for top_p in [0.01, 0.3, 0.9] {
+        let tokens = draw(op, Some(top_p), &probs, vocab, 9, 2);
+        let want = &op.reference_of(DType::F32, vocab, &[as_f64.clone(), Vec::new()], &[top_p, 9.0, 2.0])[0];
+        let mut rejected_first = 0;
+        for (row, (&token, &first)) in tokens.iter().zip(&unfiltered).enumerate() {
+            let kept = kept(op, Some(top_p), &probs[row * vocab..][..vocab]);
+            assert_eq!(token as f64, want[row], "top_p {top_p}, row {row}");
+            assert!(kept[token as usize], "top_p {top_p}, row {row}: token {token} not kept");
+            rejected_first += !kept[first as usize] as usize;
+        }
+        if top_p < 0.5 {
+            assert!(rejected_first > rows / 2, "top_p {top_p}: {rejected_first} of {rows} first draws rejected");
+        }
+    }
+}
+
 /// A draw is a function of (probs, seed, offset, row): repeated calls agree bit for bit, a row's
 /// token does not depend on the other rows, another offset or seed draws afresh, and a row
 /// without mass (zeros, negatives, NaN; or min-p above 1) gives 0.

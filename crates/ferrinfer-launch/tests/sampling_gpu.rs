@@ -292,6 +292,29 @@ fn sampling_gpu_draws_the_cpus_tokens() {
     }
 }
 
+/// Top-p's rejection rounds on the GPU: peaked rows and small shares (most first draws
+/// rejected, several rounds a row), in one block or across a cluster: the CPU's tokens.
+#[test]
+fn sampling_gpu_top_p_redraws_as_the_cpu() {
+    let Some(gpu) = Gpu::get("sampling_gpu_top_p_redraws_as_the_cpu") else { return };
+    let (op, _) = sampling_ops()[2];
+    for (rows, vocab) in [(3, 128_256), (200, 32_000), (64, 128_256)] {
+        let logits: Vec<f32> = random_normal(rows * vocab, 17);
+        let probs: Vec<f32> = logits
+            .chunks_exact(vocab)
+            .flat_map(|row| {
+                let weights: Vec<f32> = row.iter().map(|&x| (3.0 * x).exp()).collect();
+                let sum: f32 = weights.iter().sum();
+                weights.into_iter().map(move |w| w / sum)
+            })
+            .collect();
+        for top_p in [0.001, 0.3, 0.9] {
+            let on_gpu = tokens(Some(&gpu), op, Some(top_p), &probs, vocab, 4);
+            assert_eq!(on_gpu, tokens(None, op, Some(top_p), &probs, vocab, 4), "top_p {top_p}, vocab {vocab}");
+        }
+    }
+}
+
 /// More rows than the grid's 65535: a block takes several rows, each staged over the last while
 /// the previous draw's thread may still read it (a race fixed in session 12, before any GPU ran
 /// it); 512 vectors a slice, so a thread's chunk holds keys other threads staged.
