@@ -475,15 +475,7 @@ fn sampling_ops_draw_the_kept_distribution_and_nothing_else() {
 fn top_p_sampling_redraws_above_a_rejected_token_as_the_reference() {
     let (op, _) = sampling_ops()[2];
     let (rows, vocab) = (64, 2000);
-    let logits: Vec<f32> = random_normal(rows * vocab, 5);
-    let probs: Vec<f32> = logits
-        .chunks_exact(vocab)
-        .flat_map(|row| {
-            let weights: Vec<f32> = row.iter().map(|&x| (3.0 * x).exp()).collect();
-            let sum: f32 = weights.iter().sum();
-            weights.into_iter().map(move |w| w / sum)
-        })
-        .collect();
+    let probs = support::peaked_probabilities(rows, vocab, 5);
     let as_f64: Vec<f64> = probs.iter().map(|&p| p as f64).collect();
     let unfiltered = draw(op, Some(1.0), &probs, vocab, 9, 2);
     for top_p in [0.01, 0.3, 0.9] {

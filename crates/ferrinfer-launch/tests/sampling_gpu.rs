@@ -299,15 +299,7 @@ fn sampling_gpu_top_p_redraws_as_the_cpu() {
     let Some(gpu) = Gpu::get("sampling_gpu_top_p_redraws_as_the_cpu") else { return };
     let (op, _) = sampling_ops()[2];
     for (rows, vocab) in [(3, 128_256), (200, 32_000), (64, 128_256)] {
-        let logits: Vec<f32> = random_normal(rows * vocab, 17);
-        let probs: Vec<f32> = logits
-            .chunks_exact(vocab)
-            .flat_map(|row| {
-                let weights: Vec<f32> = row.iter().map(|&x| (3.0 * x).exp()).collect();
-                let sum: f32 = weights.iter().sum();
-                weights.into_iter().map(move |w| w / sum)
-            })
-            .collect();
+        let probs = support::peaked_probabilities(rows, vocab, 17);
         for top_p in [0.001, 0.3, 0.9] {
             let on_gpu = tokens(Some(&gpu), op, Some(top_p), &probs, vocab, 4);
             assert_eq!(on_gpu, tokens(None, op, Some(top_p), &probs, vocab, 4), "top_p {top_p}, vocab {vocab}");

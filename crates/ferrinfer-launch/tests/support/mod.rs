@@ -356,3 +356,17 @@ impl Runner for Gpu {
         Ok(())
     }
 }
+
+/// `rows` rows of `vocab` probabilities, softmax of `3 · x` for standard-normal `x` from
+/// `seed`: peaked as a language model's, a few hundred entries holding most of a row's mass.
+pub fn peaked_probabilities(rows: usize, vocab: usize, seed: u64) -> Vec<f32> {
+    let logits: Vec<f32> = reference::random_normal(rows * vocab, seed);
+    logits
+        .chunks_exact(vocab)
+        .flat_map(|row| {
+            let weights: Vec<f32> = row.iter().map(|&x| (3.0 * x).exp()).collect();
+            let sum: f32 = weights.iter().sum();
+            weights.into_iter().map(move |w| w / sum)
+        })
+        .collect()
+}

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Session 14 run 1: sampling GPU tests (top-p rejection rounds, min-p one-read), then a layout
 # sweep of top-p / min-p sampling through the Python module.
+# (.bundle/sweep.py was docs/perf/data/2026-12-02-s13/sweep.py, copied in by hand.)
 set -x
 R=$OUT/r1; mkdir -p $R
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > $R/gpu.txt
