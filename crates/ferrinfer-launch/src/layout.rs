@@ -119,16 +119,16 @@ pub(crate) struct PerRowCheck {
 }
 
 impl PerRowCheck {
-    /// `view` as the `[rows]` tensor of `dtype` on `out`'s device, contiguous, aligned, apart from
-    /// `out`; on the CPU every value passes `valid` (read before anything is written). Values on a
-    /// GPU are not read (that would wait for the device): the kernel takes them as they are.
-    /// Returns its address.
+    /// `view` as the `[rows]` tensor of `dtype` on the device of the output `out` (named
+    /// `out_name`), contiguous, aligned, apart from `out`; on the CPU every value passes `valid`
+    /// (read before anything is written). Values on a GPU are not read (that would wait for the
+    /// device): the kernel takes them as they are. Returns its address.
     pub(crate) fn check(
         &self,
         view: &TensorView,
         rows: u64,
         dtype: DType,
-        out: &TensorView,
+        (out_name, out): (&'static str, &TensorView),
         valid: impl Fn(f64) -> bool,
     ) -> Result<u64, Error> {
         let argument = self.argument;
@@ -147,7 +147,7 @@ impl PerRowCheck {
         }
         check_aligned(argument, view)?;
         if overlaps(out, view) {
-            return Err(Error::Overlap { argument: "out", other: argument });
+            return Err(Error::Overlap { argument: out_name, other: argument });
         }
         if view.device() == Device::Cpu && rows > 0 {
             // SAFETY: a validated host view: `rows` contiguous elements of `dtype` from its address.

@@ -246,7 +246,9 @@ fn softmax_plan(
     let rows = rows_of("logits", logits, out)?;
     let per_row = layout::PerRowCheck { argument: "temperature", reference: "logits", expected: "finite and ≥ 0" };
     let temperatures = match temperatures {
-        Some(view) => per_row.check(view, rows.map_or(0, |(x, _)| x.rows), DType::F32, out, valid_temperature)?,
+        Some(view) => {
+            per_row.check(view, rows.map_or(0, |(x, _)| x.rows), DType::F32, ("out", out), valid_temperature)?
+        }
         None => 0,
     };
     let Some((x, y)) = rows else { return Ok(None) };
@@ -290,7 +292,7 @@ fn filter_plan(
             view,
             rows.map_or(0, |(x, _)| x.rows),
             threshold_dtype(filter),
-            out,
+            ("out", out),
             |_| true,
         )?,
         None => 0,
@@ -414,9 +416,13 @@ fn sample_plan(
         return Err(Error::TooLarge { argument: "probs", what, value: x.rows, limit });
     }
     let thresholds = match call.per_row(0).filter(|_| has_threshold) {
-        Some(view) => {
-            threshold_check(filter, "probs").check(view, x.rows, threshold_dtype(filter), samples, |_| true)?
-        }
+        Some(view) => threshold_check(filter, "probs").check(
+            view,
+            x.rows,
+            threshold_dtype(filter),
+            ("samples", samples),
+            |_| true,
+        )?,
         None => 0,
     };
     let [seed, offset] = [("seed", random), ("offset", random + 1)]
@@ -456,7 +462,8 @@ fn random_source(
     let Some(view) = view else { return Ok((value as u64, 0, 0)) };
     let one_for_every_row = view.shape() == [1] && rows != 1;
     let check = layout::PerRowCheck { argument, reference: "probs", expected: "an int64" };
-    let address = check.check(view, if one_for_every_row { 1 } else { rows }, DType::I64, samples, |_| true)?;
+    let address =
+        check.check(view, if one_for_every_row { 1 } else { rows }, DType::I64, ("samples", samples), |_| true)?;
     Ok((0, address, !one_for_every_row as u32))
 }
 

@@ -9,7 +9,7 @@ mod support;
 use ferrinfer_launch::op::OpInfo;
 use ferrinfer_launch::reference::{compare, random_normal};
 use ferrinfer_launch::{
-    DType, Error, Stream, TensorView, softmax, top_k_mask_logits, top_k_renorm_probs, top_p_renorm_probs,
+    DType, Device, Error, Stream, TensorView, softmax, top_k_mask_logits, top_k_renorm_probs, top_p_renorm_probs,
 };
 use support::{Case, Cpu, assert_refused, family, run_cases};
 
@@ -608,5 +608,20 @@ fn sampling_takes_seeds_and_offsets_from_tensors_a_row_or_one() {
         assert!(matches!(&error, Error::UnsupportedDType { argument: "seed", .. }), "{}: {error}", op.name);
         let error = call(None, Some(&TensorView::from_slice(&seeds[..3], &[3]).unwrap()), [1.0, f64::NAN]).unwrap_err();
         assert!(matches!(&error, Error::ShapeMismatch { argument: "offset", .. }), "{}: {error}", op.name);
+        // Offsets sharing memory with the tokens: the error names `samples`, nothing is written.
+        let mut shared = [-1i64; 6];
+        let before = shared;
+        let base = shared.as_mut_ptr().cast();
+        // SAFETY: both views lie in `shared`, which outlives them.
+        let (y, offsets) = unsafe {
+            let y = TensorView::from_raw_parts(base, 0, DType::I32, &[rows as i64], &[1], Device::Cpu).unwrap();
+            (y, TensorView::from_raw_parts(base, 0, DType::I64, &[rows as i64], &[1], Device::Cpu).unwrap())
+        };
+        let scalars: Vec<f64> = threshold.into_iter().chain([1.0, f64::NAN]).collect();
+        let per_row: Vec<Option<&TensorView>> =
+            threshold.map(|_| None).into_iter().chain([None, Some(&offsets)]).collect();
+        let error = op.call_per_row(&[&x, &y], &scalars, &per_row, Stream::Cpu).unwrap_err();
+        assert!(matches!(&error, Error::Overlap { argument: "samples", other: "offset" }), "{}: {error}", op.name);
+        assert_eq!(shared, before, "{}: nothing written on the error path", op.name);
     }
 }
