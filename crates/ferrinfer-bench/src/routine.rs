@@ -1,5 +1,5 @@
 //! One benchmark routine, for any op of the registry: inputs as the peers make them (random
-//! normal; outputs NaN-poisoned), the op run through `ferrinfer-launch` by position, bytes counted
+//! normal, rows of probabilities where the op reads probabilities; outputs NaN-poisoned), the op run through `ferrinfer-launch` by position, bytes counted
 //! as inputs read once plus outputs written once, and (with `--refcheck`) the first call's
 //! results against the op's f64 reference.
 
@@ -48,7 +48,9 @@ impl Setup {
         arg.dtype.dtype(self.dtype, false)
     }
 
-    /// Fresh inputs (seeded per argument), NaN in outputs; each argument of its dtype.
+    /// Fresh inputs (seeded per argument; an input of probabilities as rows that sum to 1, as a
+    /// softmax makes them and as the peers' bench feeds them), NaN in outputs; each argument of
+    /// its dtype.
     fn buffers(&self) -> Vec<Buffer> {
         let seeds = [0x5eed, 0x7e51, 0x3e19, 0xb1a5, 0xc0de, 0xfeed];
         self.op
@@ -62,6 +64,10 @@ impl Setup {
                 let bytes = with_host_element!(dtype, T => {
                     let values: Vec<T> = match arg.role {
                         Role::Out => vec![<T as ferrinfer_launch::HostElement>::from_f64(f64::NAN); len],
+                        _ if arg.nonnegative => {
+                            let values: Vec<T> = reference::random_input(arg, len, seeds[i % seeds.len()]);
+                            rows_summing_to_one(values, self.hidden)
+                        }
                         _ => reference::random_input(arg, len, seeds[i % seeds.len()]),
                     };
                     bytemuck::cast_slice::<T, u8>(&values).to_vec()
@@ -84,6 +90,19 @@ impl Setup {
             .sum();
         bytes as f64
     }
+}
+
+/// `values` (non-negative) in rows of `row` divided by their row's sum, in f64: probabilities
+/// (a sampling op weighs a row whose largest entry is 2 or more again at its own scale — not
+/// the path a softmax's rows take).
+fn rows_summing_to_one<T: ferrinfer_launch::HostElement>(values: Vec<T>, row: usize) -> Vec<T> {
+    values
+        .chunks(row.max(1))
+        .flat_map(|row| {
+            let sum: f64 = row.iter().map(|v| v.to_f64()).sum();
+            row.iter().map(move |v| T::from_f64(v.to_f64() / sum))
+        })
+        .collect()
 }
 
 /// Runs and times one case.
