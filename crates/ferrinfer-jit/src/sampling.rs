@@ -73,12 +73,15 @@ impl SamplingKernel {
     /// (`sampling_from_probs`, min-p) 80 too (three blocks; they stage nothing; uncapped up to
     /// 108, at 72 it spilled) — but 88 before sm_90, where ptxas spilled 40 bytes of their f32
     /// and f16 entries at 80; top-p's rejection rounds hold a round's state across a weighing:
-    /// 96 (uncapped 89–96), 104 before sm_90 (at 96 its f32 entries spilled 8–16 bytes there). Top-k sampling
+    /// 96 (uncapped 89–96), 104 before sm_90 (at 96 its f32 entries spilled 8–16 bytes there);
+    /// from sm_90 its f32 entries load twice the steps at once, 128 (still two blocks of 256;
+    /// uncapped up to 150; before sm_90 they spilled 80 bytes at 128). Top-k sampling
     /// is not capped: under 80 its entries spilled (88 bytes), uncapped they take 84–126.
     fn max_registers(self, dtype: DType, arch: CudaArch) -> Option<u32> {
         match self {
             SamplingKernel::Softmax | SamplingKernel::TopKSamplingFromProbs => None,
             SamplingKernel::TopPSamplingFromProbs if arch < (CudaArch { major: 9, minor: 0 }) => Some(104),
+            SamplingKernel::TopPSamplingFromProbs if dtype.size() == 4 => Some(128),
             SamplingKernel::TopPSamplingFromProbs => Some(96),
             SamplingKernel::SamplingFromProbs | SamplingKernel::MinPSamplingFromProbs
                 if arch < (CudaArch { major: 9, minor: 0 }) =>

@@ -1267,19 +1267,24 @@ mod device_kernels {
     /// `sampling_from_probs`: see [`sample_weighed_rows`].
     #[inline(always)]
     pub unsafe fn sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
-        unsafe { sample_weighed_rows::<T, VEC, { Filter::Everything as u32 }>(p) }
+        unsafe { sample_weighed_rows::<T, VEC, { Filter::Everything as u32 }, UNROLL>(p) }
     }
+
+    /// Top-p's f32 steps loaded together on sm_90: twice [`UNROLL`] — its registers (two
+    /// blocks of 256 a multiprocessor at 96 or at 128) allow twice the loads in flight at no
+    /// cost in occupancy. Before sm_90 ptxas spilled them.
+    const TOP_P_STEPS: usize = if cfg!(target_feature = "sm_90") { 2 * UNROLL } else { UNROLL };
 
     /// `top_p_sampling_from_probs`: see [`sample_weighed_rows`].
     #[inline(always)]
     pub unsafe fn top_p_sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
-        unsafe { sample_weighed_rows::<T, VEC, { Filter::TopP as u32 }>(p) }
+        unsafe { sample_weighed_rows::<T, VEC, { Filter::TopP as u32 }, TOP_P_STEPS>(p) }
     }
 
     /// `min_p_sampling_from_probs`: see [`sample_weighed_rows`].
     #[inline(always)]
     pub unsafe fn min_p_sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
-        unsafe { sample_weighed_rows::<T, VEC, { Filter::MinP as u32 }>(p) }
+        unsafe { sample_weighed_rows::<T, VEC, { Filter::MinP as u32 }, UNROLL>(p) }
     }
 
     /// The sampling ops that weigh a row as they read it (`FILTER`: everything, top-p or min-p;
@@ -1292,14 +1297,16 @@ mod device_kernels {
     /// throughout: the token is [`sample_row`]'s. Grid and cluster as [`filter_rows`]; dynamic
     /// shared memory [`SAMPLE_HEADER_BYTES`]; `p.filter.staged` unused.
     #[inline(always)]
-    unsafe fn sample_weighed_rows<T: Element, const VEC: usize, const FILTER: u32>(p: &SampleParams) {
+    unsafe fn sample_weighed_rows<T: Element, const VEC: usize, const FILTER: u32, const STEPS: usize>(
+        p: &SampleParams,
+    ) {
         let f = &p.filter;
         let RowSlices { histogram, cluster, begin, end, mut row, row_step } =
             RowSlices::of_launch(f.slices, f.vocab, VEC);
         let mut round = 0u32;
         while row < f.rows {
             let input = (f.input as *const T).wrapping_add((row * f.input_row_stride) as usize);
-            let span = WarpSpan::<T, VEC>::of_slice(input, begin, end);
+            let span = WarpSpan::<T, VEC, STEPS>::of_slice(input, begin, end);
             let mut scale = MassScale::of_probabilities(f.vocab);
             let (mut weighed, mut row_mass) = span.weigh(&scale, 0, &cluster, histogram, &mut round);
             let max = f32::from_bits(row_mass.max);
@@ -1328,10 +1335,11 @@ mod device_kernels {
     }
 
     /// A warp's contiguous share of its block's slice of a row: vectors `lo..hi`, read a step of
-    /// 32 (a vector a lane) at a time, a batch of steps' loads in flight together, the steps
+    /// 32 (a vector a lane) at a time, a batch of steps' loads in flight together (`STEPS` of
+    /// f32, see [`WarpSpan::BATCH`]), the steps
     /// taken in groups of `group` (whole batches; at most 32 groups: a lane keeps the mass of
     /// one).
-    struct WarpSpan<T: Element, const VEC: usize> {
+    struct WarpSpan<T: Element, const VEC: usize, const STEPS: usize> {
         input: *const T,
         lo: usize,
         hi: usize,
@@ -1365,7 +1373,7 @@ mod device_kernels {
         chunk_masses()
     }
 
-    impl<T: Element, const VEC: usize> WarpSpan<T, VEC> {
+    impl<T: Element, const VEC: usize, const STEPS: usize> WarpSpan<T, VEC, STEPS> {
         /// This warp's span of the slice `begin..end` of the row at `input`.
         #[inline(always)]
         fn of_slice(input: *const T, begin: usize, end: usize) -> Self {
@@ -1378,15 +1386,16 @@ mod device_kernels {
             WarpSpan { input, lo, hi, group }
         }
 
-        /// Steps loaded together: [`UNROLL`], half for 16-bit types (whose vectors hold twice
-        /// the entries: with four, the weighing of a batch took 134 registers).
-        const BATCH: usize = if size_of::<T>() == 2 { UNROLL / 2 } else { UNROLL };
+        /// Steps loaded together: `STEPS` of f32, half of [`UNROLL`] for 16-bit types (whose
+        /// vectors hold twice the entries: with four, the weighing of a batch took 134
+        /// registers).
+        const BATCH: usize = if size_of::<T>() == 2 { UNROLL / 2 } else { STEPS };
 
         /// This lane's vectors of the batch of steps from `step` (zeros past the span, and in
         /// the array past [`Self::BATCH`]).
         #[inline(always)]
-        fn load_batch(&self, step: usize) -> [Packed<T, VEC>; UNROLL] {
-            let mut loaded = [Packed::<T, VEC>::ZERO; UNROLL];
+        fn load_batch(&self, step: usize) -> [Packed<T, VEC>; STEPS] {
+            let mut loaded = [Packed::<T, VEC>::ZERO; STEPS];
             // Indexed: an array iterator kept in memory is a local-memory array.
             #[allow(clippy::needless_range_loop)]
             for k in 0..Self::BATCH {
