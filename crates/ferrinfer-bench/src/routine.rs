@@ -1,7 +1,8 @@
 //! One benchmark routine, for any op of the registry: inputs as the peers make them (random
-//! normal, rows of probabilities where the op reads probabilities; outputs NaN-poisoned), the op run through `ferrinfer-launch` by position, bytes counted
-//! as inputs read once plus outputs written once, and (with `--refcheck`) the first call's
-//! results against the op's f64 reference.
+//! normal, rows of probabilities where the op reads probabilities; outputs NaN-poisoned), the
+//! op run through `ferrinfer-launch` by position, bytes counted as inputs read once plus outputs
+//! written once, and (with `--refcheck`) the first call's results against the op's f64
+//! reference.
 
 use ferrinfer_launch::cudarc::driver::{CudaSlice, DevicePtrMut};
 use ferrinfer_launch::op::{Extent, OpInfo, Role, TensorArg};
