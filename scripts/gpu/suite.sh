@@ -125,7 +125,7 @@ for step in "$@"; do
     bench)
       # BENCH_DTYPES, BENCH_ROUTINES: narrow the grid (default: both dtypes, every routine).
       for dtype in ${BENCH_DTYPES:-bf16 f16}; do
-        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul softmax top_k_mask_logits top_k_renorm_probs top_p_renorm_probs sampling_from_probs top_k_sampling_from_probs top_p_sampling_from_probs min_p_sampling_from_probs}; do
+        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul softmax top_k_mask_logits top_k_renorm_probs top_p_renorm_probs sampling_from_probs top_k_sampling_from_probs top_p_sampling_from_probs min_p_sampling_from_probs top_k_top_p_sampling_from_probs top_k_top_p_sampling_from_logits}; do
           run bench .bundle/ferrinfer-bench --routine $routine --dtype $dtype --grid --output-path "$out/ferrinfer.csv" \
             --warmup-seconds 1
         done

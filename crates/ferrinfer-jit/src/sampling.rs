@@ -2,7 +2,7 @@
 //! logits dtype, with one entry point per vector width (the launcher picks
 //! [`SamplingModule::entry`]): `softmax`, `top_k_mask_logits`, `top_k_renorm_probs`,
 //! `top_p_renorm_probs` and the sampling ops (`sampling_from_probs`, `top_k_…`, `top_p_…`,
-//! `min_p_sampling_from_probs`).
+//! `min_p_sampling_from_probs`, `top_k_top_p_sampling_from_probs` and `…_from_logits`).
 
 use ferrinfer_kernels::element::DType;
 
@@ -23,10 +23,12 @@ pub enum SamplingKernel {
     TopKSamplingFromProbs,
     TopPSamplingFromProbs,
     MinPSamplingFromProbs,
+    TopKTopPSamplingFromProbs,
+    TopKTopPSamplingFromLogits,
 }
 
 impl SamplingKernel {
-    pub const ALL: [SamplingKernel; 8] = [
+    pub const ALL: [SamplingKernel; 10] = [
         SamplingKernel::Softmax,
         SamplingKernel::TopKMaskLogits,
         SamplingKernel::TopKRenormProbs,
@@ -35,6 +37,8 @@ impl SamplingKernel {
         SamplingKernel::TopKSamplingFromProbs,
         SamplingKernel::TopPSamplingFromProbs,
         SamplingKernel::MinPSamplingFromProbs,
+        SamplingKernel::TopKTopPSamplingFromProbs,
+        SamplingKernel::TopKTopPSamplingFromLogits,
     ];
 
     /// FlashInfer's name of the op.
@@ -48,6 +52,8 @@ impl SamplingKernel {
             SamplingKernel::TopKSamplingFromProbs => "top_k_sampling_from_probs",
             SamplingKernel::TopPSamplingFromProbs => "top_p_sampling_from_probs",
             SamplingKernel::MinPSamplingFromProbs => "min_p_sampling_from_probs",
+            SamplingKernel::TopKTopPSamplingFromProbs => "top_k_top_p_sampling_from_probs",
+            SamplingKernel::TopKTopPSamplingFromLogits => "top_k_top_p_sampling_from_logits",
         }
     }
 
@@ -62,6 +68,12 @@ impl SamplingKernel {
             SamplingKernel::TopKSamplingFromProbs => ("sampling::top_k_sample_rows", "sampling::SampleParams"),
             SamplingKernel::TopPSamplingFromProbs => ("sampling::top_p_sample_rows", "sampling::SampleParams"),
             SamplingKernel::MinPSamplingFromProbs => ("sampling::min_p_sample_rows", "sampling::SampleParams"),
+            SamplingKernel::TopKTopPSamplingFromProbs => {
+                ("sampling::top_k_top_p_sample_rows", "sampling::SampleParams")
+            }
+            SamplingKernel::TopKTopPSamplingFromLogits => {
+                ("sampling::top_k_top_p_logits_sample_rows", "sampling::SampleParams")
+            }
         }
     }
 
@@ -75,11 +87,16 @@ impl SamplingKernel {
     /// and f16 entries at 80; top-p's rejection rounds hold a round's state across a weighing:
     /// 96 (uncapped 89–96), 104 before sm_90 (at 96 its f32 entries spilled 8–16 bytes there);
     /// from sm_90 its f32 entries load twice the steps at once, 128 (still two blocks of 256;
-    /// uncapped up to 150; before sm_90 they spilled 80 bytes at 128). Top-k sampling
-    /// is not capped: under 80 its entries spilled (88 bytes), uncapped they take 84–126.
+    /// uncapped up to 150; before sm_90 they spilled 80 bytes at 128). The staged sampling
+    /// kernels (top-k, and top-k then top-p's rounds) 128, two blocks of 256: under 80 top-k's
+    /// entries spilled (88 bytes); uncapped they took 93–122 (top-k) and 118–154 (with top-p:
+    /// the one-entry vectors of f32), at 128 none spills.
     fn max_registers(self, dtype: DType, arch: CudaArch) -> Option<u32> {
         match self {
-            SamplingKernel::Softmax | SamplingKernel::TopKSamplingFromProbs => None,
+            SamplingKernel::Softmax => None,
+            SamplingKernel::TopKSamplingFromProbs
+            | SamplingKernel::TopKTopPSamplingFromProbs
+            | SamplingKernel::TopKTopPSamplingFromLogits => Some(128),
             SamplingKernel::TopPSamplingFromProbs if arch < (CudaArch { major: 9, minor: 0 }) => Some(104),
             SamplingKernel::TopPSamplingFromProbs if dtype.size() == 4 => Some(128),
             SamplingKernel::TopPSamplingFromProbs => Some(96),

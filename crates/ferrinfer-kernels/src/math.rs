@@ -53,8 +53,7 @@ pub fn rsqrt_exact(v: f32) -> f32 {
 }
 
 /// 2^x. On the GPU `ex2.approx.ftz.f32` (one MUFU op, relative error < 2^-22; results below
-/// 2^-126 flush to 0); on the host a range reduction to [-1/2, 1/2] and a degree-6 polynomial
-/// (relative error < 4e-7), exact powers of two included, 0 below 2^-149 and +inf above 2^128.
+/// 2^-126 flush to 0); on the host [`exp2_portable`].
 #[inline(always)]
 pub fn exp2(x: f32) -> f32 {
     #[cfg(target_arch = "nvptx64")]
@@ -66,40 +65,39 @@ pub fn exp2(x: f32) -> f32 {
         r
     }
     #[cfg(not(target_arch = "nvptx64"))]
-    {
-        if x.is_nan() {
-            return x;
-        }
-        let x = x.clamp(-150.0, 129.0);
-        let n = (x + 0.5).floor_host();
-        let f = x - n;
-        // Taylor coefficients of 2^f = e^(f ln 2) to degree 6: |f| ≤ 1/2 keeps the remainder < 2e-7.
-        const C: [f32; 7] =
-            [1.0, core::f32::consts::LN_2, 0.240_226_5, 0.055_504_11, 0.009_618_129, 0.001_333_355_8, 0.000_154_035_3];
-        let mut p = C[6];
-        for c in C[..6].iter().rev() {
-            p = p * f + c;
-        }
-        // 2^n in two halves, each a normal f32, so results near the range's ends round right.
-        let n = n as i32;
-        let power = |k: i32| f32::from_bits(((k + 127) as u32) << 23);
-        p * power(n / 2) * power(n - n / 2)
-    }
+    exp2_portable(x)
 }
 
-/// `floor` without `std`, for the host's range reductions.
-#[cfg(not(target_arch = "nvptx64"))]
-trait FloorHost {
-    fn floor_host(self) -> Self;
+/// 2^x by a range reduction to [-1/2, 1/2] and a degree-6 polynomial (relative error < 4e-7),
+/// exact powers of two included, 0 below 2^-149 and +inf above 2^128 — in IEEE operations alone
+/// (no FMA: Rust never contracts, and the device's PTX multiplies and adds with `.rn`), so the
+/// host and the GPU compute it bit for bit alike, where a draw needs them to agree.
+#[inline(always)]
+pub fn exp2_portable(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    let x = x.clamp(-150.0, 129.0);
+    let n = floor_small(x + 0.5);
+    let f = x - n;
+    // Taylor coefficients of 2^f = e^(f ln 2) to degree 6: |f| ≤ 1/2 keeps the remainder < 2e-7.
+    const C: [f32; 7] =
+        [1.0, core::f32::consts::LN_2, 0.240_226_5, 0.055_504_11, 0.009_618_129, 0.001_333_355_8, 0.000_154_035_3];
+    let mut p = C[6];
+    for c in C[..6].iter().rev() {
+        p = p * f + c;
+    }
+    // 2^n in two halves, each a normal f32, so results near the range's ends round right.
+    let n = n as i32;
+    let power = |k: i32| f32::from_bits(((k + 127) as u32) << 23);
+    p * power(n / 2) * power(n - n / 2)
 }
 
-#[cfg(not(target_arch = "nvptx64"))]
-impl FloorHost for f32 {
-    #[inline(always)]
-    fn floor_host(self) -> f32 {
-        let t = self as i32 as f32; // truncates toward zero; |self| ≤ 129 here
-        if t > self { t - 1.0 } else { t }
-    }
+/// `floor` without `std`, for [`exp2_portable`]'s range reduction (`|x| ≤ 130`).
+#[inline(always)]
+fn floor_small(x: f32) -> f32 {
+    let t = x as i32 as f32; // truncates toward zero
+    if t > x { t - 1.0 } else { t }
 }
 
 /// `1 / x`: `rcp.approx.ftz.f32` on the GPU (within 1 ulp), a division on the host.

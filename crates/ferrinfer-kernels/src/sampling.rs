@@ -27,7 +27,7 @@
 //! their sum (a fixed tree on the device) and 0 in place of the others.
 
 use crate::element::Element;
-use crate::math::exp2;
+use crate::math::{exp2, exp2_portable};
 
 /// Arguments of every softmax kernel, passed by value. Strides and counts in elements.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -212,13 +212,59 @@ pub unsafe fn row_top_p(p: &FilterParams, row: u64) -> f32 {
 }
 
 /// Which entries a filter keeps (and a sampling op draws among): the row's `top_k` largest, its
-/// largest holding `top_p` of its mass, those at least `min_p` times its largest, or every one.
+/// largest holding `top_p` of its mass, those at least `min_p` times its largest, every one, or
+/// (`top_k_top_p_…`, FlashInfer's "top_k_first") the largest holding `top_p` of the mass of the
+/// row's `top_k` largest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Filter {
     TopK,
     TopP,
     MinP,
     Everything,
+    TopKTopP,
+}
+
+/// What a sampling op weighs an entry `x` by: its value (probabilities), or softmax's numerator
+/// `2^(x · log2 e − m)` (logits; `m` the row's largest logit times log2 e, so the largest weighs
+/// exactly 1 and every weight lies in [0, 1]; a row whose largest logit is +∞ or NaN, or −∞,
+/// weighs nothing) — by [`exp2_portable`], not the GPU's `ex2.approx`: every operation rounds
+/// alike on the host and the device, so the CPU draws the GPU's token from logits too.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum EntryWeight {
+    Value,
+    Softmax { scaled_max: f32 },
+}
+
+impl EntryWeight {
+    /// A row's weighing, `max` its largest entry (logits: from −∞; probabilities: from 0).
+    #[inline(always)]
+    pub fn of_row(logits: bool, max: f32) -> Self {
+        if logits { EntryWeight::Softmax { scaled_max: max * core::f32::consts::LOG2_E } } else { EntryWeight::Value }
+    }
+
+    /// The largest entry's starting point: what a row of no entries reads as.
+    #[inline(always)]
+    pub fn least(logits: bool) -> f32 {
+        if logits { f32::NEG_INFINITY } else { 0.0 }
+    }
+
+    /// `x`'s weight.
+    #[inline(always)]
+    pub fn of(&self, x: f32) -> f32 {
+        match *self {
+            EntryWeight::Value => x,
+            EntryWeight::Softmax { scaled_max } => exp2_portable(x * core::f32::consts::LOG2_E - scaled_max),
+        }
+    }
+
+    /// The scale of the row's masses: its largest value's (probabilities), or 1's (logits).
+    #[inline(always)]
+    pub fn scale(&self, max: f32, vocab: u32) -> MassScale {
+        match self {
+            EntryWeight::Value => MassScale::new(max, vocab),
+            EntryWeight::Softmax { .. } => MassScale::of_probabilities(vocab),
+        }
+    }
 }
 
 /// The entries a filter keeps, once found: those whose [`order_key`] is at least `pivot` (top-k's
@@ -258,7 +304,15 @@ impl Keep {
     /// The entry's weight in a draw: its mass under `scale` where kept, else 0.
     #[inline(always)]
     pub fn mass(&self, key: u32, value: f32, scale: &MassScale) -> u64 {
-        if self.keeps(key, value) { scale.mass(value) } else { 0 }
+        self.weighed_mass(key, value, EntryWeight::Value, scale)
+    }
+
+    /// The entry's weight in a draw whose entries weigh `weight.of(value)`: its mass under
+    /// `scale` where kept, else 0 — the weight taken only for a kept entry (a branch: logits'
+    /// `exp2` is ~30 instructions, and a top-k keeps few entries).
+    #[inline(always)]
+    pub fn weighed_mass(&self, key: u32, value: f32, weight: EntryWeight, scale: &MassScale) -> u64 {
+        if self.keeps(key, value) { scale.mass(weight.of(value)) } else { 0 }
     }
 }
 
@@ -521,24 +575,26 @@ impl MassScale {
 }
 
 /// A row's entries on the host, as the device reads them: values, keys, the largest value (or
-/// 0) and the masses' scale.
+/// [`EntryWeight::least`]), how a draw weighs an entry and the masses' scale.
 struct HostRow<T: Element> {
     input: *const T,
     vocab: u32,
     max: f32,
+    weight: EntryWeight,
     scale: MassScale,
 }
 
 impl<T: Element> HostRow<T> {
-    /// Row `row` of `p.input`.
+    /// Row `row` of `p.input`, probabilities or (`logits`) logits.
     ///
     /// # Safety
     /// As [`filter_row`].
-    unsafe fn new(p: &FilterParams, row: u64) -> Self {
+    unsafe fn new(p: &FilterParams, row: u64, logits: bool) -> Self {
         let input = (p.input as *const T).wrapping_add((row * p.input_row_stride) as usize);
         let value = |i: usize| unsafe { input.add(i).read() }.to_f32();
-        let max = (0..p.vocab as usize).fold(0.0f32, |max, i| max.max(value(i)));
-        HostRow { input, vocab: p.vocab, max, scale: MassScale::new(max, p.vocab) }
+        let max = (0..p.vocab as usize).fold(EntryWeight::least(logits), |max, i| max.max(value(i)));
+        let weight = EntryWeight::of_row(logits, max);
+        HostRow { input, vocab: p.vocab, max, weight, scale: weight.scale(max, p.vocab) }
     }
 
     fn element(&self, i: usize) -> T {
@@ -554,11 +610,21 @@ impl<T: Element> HostRow<T> {
         order_key(self.element(i))
     }
 
+    /// Entry `i`'s weight in a draw among the entries `keep` keeps.
+    fn mass(&self, keep: Keep, i: usize) -> u64 {
+        keep.weighed_mass(self.key(i), self.value(i), self.weight, &self.scale)
+    }
+
     /// The first entry at which the masses `mass` summed in index order pass [`mass_target`] of
     /// random bits `bits` in their total (None for a total of 0).
     fn draw(&self, mass: impl Fn(usize) -> u64, bits: u64) -> Option<usize> {
+        let total = (0..self.vocab as usize).map(&mass).fold(0u64, u64::wrapping_add);
+        self.draw_from(mass, total, bits)
+    }
+
+    /// [`HostRow::draw`] where the masses' total is known.
+    fn draw_from(&self, mass: impl Fn(usize) -> u64, total: u64, bits: u64) -> Option<usize> {
         let vocab = self.vocab as usize;
-        let total = (0..vocab).map(&mass).fold(0u64, u64::wrapping_add);
         if total == 0 {
             return None;
         }
@@ -588,6 +654,7 @@ impl<T: Element> HostRow<T> {
             }
             Filter::MinP => Keep::min_p(unsafe { row_top_p(p, row) }, self.max),
             Filter::Everything => Keep::EVERYTHING,
+            Filter::TopKTopP => unsafe { self.keep(p, row, Filter::TopK) },
         }
     }
 }
@@ -599,7 +666,7 @@ impl<T: Element> HostRow<T> {
 /// `p` must describe valid memory as the launcher validates it: the row in bounds, input and
 /// output of `T`, disjoint.
 pub unsafe fn filter_row<T: Element>(p: &FilterParams, row: u64, filter: Filter, output: FilterOutput) {
-    let entries = unsafe { HostRow::<T>::new(p, row) };
+    let entries = unsafe { HostRow::<T>::new(p, row, false) };
     let out = (p.output as *mut T).wrapping_add((row * p.output_row_stride) as usize);
     let value = |i: usize| entries.element(i);
     let vocab = p.vocab as usize;
@@ -627,11 +694,13 @@ pub unsafe fn filter_row<T: Element>(p: &FilterParams, row: u64, filter: Filter,
 }
 
 /// Arguments of the sampling kernels (`sampling_from_probs`, `top_k_sampling_from_probs`,
-/// `top_p_sampling_from_probs`, `min_p_sampling_from_probs`), passed by value: a filter's, with
-/// `filter.output` the `[rows]` i32 tokens (`output_row_stride` 1; `threshold(s)` top-k's,
-/// top-p's or min-p's), and the random stream's key and position — `seed` and `offset`, or where
-/// `seeds` (`offsets`) is not 0 the address of 64-bit values read on the device: one a row where
-/// `seeds_per_row` (`offsets_per_row`) is 1, else one for every row.
+/// `top_p_sampling_from_probs`, `min_p_sampling_from_probs`, `top_k_top_p_sampling_from_…`),
+/// passed by value: a filter's, with `filter.output` the `[rows]` i32 tokens
+/// (`output_row_stride` 1; `threshold(s)` top-k's, top-p's or min-p's), the random stream's key
+/// and position — `seed` and `offset`, or where `seeds` (`offsets`) is not 0 the address of
+/// 64-bit values read on the device: one a row where `seeds_per_row` (`offsets_per_row`) is 1,
+/// else one for every row — and `top_k_top_p_…`'s second threshold, its `top_p` (as `threshold`
+/// and `thresholds`: one f32's bits, or where `top_ps` is not 0 the address of one a row).
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[repr(C)]
 pub struct SampleParams {
@@ -642,6 +711,19 @@ pub struct SampleParams {
     pub offsets: u64,
     pub seeds_per_row: u32,
     pub offsets_per_row: u32,
+    pub top_ps: u64,
+    pub top_p: u32,
+    pub _reserved: u32,
+}
+
+/// Row `row`'s second threshold: `top_k_top_p_…`'s `top_p`.
+///
+/// # Safety
+/// `p.top_ps`, when not 0, must hold `p.filter.rows` f32.
+#[inline(always)]
+pub unsafe fn row_second_top_p(p: &SampleParams, row: u64) -> f32 {
+    let second = FilterParams { thresholds: p.top_ps, threshold: p.top_p, ..p.filter };
+    unsafe { row_top_p(&second, row) }
 }
 
 /// Row `row`'s seed and offset.
@@ -720,51 +802,68 @@ pub fn mass_target(bits: u64, mass: u64) -> u64 {
 
 /// One row of a sampling op on the host (the CPU backend): the same keys, masses and search as
 /// the device, then the first entry at which the kept masses summed in index order pass
-/// [`mass_target`] — integers throughout, so the GPU draws the same token. Top-p draws by
-/// [`top_p_draw`] instead. A row without mass to draw from (zeros, negatives, NaN; or a filter
+/// [`mass_target`] — integers throughout, so the GPU draws the same token. Top-p (alone, or
+/// after top-k) draws by [`top_p_draw`] instead. `logits`: the row holds logits, weighed as
+/// [`EntryWeight::Softmax`]. A row without mass to draw from (zeros, negatives, NaN; or a filter
 /// keeping none of its mass) gives 0, as FlashInfer's.
 ///
 /// # Safety
-/// As [`filter_row`], with `p.filter.output` a `[rows]` i32 buffer.
-pub unsafe fn sample_row<T: Element>(p: &SampleParams, row: u64, filter: Filter) {
+/// As [`filter_row`], with `p.filter.output` a `[rows]` i32 buffer and `p.top_ps` as
+/// [`row_second_top_p`] needs.
+pub unsafe fn sample_row<T: Element>(p: &SampleParams, row: u64, filter: Filter, logits: bool) {
     let f = &p.filter;
-    let entries = unsafe { HostRow::<T>::new(f, row) };
-    let token = if filter == Filter::TopP {
-        let (seed, offset) = unsafe { row_seed_and_offset(p, row) };
-        top_p_draw(&entries, unsafe { row_top_p(f, row) }, |draw| draw_random_bits(seed, row, offset, draw))
-    } else {
-        let keep = unsafe { entries.keep(f, row, filter) };
-        let bits = unsafe { random_bits_of_row(p, row) };
-        entries.draw(|i| keep.mass(entries.key(i), entries.value(i), &entries.scale), bits)
+    let entries = unsafe { HostRow::<T>::new(f, row, logits) };
+    let (seed, offset) = unsafe { row_seed_and_offset(p, row) };
+    let bits_of_draw = |draw| draw_random_bits(seed, row, offset, draw);
+    let token = match filter {
+        Filter::TopP => top_p_draw(&entries, Keep::EVERYTHING, unsafe { row_top_p(f, row) }, bits_of_draw),
+        Filter::TopKTopP => {
+            let top_k = unsafe { entries.keep(f, row, Filter::TopK) };
+            top_p_draw(&entries, top_k, unsafe { row_second_top_p(p, row) }, bits_of_draw)
+        }
+        _ => {
+            let keep = unsafe { entries.keep(f, row, filter) };
+            entries.draw(|i| entries.mass(keep, i), bits_of_draw(0))
+        }
     };
     unsafe { (f.output as *mut i32).add(row as usize).write(token.unwrap_or(0) as i32) };
 }
 
-/// `top_p_sampling_from_probs`' token by rejection rounds (FlashInfer's scheme, made exact):
-/// draw among the entries whose bits are at least `lowest` (at first every one) in proportion
-/// to their masses; accept the token where the mass of the entries above it falls short of
-/// [`top_p_rank`] — then it is one top-p keeps, and every kept entry was as likely as its mass
-/// says; else none at or below it is kept, so the next round draws (with the next
-/// [`draw_random_bits`]) from those above it, whose mass that check just summed. A round is a
-/// read of the row; each removes at least the token drawn, and in expectation half the mass
-/// left outside the kept set. Among entries with mass, bits order as values (and keys) do.
-fn top_p_draw<T: Element>(entries: &HostRow<T>, top_p: f32, bits_of_draw: impl Fn(u32) -> u64) -> Option<usize> {
-    let mass_from = |lowest: u32, i: usize| {
-        let x = entries.value(i);
-        if x.to_bits() >= lowest { entries.scale.mass(x) } else { 0 }
-    };
+/// Top-p's token by rejection rounds (FlashInfer's scheme, made exact), among the entries
+/// `kept` keeps (every one, or top-k's): draw among those above the last rejected token (at
+/// first every kept one) in proportion to their masses; accept the token where the mass of the
+/// entries above it falls short of [`top_p_rank`] of the kept mass — then it is one top-p keeps,
+/// and every kept entry was as likely as its mass says; else none at or below it is kept, so the
+/// next round draws (with the next [`draw_random_bits`]) from those above it, whose mass that
+/// check just summed. A round is a read of the row; each removes at least the token drawn, and
+/// in expectation half the mass left outside the kept set. Among entries with mass, keys order
+/// as values (and their bits, which the device's unstaged kernel compares) do.
+fn top_p_draw<T: Element>(
+    entries: &HostRow<T>,
+    kept: Keep,
+    top_p: f32,
+    bits_of_draw: impl Fn(u32) -> u64,
+) -> Option<usize> {
     let vocab = entries.vocab as usize;
-    let rank = top_p_rank(top_p, (0..vocab).map(|i| mass_from(0, i)).sum());
-    let (mut lowest, mut draw) = (0u32, 0u32);
+    let mass_of = |keep: Keep| move |i: usize| entries.mass(keep, i);
+    let total_of = |keep: Keep| (0..vocab).map(mass_of(keep)).sum::<u64>();
+    let (mut keep, mut total, mut draw) = (kept, total_of(kept), 0u32);
+    let rank = top_p_rank(top_p, total);
     loop {
-        let token = entries.draw(|i| mass_from(lowest, i), bits_of_draw(draw))?;
-        let above = entries.value(token).to_bits() + 1;
-        if rank == u64::MAX || (0..vocab).map(|i| mass_from(above, i)).sum::<u64>() < rank {
+        let token = entries.draw_from(mass_of(keep), total, bits_of_draw(draw))?;
+        if rank == u64::MAX {
             return Some(token);
         }
-        (lowest, draw) = (above, draw + 1);
+        // The check's sum is the next round's total.
+        let above = Keep::from_pivot(entries.key(token) + 1);
+        let above_total = total_of(above);
+        if above_total < rank {
+            return Some(token);
+        }
+        (keep, total, draw) = (above, above_total, draw + 1);
     }
 }
+
 /// The warp-wide choice of a digit in shared memory: the 32 lanes' sums of their 8 bins, then the
 /// search as the choosing lane leaves it (6 words).
 const SEARCH_BROADCAST_BYTES: u32 = 32 * 8 + 32;
@@ -782,7 +881,7 @@ pub const SAMPLE_HEADER_BYTES: u32 = FILTER_HEADER_BYTES + crate::HISTOGRAM_BINS
 #[cfg(target_arch = "nvptx64")]
 pub use device_kernels::{
     min_p_sample_rows, sample_rows, softmax_rows, top_k_mask_rows, top_k_renorm_rows, top_k_sample_rows,
-    top_p_renorm_rows, top_p_sample_rows,
+    top_k_top_p_logits_sample_rows, top_k_top_p_sample_rows, top_p_renorm_rows, top_p_sample_rows,
 };
 
 #[cfg(target_arch = "nvptx64")]
@@ -994,15 +1093,16 @@ mod device_kernels {
         Mass(MassScale),
     }
 
-    /// The largest entry (or 0) of the row `slice` holds, over the cluster: a pass, which stages
-    /// the slice.
+    /// The largest entry (or `least`) of the row `slice` holds, over the cluster: a pass, which
+    /// stages the slice.
     #[inline(always)]
     fn row_max<T: Element, const VEC: usize>(
         slice: &mut Slice<T, VEC>,
         cluster: &ClusterExchange,
+        least: f32,
         round: &mut u32,
     ) -> f32 {
-        let mut max = 0.0f32;
+        let mut max = least;
         slice.pass(|keys, here| {
             let values = keys.map_words(word_values::<T>);
             for i in 0..VEC {
@@ -1011,7 +1111,7 @@ mod device_kernels {
                 }
             }
         });
-        let max = cluster.merge(block_pairs([max, 0.0], [0.0, 0.0], max_pairs), *round, max_pairs)[0];
+        let max = cluster.merge(block_pairs([max, least], [least, least], max_pairs), *round, max_pairs)[0];
         *round += 1;
         max
     }
@@ -1215,7 +1315,7 @@ mod device_kernels {
                 let masses = if search.done() {
                     MassScale::new(0.0, p.vocab)
                 } else {
-                    MassScale::new(row_max(&mut slice, &cluster, &mut round), p.vocab)
+                    MassScale::new(row_max(&mut slice, &cluster, 0.0, &mut round), p.vocab)
                 };
                 (search, Weights::Mass(masses))
             } else {
@@ -1320,14 +1420,15 @@ mod device_kernels {
             let token = (f.output as *mut i32).wrapping_add(row as usize);
             if FILTER == Filter::TopP as u32 {
                 let top_p = unsafe { row_top_p(f, row) };
+                let rounds = Rounds { cluster: &cluster, histogram, top_p, p, row };
                 let drawn =
-                    span.top_p_draw(top_p, row, p, (&scale, weighed, row_mass), &cluster, histogram, &mut round);
+                    rounds.draw(&ScaledSpan { span: &span, scale: &scale }, ((weighed, 0), row_mass), &mut round);
                 if cluster.rank() == 0 && thread_index() == 0 {
                     unsafe { Draw::write_to(token, drawn) };
                 }
             } else {
                 let bits = unsafe { random_bits_of_row(p, row) };
-                let draw = Draw { keep: Keep::EVERYTHING, scale, bits, token };
+                let draw = Draw { keep: Keep::EVERYTHING, weight: EntryWeight::Value, scale, bits, token };
                 span.draw(&draw, lowest, weighed, row_mass, &cluster);
             }
             row += row_step;
@@ -1618,46 +1719,6 @@ mod device_kernels {
             }
             (hit, hit_bits)
         }
-
-        /// Top-p's token by rejection rounds ([`top_p_draw`]), from the row's masses
-        /// `(scale, weighed, mass)` as [`WarpSpan::weigh`] left them: each round finds a token
-        /// ([`WarpSpan::find`]), makes it known to the cluster ([`share_found`]) and weighs the
-        /// entries above it — the next round's masses where the check rejects it. The same in
-        /// every thread of the cluster; every one must call it.
-        #[inline(always)]
-        #[allow(clippy::too_many_arguments)]
-        fn top_p_draw(
-            &self,
-            top_p: f32,
-            row: u64,
-            p: &SampleParams,
-            (scale, mut weighed, mut mass): (&MassScale, Weighed, RowMass),
-            cluster: &ClusterExchange,
-            histogram: ClusterHistogram,
-            round: &mut u32,
-        ) -> u32 {
-            let rank = top_p_rank(top_p, mass.total);
-            let (mut lowest, mut draw) = (0u32, 0u32);
-            loop {
-                if mass.total == 0 {
-                    return 0;
-                }
-                // Read again each round: fewer registers held across a weighing.
-                let (seed, offset) = unsafe { row_seed_and_offset(p, row) };
-                let target = mass_target(draw_random_bits(seed, row, offset, draw), mass.total);
-                let found = self.find(scale, lowest, target, weighed, &mass);
-                let (token, bits) = share_found(found, cluster, histogram, round);
-                if rank == u64::MAX {
-                    return token;
-                }
-                let above = bits + 1;
-                let (above_weighed, above_mass) = self.weigh(scale, above, cluster, histogram, round);
-                if above_mass.total < rank {
-                    return token;
-                }
-                (weighed, mass, lowest, draw) = (above_weighed, above_mass, above, draw + 1);
-            }
-        }
     }
 
     /// The token and bits one thread of the cluster `found` (None in every other), made known to
@@ -1682,13 +1743,34 @@ mod device_kernels {
         (shared as u32, (shared >> 32) as u32)
     }
 
-    /// `top_k_sampling_from_probs`: the row's largest entry (a pass that stages the slice), the
-    /// top-k pivot by [`histogram_pivot`] (as the filter kernels'), then one token drawn from the
-    /// kept entries in proportion to their exact masses ([`draw`]). Integers throughout: the
-    /// token is [`sample_row`]'s, whatever the slicing. Grid, cluster and launcher's guarantees
-    /// as [`filter_rows`], with [`SAMPLE_HEADER_BYTES`] in place of [`FILTER_HEADER_BYTES`].
+    /// `top_k_sampling_from_probs`: see [`top_k_draw_rows`].
     #[inline(always)]
     pub unsafe fn top_k_sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
+        unsafe { top_k_draw_rows::<T, VEC, false, false>(p) }
+    }
+
+    /// `top_k_top_p_sampling_from_probs`: see [`top_k_draw_rows`].
+    #[inline(always)]
+    pub unsafe fn top_k_top_p_sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
+        unsafe { top_k_draw_rows::<T, VEC, true, false>(p) }
+    }
+
+    /// `top_k_top_p_sampling_from_logits`: see [`top_k_draw_rows`].
+    #[inline(always)]
+    pub unsafe fn top_k_top_p_logits_sample_rows<T: Element, const VEC: usize>(p: &SampleParams) {
+        unsafe { top_k_draw_rows::<T, VEC, true, true>(p) }
+    }
+
+    /// The sampling ops that stage a row: the row's largest entry (a pass that stages the
+    /// slice), the top-k pivot by [`histogram_pivot`] (as the filter kernels'), then one token
+    /// drawn from the kept entries in proportion to their exact masses ([`staged_draw`]) — or,
+    /// with `TOP_P`, by top-p's rejection rounds among them ([`Rounds`]; FlashInfer's
+    /// "top_k_first"). `LOGITS`: the row holds logits, weighed as [`EntryWeight::Softmax`].
+    /// Integers throughout: the token is [`sample_row`]'s, whatever the slicing. Grid, cluster
+    /// and launcher's guarantees as [`filter_rows`], with [`SAMPLE_HEADER_BYTES`] in place of
+    /// [`FILTER_HEADER_BYTES`].
+    #[inline(always)]
+    unsafe fn top_k_draw_rows<T: Element, const VEC: usize, const TOP_P: bool, const LOGITS: bool>(p: &SampleParams) {
         let f = &p.filter;
         let RowSlices { histogram, cluster, begin, end, mut row, row_step } =
             RowSlices::of_launch(f.slices, f.vocab, VEC);
@@ -1699,21 +1781,38 @@ mod device_kernels {
             let input = (f.input as *const T).wrapping_add((row * f.input_row_stride) as usize);
             let mut slice =
                 Slice::<T, VEC> { input, header, begin, first, end, step, staged: f.staged != 0, in_shared: false };
-            let max = row_max(&mut slice, &cluster, &mut round);
-            let scale = MassScale::new(max, f.vocab);
+            let max = row_max(&mut slice, &cluster, EntryWeight::least(LOGITS), &mut round);
+            let weight = EntryWeight::of_row(LOGITS, max);
+            let scale = weight.scale(max, f.vocab);
             let search = PivotSearch::top_k::<T>(unsafe { row_top_k(f, row) }, f.vocab);
             let keep =
                 Keep::from_pivot(histogram_pivot(&mut slice, &cluster, histogram, search, Weights::Count, &mut round));
-            let bits = unsafe { random_bits_of_row(p, row) };
             let token = (f.output as *mut i32).wrapping_add(row as usize);
-            draw(&slice, &cluster, histogram, Draw { keep, scale, bits, token }, &mut round);
+            let draw = Draw { keep, weight, scale, bits: unsafe { random_bits_of_row(p, row) }, token };
+            if TOP_P {
+                let top_p = unsafe { row_second_top_p(p, row) };
+                let rounds = Rounds { cluster: &cluster, histogram, top_p, p, row };
+                let staged = StagedRow { slice: &slice, draw };
+                let first = staged.weigh_from(keep.pivot, &cluster, histogram, &mut round);
+                let drawn = rounds.draw(&staged, first, &mut round);
+                if cluster.rank() == 0 && thread_index() == 0 {
+                    unsafe { Draw::write_to(token, drawn) };
+                }
+            } else {
+                staged_draw(&slice, &cluster, histogram, draw, &mut round);
+            }
+            // The chunks' threads read staged keys other threads staged: none may stage the
+            // next row's before they are done (a block takes several rows past the grid's 65535).
+            block_barrier();
             row += row_step;
         }
     }
 
-    /// What [`draw`] draws among and where it writes.
+    /// What a draw draws among and where it writes.
+    #[derive(Clone, Copy)]
     struct Draw {
         keep: Keep,
+        weight: EntryWeight,
         scale: MassScale,
         /// [`row_random_bits`] of the row.
         bits: u64,
@@ -1738,6 +1837,13 @@ mod device_kernels {
         unsafe fn write_to(at: *mut i32, token: u32) {
             unsafe { <Kept as crate::vector::Store>::words::<4>(at.cast(), [token, 0, 0, 0]) }
         }
+
+        /// The mass of entry `i` of a staged vector of keys.
+        #[inline(always)]
+        fn entry_mass<T: Element, const VEC: usize>(&self, keys: &Packed<T, VEC>, i: usize) -> u64 {
+            let values = keys.map_words(word_values::<T>);
+            self.keep.weighed_mass(keys.get(i).to_bits(), values.get_f32(i), self.weight, &self.scale)
+        }
     }
 
     /// The shared-memory address of a sampling block's kept masses by chunk: after the filters'
@@ -1747,41 +1853,44 @@ mod device_kernels {
         dynamic_shared() + FILTER_HEADER_BYTES
     }
 
-    /// One token of the row `slice` holds, written by the one thread that finds it. Each of the
-    /// block's first (up to [`crate::HISTOGRAM_BINS`]) threads sums the kept masses of a chunk
-    /// of consecutive vectors of the slice; warp 0 adds the chunks (`LANE_BINS` a lane) into
-    /// the cluster histogram's bin of the block's rank; the bins give every block the row's
-    /// kept mass `M` and the mass before its slice; [`mass_target`] picks a unit of `M`; in the
-    /// block whose range holds it, warp 0 finds the chunk, and the chunk's thread the entry —
-    /// the first at which the masses summed in index order pass the target. A row without kept
-    /// mass gets 0 (from the cluster's first block). Every thread of every block of the cluster
-    /// must call it.
+    /// The chunks a staged slice is weighed by: `(count, vectors a chunk)`.
     #[inline(always)]
-    fn draw<T: Element, const VEC: usize>(
+    fn chunking<T: Element, const VEC: usize>(slice: &Slice<T, VEC>) -> (u32, usize) {
+        let chunks = block_size().min(crate::HISTOGRAM_BINS);
+        (chunks, (slice.end - slice.begin).div_ceil(chunks as usize))
+    }
+
+    /// The vectors `lo..hi` of chunk `c`.
+    #[inline(always)]
+    fn chunk<T: Element, const VEC: usize>(slice: &Slice<T, VEC>, c: u32) -> (usize, usize) {
+        let per_chunk = chunking(slice).1;
+        let lo = (slice.begin + c as usize * per_chunk).min(slice.end);
+        (lo, (lo + per_chunk).min(slice.end))
+    }
+
+    /// The staged slice's masses under `draw` (its `keep`, `weight` and `scale`): each of the
+    /// block's first (up to [`crate::HISTOGRAM_BINS`]) threads sums the kept masses of a chunk of
+    /// consecutive vectors (kept in shared memory for [`find_staged`]); warp 0 adds the chunks
+    /// (`LANE_BINS` a lane) into the cluster histogram's bin of the block's rank; the bins give
+    /// every block the row's kept mass and the mass before its slice (an exchange of `round`).
+    /// Every thread of every block of the cluster must call it.
+    #[inline(always)]
+    fn weigh_staged<T: Element, const VEC: usize>(
         slice: &Slice<T, VEC>,
         cluster: &ClusterExchange,
         histogram: ClusterHistogram,
-        draw: Draw,
+        draw: &Draw,
         round: &mut u32,
-    ) {
-        let chunks = block_size().min(crate::HISTOGRAM_BINS);
-        let per_chunk = (slice.end - slice.begin).div_ceil(chunks as usize);
-        let chunk = |c: u32| {
-            let lo = (slice.begin + c as usize * per_chunk).min(slice.end);
-            (lo, (lo + per_chunk).min(slice.end))
-        };
-        let entry_mass = |keys: &Packed<T, VEC>, i: usize| {
-            let values = keys.map_words(word_values::<T>);
-            draw.keep.mass(keys.get(i).to_bits(), values.get_f32(i), &draw.scale)
-        };
+    ) -> RowMass {
+        let chunks = chunking(slice).0;
         let thread = thread_index();
         if thread < chunks {
-            let (lo, hi) = chunk(thread);
+            let (lo, hi) = chunk(slice, thread);
             let mut own = 0u64;
             for v in lo..hi {
                 let keys = slice.keys(v);
                 for i in 0..VEC {
-                    own += entry_mass(&keys, i);
+                    own += draw.entry_mass(&keys, i);
                 }
             }
             store_shared_u64(chunk_masses() + 8 * thread, own);
@@ -1790,11 +1899,10 @@ mod device_kernels {
         block_barrier();
         // The lanes' sums of their chunks, for the block's sum and then the chunk's search.
         let lanes = histogram_broadcast();
-        let chunk_mass = |c: u32| if c < chunks { load_shared_u64(chunk_masses() + 8 * c) } else { 0 };
         if thread < 32 {
             let mut mine = 0u64;
             for j in 0..LANE_BINS {
-                mine += chunk_mass(thread * LANE_BINS + j);
+                mine += chunk_mass(thread * LANE_BINS + j, chunks);
             }
             store_shared_u64(lanes + 8 * thread, mine);
             unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) };
@@ -1809,27 +1917,43 @@ mod device_kernels {
             }
         }
         let totals = histogram.total(cluster, *round);
-        let (mut mass, mut before) = (0u64, 0u64);
+        let mut mass = RowMass { total: 0, before: 0, own: 0, max: 0 };
         for rank in 0..cluster.count() {
             let sum = load_shared_u64(totals + 8 * rank);
-            before += if rank < cluster.rank() { sum } else { 0 };
-            mass += sum;
+            mass.before += if rank < cluster.rank() { sum } else { 0 };
+            mass.total += sum;
         }
-        let own = load_shared_u64(totals + 8 * cluster.rank());
+        mass.own = load_shared_u64(totals + 8 * cluster.rank());
         histogram.recycle(cluster, *round);
         *round += 1;
-        if mass == 0 {
-            if cluster.rank() == 0 && thread == 0 {
-                unsafe { draw.write(0) };
-            }
-            return;
-        }
-        let target = mass_target(draw.bits, mass);
+        mass
+    }
+
+    /// Chunk `c`'s mass as [`weigh_staged`] left it (0 past the `chunks`).
+    #[inline(always)]
+    fn chunk_mass(c: u32, chunks: u32) -> u64 {
+        if c < chunks { load_shared_u64(chunk_masses() + 8 * c) } else { 0 }
+    }
+
+    /// The entry (under `draw`) at which the masses summed in index order pass `target` (< the
+    /// row's mass), found by the block whose range holds it — warp 0 finds the chunk, the
+    /// chunk's thread the entry: its index and key, in that one thread of the cluster (None in
+    /// every other). Every thread of the block must call it; the masses as [`weigh_staged`]
+    /// left them.
+    #[inline(always)]
+    fn find_staged<T: Element, const VEC: usize>(
+        slice: &Slice<T, VEC>,
+        draw: &Draw,
+        target: u64,
+        mass: &RowMass,
+    ) -> Option<(u32, u32)> {
         // The same in every thread of the block: the block returns as one.
-        if target < before || target - before >= own {
-            return;
+        if target < mass.before || target - mass.before >= mass.own {
+            return None;
         }
-        let target = target - before;
+        let target = target - mass.before;
+        let (chunks, thread) = (chunking(slice).0, thread_index());
+        let lanes = histogram_broadcast();
         let state = lanes + 32 * 8;
         if thread < 32 {
             let mut below = 0u64;
@@ -1840,7 +1964,7 @@ mod device_kernels {
                 // This lane's chunks hold the target: the chunk, and the mass before it.
                 let mut found = false;
                 for j in 0..LANE_BINS {
-                    let sum = chunk_mass(thread * LANE_BINS + j);
+                    let sum = chunk_mass(thread * LANE_BINS + j, chunks);
                     if !found && target - below < sum {
                         store_shared_u32(state, thread * LANE_BINS + j);
                         store_shared_u64(state + 8, below);
@@ -1851,29 +1975,174 @@ mod device_kernels {
             }
         }
         block_barrier();
-        if thread == load_shared_u32(state) {
-            let mut below = load_shared_u64(state + 8);
-            let (lo, hi) = chunk(thread);
-            let mut v = lo;
-            while v < hi {
-                let keys = slice.keys(v);
-                // The vector's entries all summed, the first past the target noted: a loop
-                // without an exit unrolls (an exit would index the vector from local memory).
-                let mut hit = VEC;
-                for i in 0..VEC {
-                    below += entry_mass(&keys, i);
-                    hit = if hit == VEC && below > target { i } else { hit };
+        if thread != load_shared_u32(state) {
+            return None;
+        }
+        let mut below = load_shared_u64(state + 8);
+        let (lo, hi) = chunk(slice, thread);
+        let mut found = None;
+        let mut v = lo;
+        while v < hi {
+            let keys = slice.keys(v);
+            // The vector's entries all summed, the first past the target noted: a loop without
+            // an exit unrolls (an exit would index the vector from local memory).
+            let (mut hit, mut key) = (VEC, 0);
+            for i in 0..VEC {
+                below += draw.entry_mass(&keys, i);
+                let passes = hit == VEC && below > target;
+                (hit, key) = if passes { (i, keys.get(i).to_bits()) } else { (hit, key) };
+            }
+            if hit < VEC {
+                found = Some(((v * VEC + hit) as u32, key));
+                v = hi;
+            }
+            v += 1;
+        }
+        found
+    }
+
+    /// One token of the row `slice` holds ([`weigh_staged`], then [`mass_target`] of the draw's
+    /// bits and [`find_staged`]), written by the one thread that finds it; a row without kept
+    /// mass gets 0 (from the cluster's first block). Every thread of every block of the
+    /// cluster must call it.
+    #[inline(always)]
+    fn staged_draw<T: Element, const VEC: usize>(
+        slice: &Slice<T, VEC>,
+        cluster: &ClusterExchange,
+        histogram: ClusterHistogram,
+        draw: Draw,
+        round: &mut u32,
+    ) {
+        let mass = weigh_staged(slice, cluster, histogram, &draw, round);
+        if mass.total == 0 {
+            if cluster.rank() == 0 && thread_index() == 0 {
+                unsafe { draw.write(0) };
+            }
+            return;
+        }
+        if let Some((token, _)) = find_staged(slice, &draw, mass_target(draw.bits, mass.total), &mass) {
+            unsafe { draw.write(token) };
+        }
+    }
+
+    /// A row drawn from by top-p's rejection rounds ([`Rounds`]): weighed from a bound up (the
+    /// bits, or the key, of the entries a round keeps) and searched for a target.
+    trait RejectionRow {
+        /// What a weighing leaves its search.
+        type Weighed: Copy;
+
+        /// The row's masses of the entries from `bound` up, summed over the cluster (an
+        /// exchange of `round`): every thread of every block of the cluster must call it.
+        fn weigh_from(
+            &self,
+            bound: u32,
+            cluster: &ClusterExchange,
+            histogram: ClusterHistogram,
+            round: &mut u32,
+        ) -> (Self::Weighed, RowMass);
+
+        /// The entry at which the masses `weighed` summed in index order pass `target` (< the
+        /// row's mass): its index and bound (bits or key), in the one thread of the cluster that
+        /// finds it (None in every other). Every thread of the block must call it.
+        fn find(&self, weighed: Self::Weighed, target: u64, mass: &RowMass) -> Option<(u32, u32)>;
+    }
+
+    /// The unstaged kernel's row: a warp's span, weighed at `scale` from the bits `lowest` up.
+    struct ScaledSpan<'a, T: Element, const VEC: usize, const STEPS: usize> {
+        span: &'a WarpSpan<T, VEC, STEPS>,
+        scale: &'a MassScale,
+    }
+
+    impl<T: Element, const VEC: usize, const STEPS: usize> RejectionRow for ScaledSpan<'_, T, VEC, STEPS> {
+        /// The span's masses and the bound they were weighed from.
+        type Weighed = (Weighed, u32);
+
+        #[inline(always)]
+        fn weigh_from(
+            &self,
+            lowest: u32,
+            cluster: &ClusterExchange,
+            histogram: ClusterHistogram,
+            round: &mut u32,
+        ) -> ((Weighed, u32), RowMass) {
+            let (weighed, mass) = self.span.weigh(self.scale, lowest, cluster, histogram, round);
+            ((weighed, lowest), mass)
+        }
+
+        #[inline(always)]
+        fn find(&self, (weighed, lowest): (Weighed, u32), target: u64, mass: &RowMass) -> Option<(u32, u32)> {
+            self.span.find(self.scale, lowest, target, weighed, mass)
+        }
+    }
+
+    /// The staged kernels' row: a block's staged slice, weighed under `draw` from a key up.
+    struct StagedRow<'a, T: Element, const VEC: usize> {
+        slice: &'a Slice<T, VEC>,
+        draw: Draw,
+    }
+
+    impl<T: Element, const VEC: usize> RejectionRow for StagedRow<'_, T, VEC> {
+        /// The entries weighed: those the chunks' masses count.
+        type Weighed = Keep;
+
+        #[inline(always)]
+        fn weigh_from(
+            &self,
+            key: u32,
+            cluster: &ClusterExchange,
+            histogram: ClusterHistogram,
+            round: &mut u32,
+        ) -> (Keep, RowMass) {
+            let keep = Keep::from_pivot(key);
+            (keep, weigh_staged(self.slice, cluster, histogram, &Draw { keep, ..self.draw }, round))
+        }
+
+        #[inline(always)]
+        fn find(&self, keep: Keep, target: u64, mass: &RowMass) -> Option<(u32, u32)> {
+            find_staged(self.slice, &Draw { keep, ..self.draw }, target, mass)
+        }
+    }
+
+    /// Top-p's rejection rounds of a row ([`top_p_draw`]): the cluster, its histogram, the
+    /// row's `top_p` and its random stream's parameters.
+    struct Rounds<'a> {
+        cluster: &'a ClusterExchange,
+        histogram: ClusterHistogram,
+        top_p: f32,
+        p: &'a SampleParams,
+        row: u64,
+    }
+
+    impl Rounds<'_> {
+        /// The token, from the masses `first` of the entries a draw begins among (every one,
+        /// or top-k's): each round finds a token ([`RejectionRow::find`]), makes it known to
+        /// the cluster ([`share_found`]) and weighs the entries above it — the next round's
+        /// masses where the check rejects it. The same in every thread of the cluster; every
+        /// one must call it.
+        #[inline(always)]
+        fn draw<R: RejectionRow>(&self, row: &R, first: (R::Weighed, RowMass), round: &mut u32) -> u32 {
+            let (mut weighed, mut mass) = first;
+            let rank = top_p_rank(self.top_p, mass.total);
+            let mut draw = 0u32;
+            loop {
+                if mass.total == 0 {
+                    return 0;
                 }
-                if hit < VEC {
-                    unsafe { draw.write((v * VEC + hit) as u32) };
-                    v = hi;
+                // Read again each round: fewer registers held across a weighing.
+                let (seed, offset) = unsafe { row_seed_and_offset(self.p, self.row) };
+                let target = mass_target(draw_random_bits(seed, self.row, offset, draw), mass.total);
+                let found = row.find(weighed, target, &mass);
+                let (token, bound) = share_found(found, self.cluster, self.histogram, round);
+                if rank == u64::MAX {
+                    return token;
                 }
-                v += 1;
+                let (above, above_mass) = row.weigh_from(bound + 1, self.cluster, self.histogram, round);
+                if above_mass.total < rank {
+                    return token;
+                }
+                (weighed, mass, draw) = (above, above_mass, draw + 1);
             }
         }
-        // The chunk's thread reads staged keys other threads staged: none may stage the next
-        // row's before it is done (a block takes several rows past the grid's 65535).
-        block_barrier();
     }
 }
 

@@ -43,7 +43,8 @@ pub use norm::{fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layern
 pub use op::{OpInfo, PerRow};
 pub use sampling::{
     min_p_sampling_from_probs, sampling_from_probs, softmax, top_k_mask_logits, top_k_renorm_probs,
-    top_k_sampling_from_probs, top_p_renorm_probs, top_p_sampling_from_probs,
+    top_k_sampling_from_probs, top_k_top_p_sampling_from_logits, top_k_top_p_sampling_from_probs, top_p_renorm_probs,
+    top_p_sampling_from_probs,
 };
 pub use tensor::{Device, HostElement, MAX_DIMS, Stream, TensorView, contiguous_strides};
 

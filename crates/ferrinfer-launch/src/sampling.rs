@@ -3,7 +3,7 @@
 //! launches a kernel of `ferrinfer-kernels/src/sampling.rs` on the caller's stream: `softmax`,
 //! `top_k_mask_logits`, `top_k_renorm_probs`, `top_p_renorm_probs`, and the sampling ops
 //! (`sampling_from_probs`, `top_k_sampling_from_probs`, `top_p_sampling_from_probs`,
-//! `min_p_sampling_from_probs`).
+//! `min_p_sampling_from_probs`, `top_k_top_p_sampling_from_probs`, `…_from_logits`).
 //!
 //! Rules, checked before anything is written (so on error `out` is untouched):
 //! - the input (`logits`, `probs`): f16, bf16 or f32, any rank ≥ 1, the last dimension (the
@@ -34,7 +34,7 @@ use ferrinfer_jit::sampling::{SamplingKernel, SamplingModule};
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
 use ferrinfer_kernels::sampling::{
-    FILTER_HEADER_BYTES, Filter, FilterOutput, FilterParams, MassScale, SAMPLE_HEADER_BYTES, SampleParams,
+    EntryWeight, FILTER_HEADER_BYTES, Filter, FilterOutput, FilterParams, SAMPLE_HEADER_BYTES, SampleParams,
     SoftmaxParams, draw_random_bits, filter_row, mass_target, sample_row, share_of, softmax_row,
 };
 use ferrinfer_kernels::{CLUSTER_EXCHANGE_BYTES, MAX_CLUSTER_BLOCKS};
@@ -99,6 +99,20 @@ macro_rules! sampling_ops {
             /// `min_p` times the row's largest (FlashInfer's `p ≥ min_p · max p`, in f32).
             fn min_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; min_p: [f32] (example 0.1), seed: [u64] (example 42), offset: [u64] (example 0)
                 => SamplingKernel::MinPSamplingFromProbs, reference min_p_sampling_reference;
+            /// `samples` = one token a row among the row's `top_k` largest entries (ties with the
+            /// `top_k`-th too), then among those the largest holding `top_p` of their mass
+            /// (FlashInfer's default order, "top_k_first": `top_p_sampling_from_probs` of
+            /// `top_k_renorm_probs`), each as likely as its mass: by top-p's exact rejection
+            /// rounds among the top-k entries (so `probs` has fewer than 2^32 rows).
+            fn top_k_top_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_k: [i32] (example 50), top_p: [f32] (example 0.9), seed: [u64] (example 42), offset: [u64] (example 0)
+                => SamplingKernel::TopKTopPSamplingFromProbs, reference top_k_top_p_sampling_reference;
+            /// `samples` = `top_k_top_p_sampling_from_probs` of `softmax(logits)` (FlashInfer's
+            /// "top_k_first": `top_k_mask_logits`, softmax, then top-p) in one kernel: an entry
+            /// weighs `2^(x · log2 e − m)`, `m` the row's largest logit times log2 e, by a
+            /// polynomial `exp2` that rounds alike on the CPU and the GPU (so both draw the same
+            /// token). A row whose largest logit is +∞, NaN or −∞ gives token 0.
+            fn top_k_top_p_sampling_from_logits(logits: In[Rows]) -> samples: Out[Batch as i32]; top_k: [i32] (example 50), top_p: [f32] (example 0.9), seed: [u64] (example 42), offset: [u64] (example 0)
+                => SamplingKernel::TopKTopPSamplingFromLogits, reference top_k_top_p_logits_sampling_reference;
         }
     };
 }
@@ -114,7 +128,7 @@ impl FamilyOp for SamplingKernel {
             SamplingKernel::TopKMaskLogits | SamplingKernel::TopKRenormProbs | SamplingKernel::TopPRenormProbs => {
                 filter_plan(*self, input_name, input, out, call.scalar(0), call.per_row(0), &call.stream)?
             }
-            _ => sample_plan(*self, input, out, call)?,
+            _ => sample_plan(*self, input_name, input, out, call)?,
         };
         let Some(plan) = plan else { return Ok(()) };
         // A bad tuning override fails every call, CPU ones too, rather than being ignored.
@@ -318,7 +332,7 @@ fn filter_plan(
 /// A filter's threshold argument: its name, and what a value must be.
 fn threshold_rule(filter: Filter) -> (&'static str, fn(f64) -> bool, &'static str) {
     match filter {
-        Filter::TopK => ("top_k", |k| k.fract() == 0.0 && k >= 1.0, "a whole number ≥ 1"),
+        Filter::TopK | Filter::TopKTopP => ("top_k", |k| k.fract() == 0.0 && k >= 1.0, "a whole number ≥ 1"),
         Filter::TopP => ("top_p", |p| p > 0.0 && p <= 1.0, "in (0, 1]"),
         Filter::MinP => ("min_p", |p| (0.0..=1.0).contains(&p), "in [0, 1]"),
         Filter::Everything => ("", |_| true, ""),
@@ -327,7 +341,7 @@ fn threshold_rule(filter: Filter) -> (&'static str, fn(f64) -> bool, &'static st
 
 /// The dtype of a filter's threshold given a row: int32 `top_k`, f32 `top_p` and `min_p`.
 fn threshold_dtype(filter: Filter) -> DType {
-    if filter == Filter::TopK { DType::I32 } else { DType::F32 }
+    if matches!(filter, Filter::TopK | Filter::TopKTopP) { DType::I32 } else { DType::F32 }
 }
 
 /// A filter's one threshold, unless a tensor gives one a row.
@@ -344,7 +358,7 @@ fn check_threshold(filter: Filter, threshold: f64, per_row: bool) -> Result<(), 
 /// a top_p ≥ 1 or a min_p ≤ 0 keeps the row, a mixed batch's "no filter".
 fn threshold_check(filter: Filter, input_name: &'static str) -> layout::PerRowCheck {
     let (argument, _, _) = threshold_rule(filter);
-    let expected = if filter == Filter::TopK { "an int32" } else { "an f32" };
+    let expected = if threshold_dtype(filter) == DType::I32 { "an int32" } else { "an f32" };
     layout::PerRowCheck { argument, reference: input_name, expected }
 }
 
@@ -352,7 +366,7 @@ fn threshold_check(filter: Filter, input_name: &'static str) -> layout::PerRowCh
 /// or an f32's bits; 0 where `thresholds` (an address) gives one a row.
 fn threshold_bits(filter: Filter, threshold: f64, thresholds: u64, vocab: u64) -> u32 {
     match (thresholds, filter) {
-        (0, Filter::TopK) => threshold.min(vocab as f64) as u32,
+        (0, Filter::TopK | Filter::TopKTopP) => threshold.min(vocab as f64) as u32,
         (0, _) => (threshold as f32).to_bits(),
         _ => 0,
     }
@@ -361,26 +375,28 @@ fn threshold_bits(filter: Filter, threshold: f64, thresholds: u64, vocab: u64) -
 /// Seeds and offsets a call takes exactly: whole numbers an f64 holds (below 2^53).
 const RANDOM_LIMIT: f64 = 9_007_199_254_740_992.0;
 
-/// The sampling ops' checks and parameters: `probs` as the filters' input, `samples` one int32
-/// token a row (`probs`' shape without its last dimension, contiguous), the filter's threshold
-/// (none for `sampling_from_probs`), `seed` and `offset`.
+/// The sampling ops' checks and parameters: the input (`input_name`: `probs`, or `logits`) as
+/// the filters', `samples` one int32 token a row (the input's shape without its last dimension,
+/// contiguous), the filter's thresholds ([`threshold_filters`]: none for
+/// `sampling_from_probs`, two for `top_k_top_p_…`), `seed` and `offset`.
 fn sample_plan(
     kernel: SamplingKernel,
+    input_name: &'static str,
     probs: &TensorView,
     samples: &TensorView,
     call: &Call,
 ) -> Result<Option<Plan>, Error> {
     let filter = filter_of(kernel).0;
-    let has_threshold = filter != Filter::Everything;
-    let random = has_threshold as usize;
-    check_devices("probs", probs, "samples", samples, &call.stream)?;
+    let thresholds = threshold_filters(filter);
+    let random = thresholds.len();
+    check_devices(input_name, probs, "samples", samples, &call.stream)?;
     if samples.dtype() != DType::I32 {
         let expected = "int32 (one token a row)".to_owned();
         return Err(Error::UnsupportedDType { argument: "samples", found: samples.dtype().to_string(), expected });
     }
     layout::check_writable("samples", samples)?;
-    if has_threshold {
-        check_threshold(filter, call.scalar(0), call.per_row(0).is_some())?;
+    for (i, &threshold) in thresholds.iter().enumerate() {
+        check_threshold(threshold, call.scalar(i), call.per_row(i).is_some())?;
     }
     for (i, argument) in ["seed", "offset"].into_iter().enumerate() {
         let value = call.scalar(random + i);
@@ -388,14 +404,14 @@ fn sample_plan(
             return Err(Error::InvalidScalar { argument, value, expected: "a whole number in [0, 2^53)" });
         }
     }
-    let x = layout::row_layout("probs", probs)?;
+    let x = layout::row_layout(input_name, probs)?;
     if x.hidden == 0 {
         let expected = "a last dimension (the vocabulary) of at least 1".to_owned();
-        return Err(Error::ShapeMismatch { argument: "probs", expected, found: probs.shape().to_vec() });
+        return Err(Error::ShapeMismatch { argument: input_name, expected, found: probs.shape().to_vec() });
     }
     let leading = &probs.shape()[..probs.shape().len() - 1];
     if samples.shape() != leading {
-        let expected = format!("{leading:?} (`probs`' shape without the vocabulary: one token a row)");
+        let expected = format!("{leading:?} (`{input_name}`' shape without the vocabulary: one token a row)");
         return Err(Error::ShapeMismatch { argument: "samples", expected, found: samples.shape().to_vec() });
     }
     if samples.numel() > 1 && samples.strides() != ferrinfer_contiguous(samples.shape()) {
@@ -403,36 +419,41 @@ fn sample_plan(
         return Err(Error::UnsupportedLayout { argument: "samples", reason });
     }
     if layout::overlaps(samples, probs) {
-        return Err(Error::Overlap { argument: "samples", other: "probs" });
+        return Err(Error::Overlap { argument: "samples", other: input_name });
     }
     if x.hidden > u32::MAX as u64 {
         let limit = u32::MAX as u64;
-        return Err(Error::TooLarge { argument: "probs", what: "the vocabulary", value: x.hidden, limit });
+        return Err(Error::TooLarge { argument: input_name, what: "the vocabulary", value: x.hidden, limit });
     }
-    if filter == Filter::TopP && x.rows > u32::MAX as u64 {
+    if thresholds.contains(&Filter::TopP) && x.rows > u32::MAX as u64 {
         // A later draw of row r reads Philox subsequence r + draw · 2^32 (`draw_random_bits`).
         let (what, limit) =
             ("the rows (top-p's rejection rounds draw from subsequences row + draw · 2^32)", u32::MAX as u64);
-        return Err(Error::TooLarge { argument: "probs", what, value: x.rows, limit });
+        return Err(Error::TooLarge { argument: input_name, what, value: x.rows, limit });
     }
-    let thresholds = match call.per_row(0).filter(|_| has_threshold) {
-        Some(view) => threshold_check(filter, "probs").check(
-            view,
-            x.rows,
-            threshold_dtype(filter),
-            ("samples", samples),
-            |_| true,
-        )?,
-        None => 0,
-    };
+    let mut words = [(0u64, 0u32); 2];
+    for (i, &threshold) in thresholds.iter().enumerate() {
+        let address = match call.per_row(i) {
+            Some(view) => threshold_check(threshold, input_name).check(
+                view,
+                x.rows,
+                threshold_dtype(threshold),
+                ("samples", samples),
+                |_| true,
+            )?,
+            None => 0,
+        };
+        words[i] = (address, threshold_bits(threshold, call.scalar(i), address, x.hidden));
+    }
     let [seed, offset] = [("seed", random), ("offset", random + 1)]
-        .map(|(argument, i)| random_source(argument, call.scalar(i), call.per_row(i), x.rows, samples));
+        .map(|(argument, i)| random_source(argument, input_name, call.scalar(i), call.per_row(i), x.rows, samples));
     let ((seed, seeds, seeds_per_row), (offset, offsets, offsets_per_row)) = (seed?, offset?);
     if x.rows == 0 {
         return Ok(None);
     }
     let dtype = probs.dtype();
     let vec = layout::vector_width(dtype, x.hidden, &[x.row_stride], &[probs.address()]);
+    let [(thresholds, threshold), (top_ps, top_p)] = words;
     let filter_params = FilterParams {
         input: probs.address(),
         output: samples.address(),
@@ -441,12 +462,35 @@ fn sample_plan(
         output_row_stride: 1,
         thresholds,
         vocab: x.hidden as u32,
-        threshold: if has_threshold { threshold_bits(filter, call.scalar(0), thresholds, x.hidden) } else { 0 },
+        threshold,
         slices: 1,
         staged: 0,
     };
-    let params = SampleParams { filter: filter_params, seed, offset, seeds, offsets, seeds_per_row, offsets_per_row };
+    let params = SampleParams {
+        filter: filter_params,
+        seed,
+        offset,
+        seeds,
+        offsets,
+        seeds_per_row,
+        offsets_per_row,
+        top_ps,
+        top_p,
+        _reserved: 0,
+    };
     Ok(Some(Plan { params: Params::Sample(params), dtype, vec, rows: x.rows, vocab: x.hidden }))
+}
+
+/// The thresholds a sampling op's filter takes, in call order: none (everything), its own, or
+/// `top_k_top_p_…`'s `top_k` then `top_p`.
+fn threshold_filters(filter: Filter) -> &'static [Filter] {
+    match filter {
+        Filter::Everything => &[],
+        Filter::TopK => &[Filter::TopK],
+        Filter::TopP => &[Filter::TopP],
+        Filter::MinP => &[Filter::MinP],
+        Filter::TopKTopP => &[Filter::TopK, Filter::TopP],
+    }
 }
 
 /// A sampling op's `seed` or `offset` as the kernel takes it — `(value, tensor address, 1 where the
@@ -454,6 +498,7 @@ fn sample_plan(
 /// device reads (its bits as a u64), `[rows]` or `[1]` for every row.
 fn random_source(
     argument: &'static str,
+    input_name: &'static str,
     value: f64,
     view: Option<&TensorView>,
     rows: u64,
@@ -461,7 +506,7 @@ fn random_source(
 ) -> Result<(u64, u64, u32), Error> {
     let Some(view) = view else { return Ok((value as u64, 0, 0)) };
     let one_for_every_row = view.shape() == [1] && rows != 1;
-    let check = layout::PerRowCheck { argument, reference: "probs", expected: "an int64" };
+    let check = layout::PerRowCheck { argument, reference: input_name, expected: "an int64" };
     let address =
         check.check(view, if one_for_every_row { 1 } else { rows }, DType::I64, ("samples", samples), |_| true)?;
     Ok((0, address, !one_for_every_row as u32))
@@ -492,15 +537,13 @@ impl Plan {
                 match &self.params {
                     Params::Softmax(params) => unsafe { softmax_row::<T>(params, row) },
                     Params::Filter(params) => unsafe { filter_row::<T>(params, row, filter, output) },
-                    Params::Sample(params) => unsafe { sample_row::<T>(params, row, filter) },
+                    Params::Sample(params) => unsafe { sample_row::<T>(params, row, filter, reads_logits(kernel)) },
                 }
             }
         }))
     }
 }
 
-/// The filter a kernel applies and what it writes (softmax's is never asked for, nor a sampling
-/// op's output).
 /// Whether `kernel` stages its block's slice of a row in shared memory (where it fits): the
 /// filters and top-k sampling read it several times; the ops that weigh a row as they read it
 /// (`sampling_from_probs`, top-p's and min-p's) once or twice, top-p again a rejected round.
@@ -513,6 +556,8 @@ fn stages(kernel: SamplingKernel) -> bool {
     )
 }
 
+/// The filter a kernel applies and what it writes (softmax's is never asked for, nor a sampling
+/// op's output).
 fn filter_of(kernel: SamplingKernel) -> (Filter, FilterOutput) {
     match kernel {
         SamplingKernel::TopPRenormProbs => (Filter::TopP, FilterOutput::Renorm),
@@ -522,7 +567,15 @@ fn filter_of(kernel: SamplingKernel) -> (Filter, FilterOutput) {
         SamplingKernel::TopKSamplingFromProbs => (Filter::TopK, FilterOutput::Mask),
         SamplingKernel::TopPSamplingFromProbs => (Filter::TopP, FilterOutput::Mask),
         SamplingKernel::MinPSamplingFromProbs => (Filter::MinP, FilterOutput::Mask),
+        SamplingKernel::TopKTopPSamplingFromProbs | SamplingKernel::TopKTopPSamplingFromLogits => {
+            (Filter::TopKTopP, FilterOutput::Mask)
+        }
     }
+}
+
+/// Whether a sampling op draws from logits (weighed as softmax's numerators), not probabilities.
+fn reads_logits(kernel: SamplingKernel) -> bool {
+    kernel == SamplingKernel::TopKTopPSamplingFromLogits
 }
 
 /// Threads per block at most: a block reduces and writes its slice of a row.
@@ -817,23 +870,50 @@ fn min_p_sampling_reference(p: &Problem) -> Vec<Vec<f64>> {
     sample_reference(p, Filter::MinP)
 }
 
+/// `top_k_top_p_sampling_from_probs` by its definition.
+fn top_k_top_p_sampling_reference(p: &Problem) -> Vec<Vec<f64>> {
+    sample_reference(p, Filter::TopKTopP)
+}
+
+/// `top_k_top_p_sampling_from_logits` by its definition.
+fn top_k_top_p_logits_sampling_reference(p: &Problem) -> Vec<Vec<f64>> {
+    sample_reference_of(p, Filter::TopKTopP, true)
+}
+
 /// A sampling op's tokens by the definition, without the kernels' search or sums: each entry's
-/// mass (the kernels crate's fixed point, [`MassScale`], which defines the op's numerics), the
+/// mass (the kernels crate's fixed point, `MassScale`, which defines the op's numerics), the
 /// kept entries found by sorting, the masses summed in u128, the target from the row's 64
 /// Philox bits ([`draw_random_bits`], [`mass_target`]), and the first entry whose running sum
 /// passes it (0 for a row without kept mass). Top-p draws by rejection rounds
-/// ([`top_p_reference_token`]).
+/// ([`top_p_reference_token`]); after top-k, among the top-k entries.
 fn sample_reference(p: &Problem, filter: Filter) -> Vec<Vec<f64>> {
-    let threshold = p.scalars[0];
-    let random = &p.scalars[(filter != Filter::Everything) as usize..];
+    sample_reference_of(p, filter, false)
+}
+
+/// [`sample_reference`] of probabilities, or (`logits`) of logits weighed as the kernels crate's
+/// [`EntryWeight::Softmax`] (its portable `exp2`, the kernels' own).
+fn sample_reference_of(p: &Problem, filter: Filter, logits: bool) -> Vec<Vec<f64>> {
+    let thresholds = &p.scalars[..threshold_filters(filter).len()];
+    let random = &p.scalars[thresholds.len()..];
     let (seed, offset) = (random[0] as u64, random[1] as u64);
     let rows = p.tensors[0].chunks_exact(p.hidden).enumerate();
     vec![
         rows.map(|(row, values)| {
             let values: Vec<f32> = values.iter().map(|&v| v as f32).collect();
-            let max = values.iter().fold(0.0f32, |max, &v| max.max(v));
-            let scale = MassScale::new(max, values.len() as u32);
-            let masses: Vec<u128> = values.iter().map(|&v| scale.mass(v) as u128).collect();
+            let max = values.iter().fold(EntryWeight::least(logits), |max, &v| max.max(v));
+            let weight = EntryWeight::of_row(logits, max);
+            let scale = weight.scale(max, values.len() as u32);
+            let mut masses: Vec<u128> = values.iter().map(|&v| scale.mass(weight.of(v)) as u128).collect();
+            // Top-k then top-p: top-p over the top-k entries' masses alone.
+            let (filter, threshold) = match filter {
+                Filter::TopKTopP => {
+                    let row: Vec<f64> = values.iter().map(|&v| v as f64).collect();
+                    let in_top_k = top_k_kept(&row, thresholds[0] as usize);
+                    masses.iter_mut().zip(in_top_k).filter(|(_, kept)| !kept).for_each(|(m, _)| *m = 0);
+                    (Filter::TopP, thresholds[1])
+                }
+                _ => (filter, thresholds.first().copied().unwrap_or(f64::NAN)),
+            };
             let kept = reference_kept(filter, &values, &masses, threshold, max);
             let bits_of_draw = |draw| draw_random_bits(seed, row as u64, offset, draw);
             let token = if filter == Filter::TopP {
@@ -890,7 +970,7 @@ fn top_p_reference_token(
 fn reference_kept(filter: Filter, values: &[f32], masses: &[u128], threshold: f64, max: f32) -> Vec<bool> {
     match filter {
         Filter::Everything => vec![true; values.len()],
-        Filter::TopK => {
+        Filter::TopK | Filter::TopKTopP => {
             let row: Vec<f64> = values.iter().map(|&v| v as f64).collect();
             top_k_kept(&row, threshold as usize)
         }

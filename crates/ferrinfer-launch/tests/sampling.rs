@@ -383,46 +383,16 @@ fn a_renormalised_row_without_mass_is_nan_and_the_other_rows_are_not() {
     }
 }
 
-/// The sampling ops with their filter's threshold (none for `sampling_from_probs`).
-fn sampling_ops() -> [(&'static OpInfo, Option<f64>); 4] {
-    use ferrinfer_launch::{
-        min_p_sampling_from_probs, sampling_from_probs, top_k_sampling_from_probs, top_p_sampling_from_probs,
-    };
-    [
-        (&sampling_from_probs::INFO, None),
-        (&top_k_sampling_from_probs::INFO, Some(3.0)),
-        (&top_p_sampling_from_probs::INFO, Some(0.6)),
-        (&min_p_sampling_from_probs::INFO, Some(0.3)),
-    ]
-}
-
 /// `op`'s tokens for rows of `probs` (each `vocab` long) on the CPU backend.
-fn draw(op: &'static OpInfo, threshold: Option<f64>, probs: &[f32], vocab: usize, seed: u64, offset: u64) -> Vec<i32> {
+fn draw(op: &'static OpInfo, threshold: &[f64], probs: &[f32], vocab: usize, seed: u64, offset: u64) -> Vec<i32> {
     let rows = probs.len() / vocab;
     let mut samples = vec![-1i32; rows];
-    let x = TensorView::from_slice(probs, &[rows, vocab]).unwrap();
+    let input = support::sampling_input(op, probs);
+    let x = TensorView::from_slice(&input, &[rows, vocab]).unwrap();
     let y = TensorView::from_slice_mut(&mut samples, &[rows]).unwrap();
-    let scalars: Vec<f64> = threshold.into_iter().chain([seed as f64, offset as f64]).collect();
+    let scalars: Vec<f64> = threshold.iter().copied().chain([seed as f64, offset as f64]).collect();
     op.call(&[&x, &y], &scalars, Stream::Cpu).unwrap();
     samples
-}
-
-/// Which of `probs` (one row) each sampling op keeps: the support test's and the expected
-/// distribution's set, by the ops' definitions (docs of the table).
-fn kept(op: &OpInfo, threshold: Option<f64>, probs: &[f32]) -> Vec<bool> {
-    let max = probs.iter().fold(0.0f32, |m, &p| m.max(p));
-    let mut sorted = probs.to_vec();
-    sorted.sort_by(|a, b| b.total_cmp(a));
-    match (op.name, threshold) {
-        ("top_k_sampling_from_probs", Some(k)) => probs.iter().map(|&p| p >= sorted[k as usize - 1]).collect(),
-        ("top_p_sampling_from_probs", Some(top_p)) => {
-            let total: f32 = probs.iter().sum();
-            let above = |p: f32| probs.iter().filter(|&&q| q > p).sum::<f32>();
-            probs.iter().map(|&p| above(p) < top_p as f32 * total).collect()
-        }
-        ("min_p_sampling_from_probs", Some(min_p)) => probs.iter().map(|&p| p >= min_p as f32 * max).collect(),
-        _ => probs.iter().map(|&p| p > 0.0).collect(),
-    }
 }
 
 /// Chi-square's critical value for `df` degrees of freedom at p ≈ 1e−6 (Wilson–Hilferty: a
@@ -440,14 +410,14 @@ fn sampling_ops_draw_the_kept_distribution_and_nothing_else() {
     let row = [0.02f32, 0.25, 0.0, 0.08, 0.3, 0.05, 0.12, 0.1, 0.0, 0.08];
     let (vocab, copies) = (row.len(), 5000);
     let probs: Vec<f32> = row.iter().copied().cycle().take(vocab * copies).collect();
-    for (op, threshold) in sampling_ops() {
+    for (op, threshold) in support::sampling_ops() {
         let mut counts = vec![0u64; vocab];
         for offset in (0..80).step_by(2) {
             for token in draw(op, threshold, &probs, vocab, 7, offset) {
                 counts[token as usize] += 1;
             }
         }
-        let kept = kept(op, threshold, &row);
+        let kept = support::sampling_kept(op, threshold, &row);
         let mass: f64 = row.iter().zip(&kept).filter(|(_, k)| **k).map(|(&p, _)| p as f64).sum();
         let draws = counts.iter().sum::<u64>() as f64;
         let mut chi_square = 0.0;
@@ -468,29 +438,57 @@ fn sampling_ops_draw_the_kept_distribution_and_nothing_else() {
     }
 }
 
-/// Top-p draws by rejection rounds: over peaked rows and small shares most first draws are
-/// rejected (the token `top_p = 1` draws from the same first bits lies outside the kept set), and
-/// every token is the reference's and one top-p keeps.
+/// Top-p draws by rejection rounds, alone or among the top-k entries (from probabilities or
+/// logits): over peaked rows and small shares most first draws are rejected (the token
+/// `top_p = 1` draws from the same first bits lies outside the kept set), and every token is the
+/// reference's and one the op keeps.
 #[test]
 fn top_p_sampling_redraws_above_a_rejected_token_as_the_reference() {
-    let (op, _) = sampling_ops()[2];
     let (rows, vocab) = (64, 2000);
     let probs = support::peaked_probabilities(rows, vocab, 5);
-    let as_f64: Vec<f64> = probs.iter().map(|&p| p as f64).collect();
-    let unfiltered = draw(op, Some(1.0), &probs, vocab, 9, 2);
-    for top_p in [0.01, 0.3, 0.9] {
-        let tokens = draw(op, Some(top_p), &probs, vocab, 9, 2);
-        let want = &op.reference_of(DType::F32, vocab, &[as_f64.clone(), Vec::new()], &[top_p, 9.0, 2.0])[0];
-        let mut rejected_first = 0;
-        for (row, (&token, &first)) in tokens.iter().zip(&unfiltered).enumerate() {
-            let kept = kept(op, Some(top_p), &probs[row * vocab..][..vocab]);
-            assert_eq!(token as f64, want[row], "top_p {top_p}, row {row}");
-            assert!(kept[token as usize], "top_p {top_p}, row {row}: token {token} not kept");
-            rejected_first += !kept[first as usize] as usize;
+    let ops = support::sampling_ops();
+    for (op, top_k) in [(ops[2].0, None), (ops[4].0, Some(200.0)), (ops[5].0, Some(200.0))] {
+        let thresholds = |top_p: f64| -> Vec<f64> { top_k.into_iter().chain([top_p]).collect() };
+        let input: Vec<f64> = support::sampling_input(op, &probs).iter().map(|&x| x as f64).collect();
+        let unfiltered = draw(op, &thresholds(1.0), &probs, vocab, 9, 2);
+        for top_p in [0.01, 0.3, 0.9] {
+            let tokens = draw(op, &thresholds(top_p), &probs, vocab, 9, 2);
+            let scalars: Vec<f64> = thresholds(top_p).into_iter().chain([9.0, 2.0]).collect();
+            let want = &op.reference_of(DType::F32, vocab, &[input.clone(), Vec::new()], &scalars)[0];
+            let mut rejected_first = 0;
+            for (row, (&token, &first)) in tokens.iter().zip(&unfiltered).enumerate() {
+                let kept = support::sampling_kept(op, &thresholds(top_p), &probs[row * vocab..][..vocab]);
+                assert_eq!(token as f64, want[row], "{} top_p {top_p}, row {row}", op.name);
+                assert!(kept[token as usize], "{} top_p {top_p}, row {row}: token {token} not kept", op.name);
+                rejected_first += !kept[first as usize] as usize;
+            }
+            if top_p < 0.5 {
+                let name = op.name;
+                assert!(
+                    rejected_first > rows / 2,
+                    "{name} top_p {top_p}: {rejected_first} of {rows} first draws rejected"
+                );
+            }
         }
-        if top_p < 0.5 {
-            assert!(rejected_first > rows / 2, "top_p {top_p}: {rejected_first} of {rows} first draws rejected");
-        }
+    }
+}
+
+/// Top-k then top-p is each alone at the other's identity: with `top_k ≥ vocab` the tokens of
+/// `top_p_sampling_from_probs` (the same rounds from the same bits, by another kernel on the
+/// GPU), with `top_p = 1` those of `top_k_sampling_from_probs`.
+#[test]
+fn top_k_top_p_sampling_is_each_filter_alone_at_the_others_identity() {
+    let (rows, vocab) = (32, 3000);
+    let probs = support::peaked_probabilities(rows, vocab, 8);
+    let ops = support::sampling_ops();
+    let (top_k, top_p, both) = (ops[1].0, ops[2].0, ops[4].0);
+    for share in [0.05, 0.5, 0.95] {
+        let alone = draw(top_p, &[share], &probs, vocab, 3, 6);
+        assert_eq!(draw(both, &[vocab as f64, share], &probs, vocab, 3, 6), alone, "top_p {share}");
+    }
+    for k in [1.0, 40.0, 2999.0] {
+        let alone = draw(top_k, &[k], &probs, vocab, 3, 6);
+        assert_eq!(draw(both, &[k, 1.0], &probs, vocab, 3, 6), alone, "top_k {k}");
     }
 }
 
@@ -501,7 +499,7 @@ fn top_p_sampling_redraws_above_a_rejected_token_as_the_reference() {
 fn sampling_ops_are_functions_of_seed_offset_and_row() {
     let vocab = 1000;
     let probs: Vec<f32> = random_normal::<f32>(64 * vocab, 3).into_iter().map(f32::abs).collect();
-    for (op, threshold) in sampling_ops() {
+    for (op, threshold) in support::sampling_ops() {
         let tokens = draw(op, threshold, &probs, vocab, 11, 4);
         assert_eq!(tokens, draw(op, threshold, &probs, vocab, 11, 4), "{}: repeated", op.name);
         let mut changed = probs.clone();
@@ -510,21 +508,23 @@ fn sampling_ops_are_functions_of_seed_offset_and_row() {
         for (seed, offset) in [(11, 6), (12, 4)] {
             let other = draw(op, threshold, &probs, vocab, seed, offset);
             let same = tokens.iter().zip(&other).filter(|(a, b)| a == b).count();
-            assert!(same < 32, "{}: seed {seed} offset {offset} repeats {same} of 64 tokens", op.name);
+            // Top-k then top-p keeps 1 to 3 entries a row: about half repeat by chance; three
+            // quarters would not.
+            assert!(same < 48, "{}: seed {seed} offset {offset} repeats {same} of 64 tokens", op.name);
         }
     }
     let empty = [0.0f32, -1.0, f32::NAN, 0.0];
     // +∞ weighs 0 and sets the scale: the finite entries of its row weigh 0 too (min-p's floor
     // `0 · ∞` is NaN, which keeps every entry, as the reference).
     let infinite = [0.5f32, f32::INFINITY, 0.25, 1.0];
-    for (op, threshold) in sampling_ops() {
+    for (op, threshold) in support::sampling_ops() {
         assert_eq!(draw(op, threshold, &empty, 4, 1, 0), [0], "{}", op.name);
-        let threshold = if op.name == "min_p_sampling_from_probs" { Some(0.0) } else { threshold };
+        let threshold: &[f64] = if op.name == "min_p_sampling_from_probs" { &[0.0] } else { threshold };
         assert_eq!(draw(op, threshold, &infinite, 4, 1, 0), [0], "{}: a row holding +∞", op.name);
     }
-    let (min_p, _) = sampling_ops()[3];
+    let (min_p, _) = support::sampling_ops()[3];
     let ties = [0.5f32, 0.25, 0.5].repeat(100);
-    let tokens = draw(min_p, Some(1.0), &ties, 3, 1, 0);
+    let tokens = draw(min_p, &[1.0], &ties, 3, 1, 0);
     assert!(
         tokens.iter().all(|&t| t != 1) && tokens.contains(&0) && tokens.contains(&2),
         "min_p = 1: the largest's ties"
@@ -563,7 +563,7 @@ fn sampling_errors_name_the_argument_and_leave_samples_untouched() {
     let y = TensorView::from_slice_mut(&mut floats, &[4]).unwrap();
     let error = op.call(&[&x, &y], &[5.0, 1.0, 0.0], Stream::Cpu).unwrap_err();
     assert!(matches!(&error, Error::UnsupportedDType { argument: "samples", .. }), "{error}");
-    let min_p = sampling_ops()[3].0;
+    let min_p = support::sampling_ops()[3].0;
     for bad in [-0.1, 1.5, f64::NAN] {
         let y = TensorView::from_slice_mut(&mut samples[..4], &[4]).unwrap();
         let error = min_p.call(&[&x, &y], &[bad, 1.0, 0.0], Stream::Cpu).unwrap_err();
@@ -581,17 +581,18 @@ fn sampling_takes_seeds_and_offsets_from_tensors_a_row_or_one() {
     let probs: Vec<f32> = random_normal::<f32>(rows * vocab, 5).into_iter().map(f32::abs).collect();
     let seeds: [i64; 6] = [0, 1, 42, 7, (1 << 53) - 1, 3];
     let offsets: [i64; 6] = [0, 2, 4, 1_000_006, 6, 8];
-    let x = TensorView::from_slice(&probs, &[rows, vocab]).unwrap();
     let seed_view = TensorView::from_slice(&seeds, &[rows]).unwrap();
     let offset_view = TensorView::from_slice(&offsets, &[rows]).unwrap();
     let one = [9i64];
     let one_view = TensorView::from_slice(&one, &[1]).unwrap();
-    for (op, threshold) in sampling_ops() {
+    for (op, threshold) in support::sampling_ops() {
+        let input = support::sampling_input(op, &probs);
+        let x = TensorView::from_slice(&input, &[rows, vocab]).unwrap();
         let call = |seed: Option<&TensorView>, offset: Option<&TensorView>, numbers: [f64; 2]| {
             let mut samples = vec![-1i32; rows];
             let y = TensorView::from_slice_mut(&mut samples, &[rows]).unwrap();
-            let scalars: Vec<f64> = threshold.into_iter().chain(numbers).collect();
-            let per_row: Vec<Option<&TensorView>> = threshold.map(|_| None).into_iter().chain([seed, offset]).collect();
+            let scalars: Vec<f64> = threshold.iter().copied().chain(numbers).collect();
+            let per_row: Vec<Option<&TensorView>> = threshold.iter().map(|_| None).chain([seed, offset]).collect();
             op.call_per_row(&[&x, &y], &scalars, &per_row, Stream::Cpu).map(|()| samples)
         };
         let tokens = call(Some(&seed_view), Some(&offset_view), [f64::NAN; 2]).unwrap();
@@ -617,9 +618,8 @@ fn sampling_takes_seeds_and_offsets_from_tensors_a_row_or_one() {
             let y = TensorView::from_raw_parts(base, 0, DType::I32, &[rows as i64], &[1], Device::Cpu).unwrap();
             (y, TensorView::from_raw_parts(base, 0, DType::I64, &[rows as i64], &[1], Device::Cpu).unwrap())
         };
-        let scalars: Vec<f64> = threshold.into_iter().chain([1.0, f64::NAN]).collect();
-        let per_row: Vec<Option<&TensorView>> =
-            threshold.map(|_| None).into_iter().chain([None, Some(&offsets)]).collect();
+        let scalars: Vec<f64> = threshold.iter().copied().chain([1.0, f64::NAN]).collect();
+        let per_row: Vec<Option<&TensorView>> = threshold.iter().map(|_| None).chain([None, Some(&offsets)]).collect();
         let error = op.call_per_row(&[&x, &y], &scalars, &per_row, Stream::Cpu).unwrap_err();
         assert!(matches!(&error, Error::Overlap { argument: "samples", other: "offset" }), "{}: {error}", op.name);
         assert_eq!(shared, before, "{}: nothing written on the error path", op.name);

@@ -13,7 +13,8 @@ use ferrinfer_launch::op::OpInfo;
 use ferrinfer_launch::reference::{compare, random_normal};
 use ferrinfer_launch::{
     DType, Error, Stream, TensorView, min_p_sampling_from_probs, sampling_from_probs, softmax, top_k_mask_logits,
-    top_k_renorm_probs, top_k_sampling_from_probs, top_p_renorm_probs, top_p_sampling_from_probs,
+    top_k_renorm_probs, top_k_sampling_from_probs, top_k_top_p_sampling_from_logits, top_k_top_p_sampling_from_probs,
+    top_p_renorm_probs, top_p_sampling_from_probs,
 };
 use support::{Buffer, Case, Gpu, Runner, buffer_of, family, run_cases};
 
@@ -56,6 +57,8 @@ fn sampling_gpu_sanitizer_filter_cluster_paths() {
         &top_k_sampling_from_probs::INFO,
         &top_p_sampling_from_probs::INFO,
         &min_p_sampling_from_probs::INFO,
+        &top_k_top_p_sampling_from_probs::INFO,
+        &top_k_top_p_sampling_from_logits::INFO,
     ];
     run_cases(&gpu, &filters, 7_700_000, &cases);
 }
@@ -232,28 +235,19 @@ fn sampling_gpu_over_2_pow_31_elements() {
     }
 }
 
-/// The sampling ops with a threshold each (none for `sampling_from_probs`).
-fn sampling_ops() -> [(&'static OpInfo, Option<f64>); 4] {
-    [
-        (&sampling_from_probs::INFO, None),
-        (&top_k_sampling_from_probs::INFO, Some(3.0)),
-        (&top_p_sampling_from_probs::INFO, Some(0.6)),
-        (&min_p_sampling_from_probs::INFO, Some(0.3)),
-    ]
-}
-
 /// `op`'s tokens for rows of `probs` (`vocab` each) on the GPU, or (`gpu` None) on the CPU.
 fn tokens(
     gpu: Option<&Gpu>,
     op: &'static OpInfo,
-    threshold: Option<f64>,
+    threshold: &[f64],
     probs: &[f32],
     vocab: usize,
     offset: u64,
 ) -> Vec<i32> {
     let rows = probs.len() / vocab;
-    let scalars: Vec<f64> = threshold.into_iter().chain([7.0, offset as f64]).collect();
-    let mut buffers = [buffer_of(probs, &[rows, vocab]), buffer_of(&vec![-1i32; rows], &[rows])];
+    let scalars: Vec<f64> = threshold.iter().copied().chain([7.0, offset as f64]).collect();
+    let input = support::sampling_input(op, probs);
+    let mut buffers = [buffer_of(&input, &[rows, vocab]), buffer_of(&vec![-1i32; rows], &[rows])];
     match gpu {
         Some(gpu) => gpu.run(op, &mut buffers, &scalars).unwrap(),
         None => support::Cpu.run(op, &mut buffers, &scalars).unwrap(),
@@ -280,7 +274,7 @@ fn sampling_gpu_draws_the_cpus_tokens() {
             probs[3 * vocab..4 * vocab].iter_mut().for_each(|p| *p /= sum);
             probs[4 * vocab..5 * vocab].iter_mut().for_each(|p| *p *= 1e-12);
         }
-        for (op, threshold) in sampling_ops() {
+        for (op, threshold) in support::sampling_ops() {
             for offset in [0, 2, 1_000_006] {
                 let on_gpu = tokens(Some(&gpu), op, threshold, &probs, vocab, offset);
                 let on_cpu = tokens(None, op, threshold, &probs, vocab, offset);
@@ -292,17 +286,26 @@ fn sampling_gpu_draws_the_cpus_tokens() {
     }
 }
 
-/// Top-p's rejection rounds on the GPU: peaked rows and small shares (most first draws
+/// Top-p's rejection rounds on the GPU, alone (the unstaged kernel) or among the top-k entries
+/// (the staged one; probabilities and logits): peaked rows and small shares (most first draws
 /// rejected, several rounds a row), in one block or across a cluster: the CPU's tokens.
 #[test]
 fn sampling_gpu_top_p_redraws_as_the_cpu() {
     let Some(gpu) = Gpu::get("sampling_gpu_top_p_redraws_as_the_cpu") else { return };
-    let (op, _) = sampling_ops()[2];
+    let ops = support::sampling_ops();
     for (rows, vocab) in [(3, 128_256), (200, 32_000), (64, 128_256)] {
         let probs = support::peaked_probabilities(rows, vocab, 17);
         for top_p in [0.001, 0.3, 0.9] {
-            let on_gpu = tokens(Some(&gpu), op, Some(top_p), &probs, vocab, 4);
-            assert_eq!(on_gpu, tokens(None, op, Some(top_p), &probs, vocab, 4), "top_p {top_p}, vocab {vocab}");
+            for (op, top_k) in [(ops[2].0, None), (ops[4].0, Some(300.0)), (ops[5].0, Some(300.0))] {
+                let thresholds: Vec<f64> = top_k.into_iter().chain([top_p]).collect();
+                let on_gpu = tokens(Some(&gpu), op, &thresholds, &probs, vocab, 4);
+                let on_cpu = tokens(None, op, &thresholds, &probs, vocab, 4);
+                assert_eq!(on_gpu, on_cpu, "{} top_p {top_p}, vocab {vocab}", op.name);
+            }
+            // The staged kernel with every entry in its top-k: the unstaged top-p kernel's tokens.
+            let staged = tokens(Some(&gpu), ops[4].0, &[vocab as f64, top_p], &probs, vocab, 4);
+            let unstaged = tokens(Some(&gpu), ops[2].0, &[top_p], &probs, vocab, 4);
+            assert_eq!(staged, unstaged, "top-k of the vocabulary, top_p {top_p}, vocab {vocab}");
         }
     }
 }
@@ -315,7 +318,7 @@ fn sampling_gpu_draws_the_cpus_tokens_when_blocks_take_several_rows() {
     let Some(gpu) = Gpu::get("sampling_gpu_draws_the_cpus_tokens_when_blocks_take_several_rows") else { return };
     let (rows, vocab) = (70_000, 2048);
     let probs: Vec<f32> = random_normal(rows * vocab, 53).iter().map(|x: &f32| x.abs().powi(3)).collect();
-    for (op, threshold) in sampling_ops() {
+    for (op, threshold) in support::sampling_ops() {
         let on_gpu = tokens(Some(&gpu), op, threshold, &probs, vocab, 8);
         assert_eq!(on_gpu, tokens(None, op, threshold, &probs, vocab, 8), "{}", op.name);
     }
@@ -330,19 +333,8 @@ fn sampling_gpu_draws_the_kept_distribution_over_a_million_draws() {
     let row: Vec<f32> = (0..16).map(|i| if i % 5 == 2 { 0.0 } else { (1 + i % 7) as f32 / 40.0 }).collect();
     let copies = 1 << 20;
     let probs: Vec<f32> = row.iter().copied().cycle().take(row.len() * copies).collect();
-    let max = row.iter().fold(0.0f32, |m, &p| m.max(p));
-    let mut sorted = row.clone();
-    sorted.sort_by(|a, b| b.total_cmp(a));
-    let total: f32 = row.iter().sum();
-    for (op, threshold) in sampling_ops() {
-        let kept: Vec<bool> = match (op.name, threshold) {
-            ("top_k_sampling_from_probs", Some(k)) => row.iter().map(|&p| p >= sorted[k as usize - 1]).collect(),
-            ("top_p_sampling_from_probs", Some(top_p)) => {
-                row.iter().map(|&p| row.iter().filter(|&&q| q > p).sum::<f32>() < top_p as f32 * total).collect()
-            }
-            ("min_p_sampling_from_probs", Some(min_p)) => row.iter().map(|&p| p >= min_p as f32 * max).collect(),
-            _ => row.iter().map(|&p| p > 0.0).collect(),
-        };
+    for (op, threshold) in support::sampling_ops() {
+        let kept = support::sampling_kept(op, threshold, &row);
         let mut counts = vec![0u64; row.len()];
         for token in tokens(Some(&gpu), op, threshold, &probs, row.len(), 0) {
             counts[token as usize] += 1;
@@ -377,31 +369,32 @@ fn sampling_gpu_takes_seeds_and_offsets_from_device_memory() {
     let (rows, vocab) = (64, 32_000);
     let probs: Vec<f32> = random_normal(rows * vocab, 57).iter().map(|x: &f32| x.abs()).collect();
     let seeds: Vec<i64> = (0..rows as i64).map(|r| r.wrapping_mul(0x9e37_79b9_7f4a_7c15u64 as i64)).collect();
-    let x = s.clone_htod(&probs).unwrap();
-    let xv = TensorView::from_cuda(&x, &[rows, vocab], None).unwrap();
     let seeds_gpu = s.clone_htod(&seeds).unwrap();
     let seed_view = TensorView::from_cuda(&seeds_gpu, &[rows], None).unwrap();
-    for (op, threshold) in sampling_ops() {
+    for (op, threshold) in support::sampling_ops() {
+        let input = support::sampling_input(op, &probs);
+        let x = s.clone_htod(&input).unwrap();
+        let xv = TensorView::from_cuda(&x, &[rows, vocab], None).unwrap();
         let draw = |offsets: &[i64]| -> (Vec<i32>, Vec<i32>) {
             // The GPU's tokens, then the CPU's from host copies of the same tensors.
             let offsets_gpu = s.clone_htod(offsets).unwrap();
             let offset_view = TensorView::from_cuda(&offsets_gpu, &[offsets.len()], None).unwrap();
             let mut out = s.alloc_zeros::<i32>(rows).unwrap();
             let yv = TensorView::from_cuda_mut(&mut out, &[rows], None).unwrap();
-            let scalars: Vec<f64> = threshold.into_iter().chain([f64::NAN; 2]).collect();
+            let scalars: Vec<f64> = threshold.iter().copied().chain([f64::NAN; 2]).collect();
             let per_row: Vec<Option<&TensorView>> =
-                threshold.map(|_| None).into_iter().chain([Some(&seed_view), Some(&offset_view)]).collect();
+                threshold.iter().map(|_| None).chain([Some(&seed_view), Some(&offset_view)]).collect();
             op.call_per_row(&[&xv, &yv], &scalars, &per_row, Stream::Cuda(s)).unwrap();
             let on_gpu = s.clone_dtoh(&out).unwrap();
             let mut on_cpu = vec![-1i32; rows];
             let (hx, hs, ho) = (
-                TensorView::from_slice(&probs, &[rows, vocab]).unwrap(),
+                TensorView::from_slice(&input, &[rows, vocab]).unwrap(),
                 TensorView::from_slice(&seeds, &[rows]).unwrap(),
                 TensorView::from_slice(offsets, &[offsets.len()]).unwrap(),
             );
             let hy = TensorView::from_slice_mut(&mut on_cpu, &[rows]).unwrap();
             let per_row: Vec<Option<&TensorView>> =
-                threshold.map(|_| None).into_iter().chain([Some(&hs), Some(&ho)]).collect();
+                threshold.iter().map(|_| None).chain([Some(&hs), Some(&ho)]).collect();
             op.call_per_row(&[&hx, &hy], &scalars, &per_row, Stream::Cpu).unwrap();
             (on_gpu, on_cpu)
         };

@@ -9,9 +9,9 @@ are random normal. ferrinfer runs on torch's current stream (the capture stream)
 Families: `norm` (rmsnorm, fused_add_rmsnorm over H ∈ {4096, 8192} × T ∈ {1, …, 65536}),
 `activation` (silu/gelu/gelu_tanh_and_mul over d ∈ {4096, 11008, 14336} × T ∈ {1, …, 16384}) and
 `sampling` (softmax, top_k_mask_logits and top_k_renorm_probs with k = 50, top_p_renorm_probs with
-p = 0.9, and the sampling ops — sampling_from_probs, top_k_/top_p_/min_p_sampling_from_probs with
-k = 50, p = 0.9, min_p = 0.1, seed 7 and offset 0 for FlashInfer and ferrinfer, torch's
-`multinomial` over its filtered probabilities — over vocabularies of 32000 and 128256 × batches
+p = 0.9, and the sampling ops — sampling_from_probs, top_k_/top_p_/min_p_sampling_from_probs,
+top_k_top_p_sampling_from_probs/_logits with k = 50, p = 0.9, min_p = 0.1, seed 7 and offset 0 for
+FlashInfer and ferrinfer, torch's `multinomial` over its filtered probabilities — over vocabularies of 32000 and 128256 × batches
 of 1, 64, 256; `H` is the vocabulary, `T` the batch; FlashInfer's sampling functions return a new
 tensor — softmax's logits converted to f32 first —, as its API does; the renorms' and sampling
 ops' input is a softmax's probabilities in the run's dtype).
@@ -266,6 +266,17 @@ def sampling_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
                                       lambda x: fi.min_p_sampling_from_probs(x, MIN_P, seed=SEED, offset=0),
                                       lambda x, out: ferrinfer.min_p_sampling_from_probs(x, MIN_P, SEED, 0, samples=out),
                                       probs, torch.int32),
+        # Top-k, then top-p among the kept (FlashInfer's default order, "top_k_first").
+        "top_k_top_p_sampling_from_probs": (
+            lambda p: draw_torch(top_p_renorm_torch(top_k_renorm_torch(p))),
+            lambda x: fi.top_k_top_p_sampling_from_probs(x, TOP_K, TOP_P, seed=SEED, offset=0),
+            lambda x, out: ferrinfer.top_k_top_p_sampling_from_probs(x, TOP_K, TOP_P, SEED, 0, samples=out),
+            probs, torch.int32),
+        "top_k_top_p_sampling_from_logits": (
+            lambda x: draw_torch(top_p_renorm_torch(torch.softmax(top_k_mask_torch(x).float(), dim=-1))),
+            lambda x: fi.top_k_top_p_sampling_from_logits(x, TOP_K, TOP_P, seed=SEED, offset=0),
+            lambda x, out: ferrinfer.top_k_top_p_sampling_from_logits(x, TOP_K, TOP_P, SEED, 0, samples=out),
+            logits, torch.int32),
     }
     for op in ops:
         eager, theirs, ours, make, out_dtype = table[op]

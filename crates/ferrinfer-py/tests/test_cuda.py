@@ -197,11 +197,14 @@ def test_top_p_renorm_probs_keeps_what_the_cpu_keeps_on_the_device(dtype, shape,
 @pytest.mark.parametrize(
     "name, threshold",
     [("sampling_from_probs", ()), ("top_k_sampling_from_probs", (50,)), ("top_p_sampling_from_probs", (0.9,)),
-     ("min_p_sampling_from_probs", (0.1,))],
+     ("min_p_sampling_from_probs", (0.1,)), ("top_k_top_p_sampling_from_probs", (50, 0.9)),
+     ("top_k_top_p_sampling_from_logits", (50, 0.9))],
 )
 def test_sampling_ops_draw_the_cpus_tokens_on_the_device(dtype, shape, name, threshold):
     op = getattr(ferrinfer, name)
     p = torch.softmax(2 * randn(*shape, dtype=torch.float32), dim=-1).to(dtype)
+    if name.endswith("_from_logits"):
+        p = 2 * randn(*shape, dtype=dtype)
     samples = op(p, *threshold, 123, 4)
     assert samples.dtype == torch.int32 and samples.shape == shape[:1] and samples.device == p.device
     assert torch.equal(samples.cpu(), op(p.cpu(), *threshold, 123, 4)), "exact integers: the CPU's tokens"

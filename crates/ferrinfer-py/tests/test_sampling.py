@@ -155,18 +155,37 @@ SAMPLING_OPS = [
     ("top_k_sampling_from_probs", (3,)),
     ("top_p_sampling_from_probs", (0.6,)),
     ("min_p_sampling_from_probs", (0.3,)),
+    # Of the test's row, top-k keeps 3 and top-p 2 of those (of the whole row it would keep 6).
+    ("top_k_top_p_sampling_from_probs", (3, 0.8)),
+    ("top_k_top_p_sampling_from_logits", (3, 0.8)),
 ]
 
 
-def kept_by(name, row, threshold):
+def sampling_input(name, probs):
+    """What an op draws from for rows of probabilities: them, or their logarithms (logits)."""
+    if name.endswith("_from_logits"):
+        with np.errstate(divide="ignore"):
+            return np.log(probs)
+    return probs
+
+
+def kept_by(name, row, *thresholds):
     """The entries each sampling op draws among, by its definition."""
+    def top_k(k):
+        return row >= np.sort(row)[::-1][k - 1]
+
+    def top_p(p, among):
+        above = np.array([row[row > q].sum() for q in row])
+        return among & (above < np.float32(p) * row[among].sum())
+
     if name == "top_k_sampling_from_probs":
-        return row >= np.sort(row)[::-1][threshold - 1]
+        return top_k(*thresholds)
     if name == "top_p_sampling_from_probs":
-        above = np.array([row[row > p].sum() for p in row])
-        return above < np.float32(threshold) * row.sum()
+        return top_p(*thresholds, np.full(row.shape, True))
     if name == "min_p_sampling_from_probs":
-        return row >= np.float32(threshold) * row.max()
+        return row >= np.float32(thresholds[0]) * row.max()
+    if name.startswith("top_k_top_p_sampling"):
+        return top_p(thresholds[1], top_k(thresholds[0]))
     return row > 0
 
 
@@ -174,10 +193,10 @@ def kept_by(name, row, threshold):
 def test_sampling_ops_draw_int32_tokens_among_the_kept_entries(name, threshold):
     op = getattr(ferrinfer, name)
     row = np.array([0.02, 0.25, 0.0, 0.08, 0.3, 0.05, 0.12, 0.1, 0.0, 0.08], dtype=np.float32)
-    probs = np.tile(row, (2000, 1))
+    probs = sampling_input(name, np.tile(row, (2000, 1)))
     samples = op(probs, *threshold, 7, 0)
     assert samples.dtype == np.int32 and samples.shape == (2000,)
-    kept = kept_by(name, row, *threshold) if threshold else row > 0
+    kept = kept_by(name, row, *threshold)
     drawn = np.bincount(samples, minlength=row.size)
     assert np.all(drawn[~kept] == 0), drawn
     # The kept entries in proportion (a loose check here; the Rust tests run chi-square).
