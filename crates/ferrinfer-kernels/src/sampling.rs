@@ -301,12 +301,6 @@ impl Keep {
         key >= self.pivot && !(value < self.floor)
     }
 
-    /// The entry's weight in a draw: its mass under `scale` where kept, else 0.
-    #[inline(always)]
-    pub fn mass(&self, key: u32, value: f32, scale: &MassScale) -> u64 {
-        self.weighed_mass(key, value, EntryWeight::Value, scale)
-    }
-
     /// The entry's weight in a draw whose entries weigh `weight.of(value)`: its mass under
     /// `scale` where kept, else 0 — the weight taken only for a kept entry (a branch: logits'
     /// `exp2` is ~30 instructions, and a top-k keeps few entries).

@@ -14,11 +14,13 @@
 //! - `temperature`: finite and ≥ 0; 0 weighs every finite logit alike (FlashInfer's rule);
 //! - `top_k`: a whole number ≥ 1; `top_k ≥ vocab` keeps every entry;
 //! - `top_p`: in (0, 1]; 1 keeps every entry; `min_p`: in [0, 1];
-//! - the sampling ops' `samples`: int32, writable, `probs`' shape without its last dimension
-//!   (one token a row), contiguous, on `probs`' device, not overlapping it; `seed` and `offset`
-//!   whole numbers in [0, 2^53) (Philox's key and position: row `r` reads outputs `offset` and
-//!   `offset + 1` of subsequence `r` — the next call's `offset` is 2 on);
-//! - a scalar given a row (`temperature`: f32, `top_k`: i32): a `[rows]` contiguous tensor on
+//! - the sampling ops' `samples`: int32, writable, the input's (`probs`' or `logits`') shape
+//!   without its last dimension (one token a row), contiguous, on the input's device, not
+//!   overlapping it; `seed` and `offset` whole numbers in [0, 2^53) (Philox's key and position:
+//!   row `r` reads outputs `offset` and `offset + 1` of subsequence `r` — the next call's
+//!   `offset` is 2 on);
+//! - a scalar given a row (`temperature`, `top_p`, `min_p`: f32; `top_k`: i32; `seed`,
+//!   `offset`: int64, or `[1]` for every row): a `[rows]` contiguous tensor on
 //!   the input's device, apart from `out`; on the CPU every temperature finite and ≥ 0 (checked
 //!   before anything is written; a GPU tensor's values are not read: that would wait for the
 //!   device); a `top_k` ≤ 0 keeps its row (a mixed batch's "no top-k"), a `top_p` ≥ 1 keeps
@@ -110,7 +112,8 @@ macro_rules! sampling_ops {
             /// "top_k_first": `top_k_mask_logits`, softmax, then top-p) in one kernel: an entry
             /// weighs `2^(x · log2 e − m)`, `m` the row's largest logit times log2 e, by a
             /// polynomial `exp2` that rounds alike on the CPU and the GPU (so both draw the same
-            /// token). A row whose largest logit is +∞, NaN or −∞ gives token 0.
+            /// token). A row whose largest logit is +∞, NaN or −∞ — or beyond ~2.4e38, where its
+            /// product with log2 e overflows — gives token 0.
             fn top_k_top_p_sampling_from_logits(logits: In[Rows]) -> samples: Out[Batch as i32]; top_k: [i32] (example 50), top_p: [f32] (example 0.9), seed: [u64] (example 42), offset: [u64] (example 0)
                 => SamplingKernel::TopKTopPSamplingFromLogits, reference top_k_top_p_logits_sampling_reference;
         }
@@ -545,7 +548,7 @@ impl Plan {
 }
 
 /// Whether `kernel` stages its block's slice of a row in shared memory (where it fits): the
-/// filters and top-k sampling read it several times; the ops that weigh a row as they read it
+/// filters, top-k sampling and top-k then top-p sampling read it several times; the ops that weigh a row as they read it
 /// (`sampling_from_probs`, top-p's and min-p's) once or twice, top-p again a rejected round.
 fn stages(kernel: SamplingKernel) -> bool {
     !matches!(

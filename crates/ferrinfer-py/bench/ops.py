@@ -10,8 +10,9 @@ Families: `norm` (rmsnorm, fused_add_rmsnorm over H ∈ {4096, 8192} × T ∈ {1
 `activation` (silu/gelu/gelu_tanh_and_mul over d ∈ {4096, 11008, 14336} × T ∈ {1, …, 16384}) and
 `sampling` (softmax, top_k_mask_logits and top_k_renorm_probs with k = 50, top_p_renorm_probs with
 p = 0.9, and the sampling ops — sampling_from_probs, top_k_/top_p_/min_p_sampling_from_probs,
-top_k_top_p_sampling_from_probs/_logits with k = 50, p = 0.9, min_p = 0.1, seed 7 and offset 0 for
-FlashInfer and ferrinfer, torch's `multinomial` over its filtered probabilities — over vocabularies of 32000 and 128256 × batches
+top_k_top_p_sampling_from_probs/_logits with k = 50, p = 0.9, min_p = 0.1, seed 7 and offset 0
+for FlashInfer and ferrinfer, torch's `multinomial` over its filtered probabilities — over
+vocabularies of 32000 and 128256 × batches
 of 1, 64, 256; `H` is the vocabulary, `T` the batch; FlashInfer's sampling functions return a new
 tensor — softmax's logits converted to f32 first —, as its API does; the renorms' and sampling
 ops' input is a softmax's probabilities in the run's dtype).
