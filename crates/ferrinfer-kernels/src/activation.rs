@@ -11,7 +11,7 @@
 //! device kernel, generic over the activation, the element type and the vector width.
 
 use crate::element::Element;
-use crate::math::{erf, mul_add, sigmoid};
+use crate::math::{erf, exp2, mul_add, reciprocal, sigmoid};
 
 /// Arguments of every activation kernel, passed by value. Strides and counts in elements,
 /// 64-bit, so no offset overflows.
@@ -64,12 +64,14 @@ impl Activation for Gelu {
 }
 
 impl Activation for GeluTanh {
-    /// `½ (1 + tanh(u)) = σ(2u)`, `u = √(2/π) (x + 0.044715 x³)`.
+    /// `½ (1 + tanh(u)) = σ(2u) = 1 / (1 + 2^(−2 log2(e) u))`, `u = √(2/π) (x + 0.044715 x³)`: the
+    /// three constant factors of the exponent folded into one (Rust does not fold `a · (b · x)`),
+    /// two multiplies an element fewer.
     #[inline(always)]
     fn apply(x: f32) -> f32 {
         const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-        let u = SQRT_2_OVER_PI * mul_add(0.044_715 * x * x, x, x);
-        x * sigmoid(2.0 * u)
+        const EXPONENT: f32 = -2.0 * core::f32::consts::LOG2_E * SQRT_2_OVER_PI;
+        x * reciprocal(1.0 + exp2(EXPONENT * mul_add(0.044_715 * x * x, x, x)))
     }
 }
 
@@ -136,30 +138,35 @@ mod device_kernels {
         let (first_row, row_step) =
             unsafe { (core::arch::nvptx::_block_idx_y() as u64, core::arch::nvptx::_grid_dim_y() as u64) };
         let at = column as usize * VEC;
+        // Pointers advance by a step's distance (a multiply per row would cost three 64-bit
+        // integer instructions a pointer: a quarter of the instructions of a step, in SASS).
+        let (input_gap, output_gap) = (row_step * p.input_row_stride, row_step * p.output_row_stride);
+        let mut input = (p.input as *const T).wrapping_add((first_row * p.input_row_stride) as usize + at);
+        let mut output = (p.output as *mut T).wrapping_add((first_row * p.output_row_stride) as usize + at);
         let mut row = first_row;
         while row < p.rows {
             let mut gate = [Packed::<T, VEC>::ZERO; ROWS_PER_STEP as usize];
             let mut up = gate;
             for k in 0..ROWS_PER_STEP as usize {
-                let r = row + k as u64 * row_step;
-                if r < p.rows {
-                    let input = (p.input as *const T).wrapping_add((r * p.input_row_stride) as usize + at);
+                if row + k as u64 * row_step < p.rows {
+                    let input = input.wrapping_add(k * input_gap as usize);
                     gate[k] = unsafe { Packed::load::<L>(input) };
                     up[k] = unsafe { Packed::load::<L>(input.add(p.width as usize)) };
                 }
             }
             for k in 0..ROWS_PER_STEP as usize {
-                let r = row + k as u64 * row_step;
-                if r < p.rows {
+                if row + k as u64 * row_step < p.rows {
                     let mut y = [0.0f32; VEC];
                     for (i, y) in y.iter_mut().enumerate() {
                         *y = A::apply(gate[k].get_f32(i)) * up[k].get_f32(i);
                     }
-                    let output = (p.output as *mut T).wrapping_add((r * p.output_row_stride) as usize + at);
+                    let output = output.wrapping_add(k * output_gap as usize);
                     unsafe { Packed::<T, VEC>::from_f32(y).store::<S>(output) };
                 }
             }
             row += ROWS_PER_STEP * row_step;
+            input = input.wrapping_add(ROWS_PER_STEP as usize * input_gap as usize);
+            output = output.wrapping_add(ROWS_PER_STEP as usize * output_gap as usize);
         }
     }
 }
