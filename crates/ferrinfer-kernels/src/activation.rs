@@ -104,8 +104,14 @@ mod device_kernels {
     use crate::device::chain_after_prior_grids;
     use crate::vector::{Evicted, Kept, Load, Once, Packed, Reused, Store};
 
-    /// Rows each thread works on per step: their loads are issued together.
-    const ROWS_PER_STEP: u64 = 4;
+    /// Rows each thread works on per step: their loads are issued together. Two, not four: with
+    /// four ptxas (holding 32 registers) scheduled row 0's loads, math and store before rows
+    /// 1–3's loads, two memory round trips a step; two rows' loads it issues together. H200,
+    /// Rust bench, bf16, 4 → 2 (launch unchanged: 4 rows a thread, now two steps): silu_and_mul
+    /// 1024 × 4096 4.10 → 3.76 µs, gelu_and_mul 1024 × 4096 7.24 → 5.37, silu 128 × 14336 2.77 →
+    /// 2.52, 1 × 4096 1.02 → 0.93; 128 × 4096 (a row a thread) 1.57 → 1.67, the one loss
+    /// (docs/perf/activation.md v4).
+    const ROWS_PER_STEP: u64 = 2;
 
     /// The device kernel. Thread `x` of the grid's x dimension owns output vector `x` (`VEC`
     /// elements) of every row; the grid's y dimension strides over rows, `ROWS_PER_STEP` rows a

@@ -164,12 +164,14 @@ fn cpu_rows(kernel: ActivationKernel, dtype: DType, params: &ActivationParams) {
 
 /// Threads per block: each owns one vector of every row it visits.
 const BLOCK_THREADS: u32 = 128;
-/// Rows a thread visits per step (the kernel's `ROWS_PER_STEP`): the grid's y dimension needs
-/// no more than `rows / 4` to give every thread a full step.
-const ROWS_PER_STEP: u64 = 4;
+/// Rows a thread visits when there are enough to fill the device: the grid's y dimension is
+/// `rows / 4`. The kernel takes them in steps of its `ROWS_PER_STEP` (2), so every thread
+/// has two full steps; two rows a thread (one step) made gelu_and_mul 2–11 % slower at
+/// streaming sizes (docs/perf/activation.md, session 8).
+const ROWS_PER_THREAD: u64 = 4;
 /// The grid's y dimension at most (CUDA's limit).
 const MAX_GRID_Y: u64 = 65_535;
-/// Blocks per multiprocessor below which a thread takes one row, not a step of them. 1, from the
+/// Blocks per multiprocessor below which a thread takes one row, not four. 1, from the
 /// H200 sweep of docs/perf/activation.md (v1c): T = 128, d = 14336 (448 stepped blocks) runs in
 /// 2.74 µs stepped, 3.49 a row a thread; T = 16 (16 blocks) 1.33 a row a thread, 1.91 stepped.
 const FILL_BLOCKS_PER_SM: u64 = 1;
@@ -250,9 +252,9 @@ impl Plan {
         };
         // gridDim.x · blockDim.x ≥ vectors: every output vector has a thread.
         let grid_x = vectors.div_ceil(block);
-        // Rows a step each when that still gives every multiprocessor a block; fewer rows
+        // Four rows a thread when that still gives every multiprocessor a block; fewer rows
         // (latency-bound) get a thread each instead.
-        let stepped = self.params.rows.div_ceil(ROWS_PER_STEP);
+        let stepped = self.params.rows.div_ceil(ROWS_PER_THREAD);
         let fills = grid_x as u64 * stepped >= FILL_BLOCKS_PER_SM * sms as u64;
         let planned = if fills { stepped } else { self.params.rows }.clamp(1, MAX_GRID_Y) as u32;
         Ok(((grid_x, forced.grid_y.unwrap_or(planned)), block))
@@ -324,7 +326,7 @@ mod tests {
     #[test]
     fn activation_layout_override_is_followed_exactly() {
         let unforced = LayoutOverride::default();
-        assert_eq!(geometry(16384, 14336, unforced).unwrap(), ((14, 4096), 128), "planner: 4 rows a step");
+        assert_eq!(geometry(16384, 14336, unforced).unwrap(), ((14, 4096), 128), "planner: 4 rows a thread");
         assert_eq!(geometry(16, 4096, unforced).unwrap(), ((4, 16), 128), "few rows: a row a thread");
         assert_eq!(geometry(128, 4096, unforced).unwrap(), ((4, 128), 128), "128 stepped blocks < 132 SMs");
         assert_eq!(geometry(128, 14336, unforced).unwrap(), ((14, 32), 128), "448 stepped blocks ≥ 132 SMs");
