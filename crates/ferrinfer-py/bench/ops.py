@@ -279,6 +279,22 @@ def sampling_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
             lambda x, out: ferrinfer.top_k_top_p_sampling_from_logits(x, TOP_K, TOP_P, SEED, 0, samples=out),
             logits, torch.int32),
     }
+    # Per-row thresholds (a tensor a row, as an engine with per-request parameters passes them):
+    # FlashInfer's scalar top_k ≤ 256 at V ≥ 65536 takes its radix top-k path (the `topk` module);
+    # tensors take its general path (top-k renorm, then top-p sampling). Impl `*_rows`.
+    def rows_of(B):
+        return (torch.full((B,), TOP_K, device="cuda", dtype=torch.int32),
+                torch.full((B,), TOP_P, device="cuda", dtype=torch.float32))
+    per_row = {
+        op: (lambda x, f=f: f(x, *rows_of(x.shape[0]), seed=SEED, offset=0),
+             lambda x, out, g=g: g(x, *rows_of(x.shape[0]), SEED, 0, samples=out))
+        for op, f, g in [
+            ("top_k_top_p_sampling_from_probs", lambda *a, **k: fi.top_k_top_p_sampling_from_probs(*a, **k),
+             ferrinfer.top_k_top_p_sampling_from_probs),
+            ("top_k_top_p_sampling_from_logits", lambda *a, **k: fi.top_k_top_p_sampling_from_logits(*a, **k),
+             ferrinfer.top_k_top_p_sampling_from_logits),
+        ]
+    }
     for op in ops:
         eager, theirs, ours, make, out_dtype = table[op]
         compiled = torch.compile(eager)
@@ -302,6 +318,15 @@ def sampling_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
                 except Exception as error:
                     print(f"# flashinfer {op} failed: {error!r}", file=sys.stderr)
             record(op, B, V, nbytes, "ferrinfer-py" + impl_suffix, time_fn(lambda: ours(x, out)))
+            if op in per_row:
+                theirs_rows, ours_rows = per_row[op]
+                if fi:
+                    try:
+                        theirs_rows(x)
+                        record(op, B, V, nbytes, "flashinfer_rows" + impl_suffix, time_fn(lambda: theirs_rows(x)))
+                    except Exception as error:
+                        print(f"# flashinfer {op} (per-row thresholds) failed: {error!r}", file=sys.stderr)
+                record(op, B, V, nbytes, "ferrinfer-py_rows" + impl_suffix, time_fn(lambda: ours_rows(x, out)))
             del x, out
 
 
