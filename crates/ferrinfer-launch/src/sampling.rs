@@ -194,11 +194,7 @@ fn rows_of(
     input: &TensorView,
     out: &TensorView,
 ) -> Result<Option<(RowLayout, RowLayout)>, Error> {
-    let x = layout::row_layout(input_name, input)?;
-    if x.hidden == 0 {
-        let expected = "a last dimension (the vocabulary) of at least 1".to_owned();
-        return Err(Error::ShapeMismatch { argument: input_name, expected, found: input.shape().to_vec() });
-    }
+    let x = vocabulary_rows(input_name, input)?;
     if out.shape() != input.shape() {
         let expected = format!("{:?} (`{input_name}`' shape)", input.shape());
         return Err(Error::ShapeMismatch { argument: "out", expected, found: out.shape().to_vec() });
@@ -207,11 +203,22 @@ fn rows_of(
     if layout::overlaps(out, input) {
         return Err(Error::Overlap { argument: "out", other: input_name });
     }
+    Ok((x.rows > 0).then_some((x, y)))
+}
+
+/// `input`'s rows (named `input_name`), each a vocabulary of 1 to `u32::MAX` entries (the
+/// kernels index a row in 32 bits).
+fn vocabulary_rows(input_name: &'static str, input: &TensorView) -> Result<RowLayout, Error> {
+    let x = layout::row_layout(input_name, input)?;
+    if x.hidden == 0 {
+        let expected = "a last dimension (the vocabulary) of at least 1".to_owned();
+        return Err(Error::ShapeMismatch { argument: input_name, expected, found: input.shape().to_vec() });
+    }
     if x.hidden > u32::MAX as u64 {
         let limit = u32::MAX as u64;
         return Err(Error::TooLarge { argument: input_name, what: "the vocabulary", value: x.hidden, limit });
     }
-    Ok((x.rows > 0).then_some((x, y)))
+    Ok(x)
 }
 
 /// The device checks, first of all: the stream's, then the output's (`out_name`), then every
@@ -407,11 +414,7 @@ fn sample_plan(
             return Err(Error::InvalidScalar { argument, value, expected: "a whole number in [0, 2^53)" });
         }
     }
-    let x = layout::row_layout(input_name, probs)?;
-    if x.hidden == 0 {
-        let expected = "a last dimension (the vocabulary) of at least 1".to_owned();
-        return Err(Error::ShapeMismatch { argument: input_name, expected, found: probs.shape().to_vec() });
-    }
+    let x = vocabulary_rows(input_name, probs)?;
     let leading = &probs.shape()[..probs.shape().len() - 1];
     if samples.shape() != leading {
         let expected = format!("{leading:?} (`{input_name}`' shape without the vocabulary: one token a row)");
@@ -423,10 +426,6 @@ fn sample_plan(
     }
     if layout::overlaps(samples, probs) {
         return Err(Error::Overlap { argument: "samples", other: input_name });
-    }
-    if x.hidden > u32::MAX as u64 {
-        let limit = u32::MAX as u64;
-        return Err(Error::TooLarge { argument: input_name, what: "the vocabulary", value: x.hidden, limit });
     }
     if thresholds.contains(&Filter::TopP) && x.rows > u32::MAX as u64 {
         // A later draw of row r reads Philox subsequence r + draw · 2^32 (`draw_random_bits`).
