@@ -21,7 +21,8 @@
 #             (FERRINFER_ACTIVATION_LAYOUT=block:grid_y:stream), silu_and_mul and gelu_tanh_and_mul bf16,
 #             T ∈ {128 … 16384} × d ∈ {4096, 14336}: $out/actsweep.csv (≈ 140 bench runs, ~3 min);
 #             ACTSWEEP=stream: the cache policy instead, cached against streaming (ActivationParams::streams)
-#   eager     ferrinfer-bench --mode eager: the host path's wall time per call (T = 1)
+#   eager     ferrinfer-bench --mode eager, then --mode issue: the wall time per call of back-to-back
+#             calls (T = 1), and the host's enqueue time alone (where eager exceeds it, the GPU sets the pace)
 #   ncu       Nsight Compute on one launch of each of a few shapes (DRAM %, registers, occupancy,
 #             issue statistics)
 #   ncupeers  Nsight Compute on FlashInfer's and the Python module's kernels, same tensors, side by
@@ -205,8 +206,10 @@ for step in "$@"; do
     eager)
       for routine in rmsnorm fused_add_rmsnorm silu_and_mul; do
         for h in 4096 8192; do
-          run eager .bundle/ferrinfer-bench --routine $routine --dtype bf16 --batch-size 1 --hidden-size $h --mode eager \
-            --num-iters 7 --warmup-seconds 0 --output-path "$out/eager.csv"
+          for mode in eager issue; do
+            run eager .bundle/ferrinfer-bench --routine $routine --dtype bf16 --batch-size 1 --hidden-size $h --mode $mode \
+              --num-iters 7 --warmup-seconds 0 --output-path "$out/eager.csv"
+          done
         done
       done ;;
     ncu)

@@ -45,8 +45,10 @@ pub struct Args {
     /// Timed repetitions (graph replays on CUDA, calls on the CPU); the median is reported.
     #[arg(long, default_value_t = 15)]
     num_iters: usize,
-    /// CUDA timing: the GPU time of a call in graph replay (the peers' method), or eager: the
-    /// wall time per call of 2000 back-to-back calls (the host path's cost).
+    /// CUDA timing: the GPU time of a call in graph replay (the peers' method); eager: the wall
+    /// time per call of 2000 back-to-back calls (the host path's cost, or the GPU's where it is
+    /// slower); issue: the host's time to enqueue a call alone (256 calls from an idle stream,
+    /// timed before the sync, too few to fill the launch queue).
     #[arg(long, value_enum, default_value = "graph")]
     mode: ModeArg,
     /// Programmatic dependent launch: auto (on where the GPU has it), on, off.
@@ -79,6 +81,7 @@ fn scalar_parser(text: &str) -> Result<(String, f64), String> {
 enum ModeArg {
     Graph,
     Eager,
+    Issue,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -139,6 +142,7 @@ fn run(args: &Args) -> Result<(), String> {
     let mode = match args.mode {
         ModeArg::Graph => timing::Mode::Graph,
         ModeArg::Eager => timing::Mode::Eager,
+        ModeArg::Issue => timing::Mode::Issue,
     };
     let pdl = match args.pdl {
         PdlArg::Auto => None,

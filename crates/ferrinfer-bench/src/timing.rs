@@ -37,6 +37,7 @@ impl Executor {
             (Executor::Cpu, _) => "ferrinfer_cpu",
             (Executor::Cuda(_), Mode::Graph) => "ferrinfer",
             (Executor::Cuda(_), Mode::Eager) => "ferrinfer_eager",
+            (Executor::Cuda(_), Mode::Issue) => "ferrinfer_issue",
         }
     }
 
@@ -54,11 +55,13 @@ impl Executor {
         Ok(())
     }
 
-    /// Median microseconds of one call of `op`: on CUDA, of the GPU's time in a graph replay, or
-    /// (eager) of the wall time per call of back-to-back calls — what the host path costs.
+    /// Median microseconds of one call of `op`: on CUDA, of the GPU's time in a graph replay, of
+    /// the wall time per call of back-to-back calls (eager), or of the host's enqueueing alone
+    /// (issue).
     pub fn time_us(&self, iters: usize, mode: Mode, mut op: impl FnMut() -> Result<(), Error>) -> Result<f64, Error> {
         match self {
             Executor::Cuda(stream) if mode == Mode::Eager => eager_us(stream, iters, op),
+            Executor::Cuda(stream) if mode == Mode::Issue => issue_us(stream, iters, op),
             Executor::Cpu => {
                 op()?;
                 let mut times: Vec<f64> = Vec::with_capacity(iters);
@@ -81,6 +84,9 @@ pub enum Mode {
     Graph,
     /// The wall time per call of `EAGER_CALLS` calls issued back to back, then one sync.
     Eager,
+    /// The host's time per call to enqueue `ISSUE_CALLS` calls on an idle stream, the sync
+    /// after them not counted: where `Eager` exceeds it, the GPU (not the host) set the pace.
+    Issue,
 }
 
 /// Calls per eager timing.
@@ -100,6 +106,27 @@ fn eager_us(stream: &Arc<CudaStream>, iters: usize, mut op: impl FnMut() -> Resu
         stream.synchronize()?;
         times.push(start.elapsed().as_secs_f64() * 1e6 / EAGER_CALLS as f64);
     }
+    Ok(median(times))
+}
+
+/// Calls per issue timing: well under the launch queue's depth (about a thousand pending
+/// launches), so no launch waits for the GPU to drain the queue.
+const ISSUE_CALLS: usize = 256;
+
+fn issue_us(stream: &Arc<CudaStream>, iters: usize, mut op: impl FnMut() -> Result<(), Error>) -> Result<f64, Error> {
+    for _ in 0..ISSUE_CALLS {
+        op()?;
+    }
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        stream.synchronize()?;
+        let start = Instant::now();
+        for _ in 0..ISSUE_CALLS {
+            op()?;
+        }
+        times.push(start.elapsed().as_secs_f64() * 1e6 / ISSUE_CALLS as f64);
+    }
+    stream.synchronize()?;
     Ok(median(times))
 }
 

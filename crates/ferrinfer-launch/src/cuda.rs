@@ -112,6 +112,20 @@ impl CurrentContext {
     fn save() -> Result<Self, Error> {
         Ok(CurrentContext(cudarc::driver::result::ctx::get_current()?))
     }
+
+    /// Makes `context` current, to be undone on drop — or, when it already is (every call
+    /// after the first on a thread that launches on one device), nothing to do either way: one
+    /// driver query on a launch's path instead of two queries and a `cuCtxSetCurrent`.
+    fn bind(context: &CudaContext) -> Result<Self, Error> {
+        context.check_err()?;
+        let current = cudarc::driver::result::ctx::get_current()?;
+        if current == Some(context.cu_ctx()) {
+            return Ok(CurrentContext(None));
+        }
+        // SAFETY: a live context (`context` holds it).
+        unsafe { cudarc::driver::result::ctx::set_current(context.cu_ctx()) }?;
+        Ok(CurrentContext(current))
+    }
 }
 
 impl Drop for CurrentContext {
@@ -311,9 +325,8 @@ pub(crate) fn launch<M: KernelModule, P: Copy>(
     key: M,
     configure: impl FnOnce(&Limits) -> Result<Launch<P>, Error>,
 ) -> Result<(), Error> {
-    let _restore = CurrentContext::save()?;
     let context = stream.context();
-    context.bind_to_thread()?;
+    let _restore = CurrentContext::bind(context)?;
     let device = device_info(context)?;
     let loaded = cache.get(context, key, &device)?;
     let limits = Limits {

@@ -180,6 +180,15 @@ impl<'a, T: ScalarValue> PerRow<'a, T> {
     }
 }
 
+/// A typed call's scalars, `(value, tensor)` each, as the registry takes them: values, then
+/// tensors — in arrays, so a call allocates nothing here.
+#[doc(hidden)]
+pub fn split_scalars<'a, const N: usize>(
+    scalars: [(f64, Option<&'a TensorView<'a>>); N],
+) -> ([f64; N], [Option<&'a TensorView<'a>>; N]) {
+    (scalars.map(|s| s.0), scalars.map(|s| s.1))
+}
+
 /// Everything the registry knows of one op.
 pub struct OpInfo {
     /// FlashInfer's name.
@@ -513,9 +522,7 @@ macro_rules! define_ops {
                 $($($scalar: $crate::__scalar_param!($kind, 'p),)+)?
                 stream: $crate::Stream<'_>,
             ) -> Result<(), $crate::Error> {
-                let scalars: &[(f64, Option<&$crate::TensorView>)] = &[$($($crate::__scalar_split!($kind, $scalar)),+)?];
-                let values: Vec<f64> = scalars.iter().map(|s| s.0).collect();
-                let per_row: Vec<Option<&$crate::TensorView>> = scalars.iter().map(|s| s.1).collect();
+                let (values, per_row) = $crate::op::split_scalars([$($($crate::__scalar_split!($kind, $scalar)),+)?]);
                 $name::INFO.call_per_row(&[$(&*$tensor,)+ $($(&*$out,)+)?], &values, &per_row, stream)
             }
 
