@@ -9,8 +9,8 @@
 #   racecheck compute-sanitizer racecheck, likewise (SANITIZER_TIMEOUT seconds each, default 240)
 #   bench     ferrinfer-bench --grid for every routine of the norm (rmsnorm, fused_add_rmsnorm),
 #             activation (silu/gelu/gelu_tanh_and_mul) and sampling (softmax, top_k_mask_logits,
-#             top_k_renorm_probs, top_p_renorm_probs and the sampling ops) families, bf16 and f16
-#             (correctness: `tests`)
+#             top_k_renorm_probs, top_p_renorm_probs and the sampling ops) and cascade (merge_state,
+#             merge_state_in_place) families, bf16 and f16 (correctness: `tests`)
 #   sweep     the norm planner's layouts forced one by one (FERRINFER_NORM_LAYOUT) at the points
 #             that decide them, rmsnorm and fused_add_rmsnorm bf16: $out/sweep.csv; the register
 #             kernels' layouts (SWEEP=register) or, by default, the staged kernel's chunks and
@@ -30,7 +30,7 @@
 #   python    the Python wheel's tests (crates/ferrinfer-py/tests) on torch CUDA tensors: every op,
 #             the current-stream rule, torch.cuda.graph capture, the adapters.md CUDA snippet
 #   pybench   crates/ferrinfer-py/bench/ops.py: the Python module beside torch eager, torch.compile
-#             and FlashInfer in one process, norm and activation grids (PYBENCH_FAMILIES: sampling
+#             and FlashInfer in one process, norm and activation grids (PYBENCH_FAMILIES: sampling, cascade
 #             too), and --eager (FlashInfer only if importable: source .peers/b/install.sh)
 #   candle    the candle adapter's GPU tests and its benchmark against candle's own rms_norm
 #             (needs .bundle/candle: bash scripts/gpu/bundle.sh --adapters)
@@ -126,7 +126,7 @@ for step in "$@"; do
     bench)
       # BENCH_DTYPES, BENCH_ROUTINES: narrow the grid (default: both dtypes, every routine).
       for dtype in ${BENCH_DTYPES:-bf16 f16}; do
-        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul softmax top_k_mask_logits top_k_renorm_probs top_p_renorm_probs sampling_from_probs top_k_sampling_from_probs top_p_sampling_from_probs min_p_sampling_from_probs top_k_top_p_sampling_from_probs top_k_top_p_sampling_from_logits}; do
+        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul softmax top_k_mask_logits top_k_renorm_probs top_p_renorm_probs sampling_from_probs top_k_sampling_from_probs top_p_sampling_from_probs min_p_sampling_from_probs top_k_top_p_sampling_from_probs top_k_top_p_sampling_from_logits merge_state merge_state_in_place}; do
           run bench .bundle/ferrinfer-bench --routine $routine --dtype $dtype --grid --output-path "$out/ferrinfer.csv" \
             --warmup-seconds 1
         done

@@ -7,6 +7,9 @@ pub fn peers(family: &str) -> Option<Vec<(usize, usize)>> {
         "activation" => (&[4096, 11008, 14336], &[1, 16, 128, 1024, 4096, 16384]),
         // The sampling issue's points: Llama 3's vocabulary, batch 1 to 256 (and 32000, Llama 2's).
         "sampling" => (&[32000, 128256], &[1, 64, 256]),
+        // The cascade issue's points: 32 heads of head_dim 128, seq ∈ {1, 128, 2048, 16384} —
+        // rows are (token, head) pairs.
+        "cascade" => (&[128], &[32, 128 * 32, 2048 * 32, 16384 * 32]),
         _ => return None,
     };
     Some(hidden.iter().flat_map(|&h| tokens.iter().map(move |&t| (t, h))).collect())

@@ -22,16 +22,18 @@
 //! ferrinfer's typed error, which names the argument. Everything is validated before anything is
 //! written; a new output is dropped on error.
 //!
-//! **Ops that update two tensors have no `InplaceOp`** (the fused norms: `residual += input;
-//! input = rmsnorm(residual) · weight`): candle's `InplaceOp2`/`InplaceOp3` write-lock only their
-//! first operand (the others are read-locked), and candle-core 0.11.1 keeps the write lock
-//! crate-private (`Tensor::storage_mut_and_layout` is `pub(crate)`). So their helpers nest two
-//! in-place ops: the outer one write-locks one of the two tensors, and inside it the inner one
-//! write-locks the other; the kernel runs once both are held. The locks are taken in candle's own
-//! order (by storage address, as `Tensor::inplace_op` does), so calls on swapped tensors from two
-//! threads cannot deadlock. candle locks a storage as a whole, so every tensor of such a call must
-//! have its own storage: the same tensor twice, or two views of one tensor, is refused with an
-//! error naming both arguments (it would otherwise deadlock).
+//! **Ops that write several tensors have no `InplaceOp` or `CustomOp`** (the fused norms update
+//! `input` and `residual`; `merge_state` writes values and scores; `merge_state_in_place` updates
+//! both and reads four tensors in all): candle's `InplaceOp2`/`InplaceOp3` write-lock only their
+//! first operand, its custom ops take at most three, and candle-core 0.11.1 keeps the write lock
+//! crate-private (`Tensor::storage_mut_and_layout` is `pub(crate)`). So their helpers lock every
+//! operand in turn: a written one by an in-place op on it, inside which the next is locked; a
+//! read one by its public read guard (`Tensor::storage_and_layout`); the kernel runs once all
+//! are held (new outputs are allocated first, then written the same way). The locks are taken in
+//! candle's own order (by storage address, as `Tensor::inplace_op` does), so calls on swapped
+//! tensors from two threads cannot deadlock. candle locks a storage as a whole, so every tensor
+//! of such a call must have its own storage: the same tensor twice, or two views of one tensor,
+//! is refused with an error naming both arguments (it would otherwise deadlock).
 
 use std::ffi::c_void;
 
@@ -74,12 +76,13 @@ impl Op {
         Ok(Op { info, scalars: scalars.to_vec() })
     }
 
-    /// Runs the op on `tensors` (its inputs, in argument order): a new output for ops with one,
-    /// `None` for ops that update their tensors in place.
-    pub fn apply(&self, tensors: &[&Tensor]) -> Result<Option<Tensor>> {
-        match self.output_arg() {
-            Ok(_) => Tensor::run(self, tensors).map(Some),
-            Err(_) => <()>::run(self, tensors).map(|()| None),
+    /// Runs the op on `tensors` (its inputs, in argument order): its new outputs in table order
+    /// (none for ops that update their tensors in place).
+    pub fn apply(&self, tensors: &[&Tensor]) -> Result<Vec<Tensor>> {
+        match self.info.tensors.iter().filter(|t| t.role == Role::Out).count() {
+            0 => <()>::run(self, tensors).map(|()| Vec::new()),
+            1 => Tensor::run(self, tensors).map(|out| vec![out]),
+            _ => <(Tensor, Tensor)>::run(self, tensors).map(|(v, s)| vec![v, s]),
         }
     }
 
@@ -160,7 +163,7 @@ macro_rules! candle_functions {
         family $family:ident;
         $(
             $(#[doc = $doc:literal])*
-            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(, $domain:ident)?]),+)
+            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(as $input_fixed:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
                 $(; $($scalar:ident : $kind:tt $(= $default:literal)? $((example $example:literal))?),+)?
                 => $op:expr, reference $reference:path;
@@ -179,6 +182,7 @@ macro_rules! candle_functions {
 ferrinfer_launch::norm_ops!(candle_functions);
 ferrinfer_launch::activation_ops!(candle_functions);
 ferrinfer_launch::sampling_ops!(candle_functions);
+ferrinfer_launch::cascade_ops!(candle_functions);
 
 /// How a helper runs its op, by what it returns.
 trait Produced: Sized {
@@ -197,10 +201,31 @@ impl Produced for Tensor {
     }
 }
 
-/// Ops updating two tensors in place: the nested locks of the module docs.
+/// Ops updating their tensors in place: the nested locks of the module docs.
 impl Produced for () {
     fn run(op: &Op, tensors: &[&Tensor]) -> Result<Self> {
-        Fused::run(op, tensors)
+        Nested::run(op, tensors)
+    }
+}
+
+/// Ops with two outputs (`merge_state`'s values and scores): both allocated like the first
+/// input, then written under the nested locks.
+impl Produced for (Tensor, Tensor) {
+    fn run(op: &Op, tensors: &[&Tensor]) -> Result<Self> {
+        let first = tensors[0];
+        let first_extent = op.info.tensors[0].extent;
+        let outputs = op.info.tensors[tensors.len()..]
+            .iter()
+            .map(|arg| {
+                let dtype = if arg.dtype == DTypeRule::F32 { candle_core::DType::F32 } else { first.dtype() };
+                Tensor::zeros(output_shape(first.shape(), first_extent, arg.extent), dtype, first.device())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let [v, s] = <[Tensor; 2]>::try_from(outputs)
+            .map_err(|_| candle_core::Error::Msg(format!("`{}` has two outputs", op.info.name)))?;
+        let operands: Vec<&Tensor> = tensors.iter().copied().chain([&v, &s]).collect();
+        Nested::run(op, &operands)?;
+        Ok((v, s))
     }
 }
 
@@ -442,35 +467,25 @@ fn storage_key(tensor: &Tensor) -> usize {
     std::ptr::from_ref::<Storage>(&storage).addr()
 }
 
-/// An op updating two tensors in place (and reading a third): which tensor each of the two
-/// nested in-place ops locks (see the module docs). Tensors are addressed by argument index.
-struct Fused<'t> {
+/// An op whose written tensors candle cannot hand one custom op (several updated in place, or
+/// several new outputs): every operand locked in candle's order (by storage, as
+/// `Tensor::inplace_op` orders its locks), a written one by an in-place op on it (candle keeps
+/// the write lock crate-private) inside which the next operand is locked, a read one by its
+/// public read guard; the op runs in the innermost step (see the module docs). Operands are
+/// addressed by argument index.
+struct Nested<'t> {
     op: &'t Op,
     exec: Exec,
-    /// The written tensors, in candle's lock order: the outer step locks `first`.
-    first: (usize, &'t Tensor),
-    second: (usize, &'t Tensor),
-    /// The read-only tensor.
-    read: (usize, &'t Tensor),
-    /// Whether the outer step read-locks `read` (it precedes `second` in lock order).
-    read_first: bool,
+    /// `(argument index, tensor, written)`, in lock order.
+    order: Vec<(usize, &'t Tensor, bool)>,
 }
 
-impl<'t> Fused<'t> {
+impl<'t> Nested<'t> {
     fn run(op: &'t Op, tensors: &[&'t Tensor]) -> Result<()> {
         let args = op.info.tensors;
-        let written: Vec<usize> = (0..tensors.len()).filter(|&i| args[i].role == Role::InOut).collect();
-        let read: Vec<usize> = (0..tensors.len()).filter(|&i| args[i].role == Role::In).collect();
-        let (&[a, b], &[r]) = (written.as_slice(), read.as_slice()) else {
-            let message = format!(
-                "`{}`: the candle adapter runs in-place ops that update two tensors and read one",
-                op.info.name
-            );
-            return Err(candle_core::Error::Msg(message));
-        };
         let keys: Vec<usize> = tensors.iter().map(|t| storage_key(t)).collect();
-        for (x, y) in [(a, b), (a, r), (b, r)] {
-            if keys[x] == keys[y] {
+        for y in 0..tensors.len() {
+            if let Some(x) = (0..y).find(|&x| keys[x] == keys[y]) {
                 let reason = format!(
                     "shares its candle storage with `{}` (the same tensor, or views of one); candle locks a storage as a whole, so `{}` needs separate tensors",
                     args[x].name, op.info.name
@@ -478,91 +493,74 @@ impl<'t> Fused<'t> {
                 return Err(to_candle(Error::UnsupportedLayout { argument: args[y].name, reason }));
             }
         }
-        let (first, second) = if keys[a] < keys[b] { (a, b) } else { (b, a) };
-        let fused = Fused {
-            op,
-            exec: Exec::of(tensors[0].device())?,
-            first: (first, tensors[first]),
-            second: (second, tensors[second]),
-            read: (r, tensors[r]),
-            read_first: keys[r] < keys[second],
-        };
-        fused.lock(fused.first.1, fused.read_first, &FusedStep { fused: &fused, held: Vec::new() })
+        let mut order: Vec<_> = (0..tensors.len()).map(|i| (i, tensors[i], args[i].role != Role::In)).collect();
+        order.sort_by_key(|&(i, _, _)| keys[i]);
+        Nested { op, exec: Exec::of(tensors[0].device())?, order }.step(Vec::new())
     }
 
-    /// Write-locks `tensor` (and read-locks the read-only tensor if `with_read`) for `step`.
-    fn lock(&self, tensor: &Tensor, with_read: bool, step: &FusedStep) -> Result<()> {
-        if with_read { tensor.inplace_op2(self.read.1, step) } else { tensor.inplace_op1(step) }
+    /// Locks the next operand of the lock order (`held` has the views of those before it) and
+    /// goes on inside; runs the op once every operand is held.
+    fn step<'v>(&self, held: Vec<(usize, TensorView<'v>)>) -> Result<()> {
+        let Some(&(index, tensor, written)) = self.order.get(held.len()) else {
+            let views: Option<Vec<&TensorView>> =
+                (0..self.order.len()).map(|i| held.iter().find(|(held, _)| *held == i).map(|(_, view)| view)).collect();
+            let views = views.ok_or_else(|| {
+                candle_core::Error::Msg("ferrinfer: an op ran before every operand was locked".into())
+            })?;
+            return self.op.run(&views, &self.exec);
+        };
+        if written {
+            return tensor.inplace_op1(&NestedStep { nested: self, held });
+        }
+        let name = self.op.info.tensors[index].name;
+        let (storage, layout) = tensor.storage_and_layout();
+        let viewed = match &*storage {
+            Storage::Cpu(storage) => storage.view(name, layout, &self.exec)?,
+            #[cfg(feature = "candle-cuda")]
+            Storage::Cuda(storage) => storage.view(name, layout, &self.exec)?,
+            other => {
+                return Err(Exec::of(&other.device())
+                    .err()
+                    .unwrap_or_else(|| candle_core::Error::Msg(format!("`{name}`: unsupported device"))));
+            }
+        };
+        let mut held = held;
+        held.push((index, viewed.view.clone()));
+        self.step(held)
+        // `viewed` (with its cudarc guard) and the read guard drop here, after the launch.
     }
 }
 
-/// One of the nested in-place ops. The outer step (nothing held yet) views the tensor it locked
-/// and locks the other in an inner step; the inner step runs the op.
-struct FusedStep<'f, 'v> {
-    fused: &'f Fused<'f>,
-    /// Views taken by the outer step, by argument index.
+/// A written operand's step of [`Nested`]: candle's in-place op on it, holding its write lock.
+struct NestedStep<'n, 'v> {
+    nested: &'n Nested<'n>,
     held: Vec<(usize, TensorView<'v>)>,
 }
 
-impl FusedStep<'_, '_> {
-    fn forward<S: Backend>(&self, locked: &mut S, layout: &Layout, read: Option<(&S, &Layout)>) -> Result<()> {
-        let fused = self.fused;
-        let args = fused.op.info.tensors;
-        let outer = self.held.is_empty();
-        let index = if outer { fused.first.0 } else { fused.second.0 };
-        let read_index = fused.read.0;
-        let read =
-            read.map(|(storage, layout)| storage.view(args[read_index].name, layout, &fused.exec)).transpose()?;
-        let locked = locked.view_mut(args[index].name, layout, &fused.exec)?;
+impl NestedStep<'_, '_> {
+    fn forward<S: Backend>(&self, locked: &mut S, layout: &Layout) -> Result<()> {
+        let nested = self.nested;
+        let index = nested.order[self.held.len()].0;
+        let locked = locked.view_mut(nested.op.info.tensors[index].name, layout, &nested.exec)?;
         let mut held = self.held.clone();
         held.push((index, locked.view.clone()));
-        held.extend(read.as_ref().map(|r| (read_index, r.view.clone())));
-        if outer {
-            let inner = FusedStep { fused, held };
-            return fused.lock(fused.second.1, !fused.read_first, &inner);
-        }
-        let views: Option<Vec<&TensorView>> =
-            (0..args.len()).map(|i| held.iter().find(|(held, _)| *held == i).map(|(_, view)| view)).collect();
-        let views = views
-            .ok_or_else(|| candle_core::Error::Msg("ferrinfer: an op ran before every operand was locked".into()))?;
-        fused.op.run(&views, &fused.exec)
-        // `locked` and `read` (with their cudarc guards) drop here, after the launch.
+        nested.step(held)
+        // `locked` (with its cudarc guard) drops here, after the launch.
     }
 }
 
-impl InplaceOp1 for FusedStep<'_, '_> {
+impl InplaceOp1 for NestedStep<'_, '_> {
     fn name(&self) -> &'static str {
-        self.fused.op.info.name
+        self.nested.op.info.name
     }
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> Result<()> {
-        self.forward(storage, layout, None)
+        self.forward(storage, layout)
     }
 
     #[cfg(feature = "candle-cuda")]
     fn cuda_fwd(&self, storage: &mut candle_core::CudaStorage, layout: &Layout) -> Result<()> {
-        self.forward(storage, layout, None)
-    }
-}
-
-impl InplaceOp2 for FusedStep<'_, '_> {
-    fn name(&self) -> &'static str {
-        self.fused.op.info.name
-    }
-
-    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout, read: &CpuStorage, r_layout: &Layout) -> Result<()> {
-        self.forward(storage, layout, Some((read, r_layout)))
-    }
-
-    #[cfg(feature = "candle-cuda")]
-    fn cuda_fwd(
-        &self,
-        storage: &mut candle_core::CudaStorage,
-        layout: &Layout,
-        read: &candle_core::CudaStorage,
-        r_layout: &Layout,
-    ) -> Result<()> {
-        self.forward(storage, layout, Some((read, r_layout)))
+        self.forward(storage, layout)
     }
 }
 

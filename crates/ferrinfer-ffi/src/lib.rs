@@ -27,6 +27,9 @@ macro_rules! returns_of {
     ($out:ident) => {
         Tensor
     };
+    ($first:ident $second:ident) => {
+        (Tensor, Tensor)
+    };
 }
 
 #[cfg(feature = "candle")]

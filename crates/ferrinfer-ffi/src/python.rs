@@ -116,8 +116,8 @@ fn function<'py>(py: Python<'py>, op: &'static OpInfo) -> PyResult<Bound<'py, Py
     PyCFunction::new_closure(py, Some(name), Some(doc), move |args, kwargs| call(op, args, kwargs).map(Bound::unbind))
 }
 
-/// One call from Python: binds the arguments, imports the tensors, allocates a missing output,
-/// runs, and returns the output (or None).
+/// One call from Python: binds the arguments, imports the tensors, allocates missing outputs,
+/// runs, and returns the output (a tuple of several; None when the op works in place).
 fn call<'py>(
     op: &'static OpInfo,
     args: &Bound<'py, PyTuple>,
@@ -173,9 +173,13 @@ fn call<'py>(
     ferrinfer_launch::with_pdl(pdl, || op.call_per_row(&view_refs, &scalars, &per_row, target.stream()))
         .map_err(to_python)?;
     target.finish()?;
-    match op.tensors.iter().position(|arg| arg.role == Role::Out) {
-        Some(i) => Ok(objects[i].clone()),
-        None => Ok(py.None().into_bound(py)),
+    // One output is returned as it is, several as a tuple (`merge_state`'s `(v, s)`), none as None.
+    let outputs: Vec<_> =
+        op.tensors.iter().zip(&objects).filter(|(arg, _)| arg.role == Role::Out).map(|(_, o)| o).collect();
+    match outputs.as_slice() {
+        [] => Ok(py.None().into_bound(py)),
+        [one] => Ok((*one).clone()),
+        several => Ok(PyTuple::new(py, several.iter().copied())?.into_any()),
     }
 }
 

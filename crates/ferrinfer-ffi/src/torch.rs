@@ -65,7 +65,7 @@ macro_rules! tch_functions {
         family $family:ident;
         $(
             $(#[doc = $doc:literal])*
-            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(, $domain:ident)?]),+)
+            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(as $input_fixed:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
                 $(; $($scalar:ident : $kind:tt $(= $default:literal)? $((example $example:literal))?),+)?
                 => $op:expr, reference $reference:path;
@@ -102,6 +102,7 @@ macro_rules! tch_param {
 ferrinfer_launch::norm_ops!(tch_functions);
 ferrinfer_launch::activation_ops!(tch_functions);
 ferrinfer_launch::sampling_ops!(tch_functions);
+ferrinfer_launch::cascade_ops!(tch_functions);
 
 /// The outputs an op produced, as its function returns them.
 trait Produced: Sized {
@@ -117,6 +118,17 @@ impl Produced for () {
 impl Produced for Tensor {
     fn take(outputs: Vec<Tensor>) -> Result<Self, TchError> {
         outputs.into_iter().next().ok_or_else(|| TchError::Torch("ferrinfer: the op produced no output".into()))
+    }
+}
+
+/// Two outputs (`merge_state`'s values and scores), in table order.
+impl Produced for (Tensor, Tensor) {
+    fn take(outputs: Vec<Tensor>) -> Result<Self, TchError> {
+        let mut outputs = outputs.into_iter();
+        match (outputs.next(), outputs.next()) {
+            (Some(first), Some(second)) => Ok((first, second)),
+            _ => Err(TchError::Torch("ferrinfer: the op produced fewer than two outputs".into())),
+        }
     }
 }
 

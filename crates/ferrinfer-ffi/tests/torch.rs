@@ -77,15 +77,18 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
             Extent::Rows if arg.nonnegative => tensor(kind, rows, hidden, narrow, seed + i as u64).abs_(),
             Extent::Rows => tensor(kind, rows, hidden, narrow, seed + i as u64),
             Extent::DoubleRows => tensor(kind, rows, 2 * hidden, narrow, seed + i as u64),
-            Extent::Batch => panic!("{}: no op reads one value a row", op.name),
+            // One value a row (attention states' scores, always f32).
+            Extent::Batch => tensor(Kind::Float, rows, 1, false, seed + i as u64).reshape([rows]),
         })
         .collect();
     let out_args: Vec<&TensorArg> = op.tensors.iter().filter(|a| a.role == Role::Out).collect();
-    // Tokens (one a row) in an int32 buffer of -1; values in a NaN-filled one.
+    // Tokens (one a row) in an int32 buffer of -1; values (and one-a-row scores) NaN-filled.
+    let unwritten = |arg: &TensorArg, v: f64| if arg.dtype == DTypeRule::I32 { v == -1.0 } else { v.is_nan() };
     let buffers: Vec<Tensor> = out_args
         .iter()
         .map(|arg| match arg.extent {
-            Extent::Batch => Tensor::full([rows + 2], -1, (Kind::Int, Device::Cpu)),
+            Extent::Batch if arg.dtype == DTypeRule::I32 => Tensor::full([rows + 2], -1, (Kind::Int, Device::Cpu)),
+            Extent::Batch => Tensor::full([rows + 2], f64::NAN, (output_kind(arg, kind), Device::Cpu)),
             _ => buffer(output_kind(arg, kind), rows, hidden, narrow, 0).fill_(f64::NAN),
         })
         .collect();
@@ -118,10 +121,8 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
     reference::check_written(op, dtype(kind), hidden as usize, &tensors, &written, &scalars)
         .unwrap_or_else(|e| panic!("{context}: {e}"));
     for (b, arg) in buffers.iter().zip(&out_args) {
-        let (written, expected) = match arg.extent {
-            Extent::Batch => (values(b).iter().filter(|&&v| v != -1.0).count(), rows),
-            _ => (values(b).iter().filter(|v| !v.is_nan()).count(), rows * hidden),
-        };
+        let written = values(b).iter().filter(|&&v| !unwritten(arg, v)).count();
+        let expected = if arg.extent == Extent::Batch { rows } else { rows * hidden };
         assert_eq!(written, expected as usize, "{context}: wrote outside `{}`", arg.name);
     }
 }

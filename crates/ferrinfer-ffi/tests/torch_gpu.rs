@@ -107,7 +107,8 @@ fn tensors(op: &OpInfo, kind: Kind, narrow: bool, seed: u64, device: Device) -> 
                 Extent::Rows if arg.nonnegative => tensor(kind, ROWS, HIDDEN, narrow, seed, device).0.abs_(),
                 Extent::Rows => tensor(kind, ROWS, HIDDEN, narrow, seed, device).0,
                 Extent::DoubleRows => tensor(kind, ROWS, 2 * HIDDEN, narrow, seed, device).0,
-                Extent::Batch => panic!("{}: no op reads one value a row", op.name),
+                // One value a row (attention states' scores, always f32).
+                Extent::Batch => tensor(Kind::Float, ROWS, 1, false, seed, device).0.reshape([ROWS]),
             }
         })
         .collect();
@@ -117,8 +118,12 @@ fn tensors(op: &OpInfo, kind: Kind, narrow: bool, seed: u64, device: Device) -> 
         .filter(|a| a.role == Role::Out)
         .map(|arg| {
             if arg.extent == Extent::Batch {
-                // Tokens, one a row, in an int32 buffer of -1 (two more than the rows).
-                let buffer = Tensor::full([ROWS + 2], -1, (Kind::Int, device));
+                // One a row, in a buffer two longer than the rows: tokens in int32 filled with
+                // -1, scores in f32 filled with NaN.
+                let buffer = match arg.dtype {
+                    DTypeRule::I32 => Tensor::full([ROWS + 2], -1, (Kind::Int, device)),
+                    _ => Tensor::full([ROWS + 2], f64::NAN, (Kind::Float, device)),
+                };
                 return (buffer.narrow(0, narrow as i64, ROWS), buffer);
             }
             // f32 where the op's outputs are always f32 (softmax).
@@ -179,10 +184,9 @@ fn torch_gpu_every_op_on_a_cudarc_stream_and_the_default_stream() {
                         .unwrap_or_else(|e| panic!("{context}: {e}"));
                     let out_args = op.tensors.iter().filter(|a| a.role == Role::Out);
                     for (buffer, arg) in buffers.iter().zip(out_args) {
-                        let (written, expected) = match arg.extent {
-                            Extent::Batch => (buffer.iter().filter(|&&v| v != -1.0).count(), ROWS),
-                            _ => (buffer.iter().filter(|v| !v.is_nan()).count(), ROWS * HIDDEN),
-                        };
+                        let unwritten = |v: f64| if arg.dtype == DTypeRule::I32 { v == -1.0 } else { v.is_nan() };
+                        let written = buffer.iter().filter(|&&v| !unwritten(v)).count();
+                        let expected = if arg.extent == Extent::Batch { ROWS } else { ROWS * HIDDEN };
                         assert_eq!(written, expected as usize, "{context}: wrote outside `{}`", arg.name);
                     }
                 }

@@ -18,6 +18,7 @@ pub mod aot;
 pub mod arch;
 pub mod builder;
 pub mod cache;
+pub mod cascade;
 pub mod codegen;
 pub mod config;
 pub mod embed;
@@ -71,7 +72,7 @@ impl Family {
 
 /// Every op family. Each kernel source file is a core file or belongs to one of these (a test
 /// checks it, so no file can change without changing the keys that depend on it).
-pub const FAMILIES: &[Family] = &[norm::FAMILY, activation::FAMILY, sampling::FAMILY];
+pub const FAMILIES: &[Family] = &[norm::FAMILY, activation::FAMILY, sampling::FAMILY, cascade::FAMILY];
 
 /// Why a module could not be had.
 #[derive(Debug, thiserror::Error)]

@@ -632,6 +632,13 @@ pub fn chain_after_prior_grids() {
     };
 }
 
+/// `bar.warp.sync` over the whole warp (every lane must execute it): a lane's memory accesses
+/// before it are ordered before every lane's after it.
+#[inline(always)]
+pub fn warp_sync() {
+    unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) };
+}
+
 /// Barrier 0 for every thread of the block, as `barrier.sync` (not `bar.sync`, which is
 /// `barrier.sync.aligned`: every thread must reach the *same* instruction). LLVM may duplicate the
 /// asm into both arms of a branch around it — it did, between the staged kernel's two

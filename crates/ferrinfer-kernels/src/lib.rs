@@ -18,6 +18,7 @@
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 
 pub mod activation;
+pub mod cascade;
 pub mod element;
 pub mod math;
 pub mod norm;

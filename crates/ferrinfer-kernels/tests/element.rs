@@ -114,3 +114,18 @@ fn exp2_erf_and_sigmoid_are_close_to_f64_on_the_host() {
         x += 0.001;
     }
 }
+
+#[test]
+fn log2_is_close_to_f64_over_the_whole_range() {
+    use ferrinfer_kernels::math::log2;
+    for x in sampled_f32().filter(|x| *x > 0.0 && x.is_finite()) {
+        let want = (x as f64).log2();
+        let got = log2(x) as f64;
+        assert!((got - want).abs() <= 2e-7 * want.abs().max(1.0), "log2({x:e}) = {got}, want {want}");
+    }
+    assert_eq!(log2(1.0), 0.0);
+    assert_eq!(log2(1024.0), 10.0);
+    assert_eq!(log2(0.0), f32::NEG_INFINITY);
+    assert_eq!(log2(f32::INFINITY), f32::INFINITY);
+    assert!(log2(-1.0).is_nan() && log2(f32::NAN).is_nan());
+}

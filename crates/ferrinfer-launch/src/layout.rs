@@ -53,6 +53,32 @@ pub(crate) fn row_layout(argument: &'static str, view: &TensorView) -> Result<Ro
     Ok(RowLayout { rows, hidden, row_stride })
 }
 
+/// Sees `view` as one sequence of its elements (one value a row of another tensor) at a single
+/// stride: every dimension must collapse into the next (each a whole number of it), strides
+/// must not be negative. The stride, in elements (1 for a single element).
+pub(crate) fn sequence_stride(argument: &'static str, view: &TensorView) -> Result<u64, Error> {
+    let (shape, strides) = (view.shape(), view.strides());
+    let unsupported = |reason: String| Error::UnsupportedLayout { argument, reason };
+    if let Some(&s) = strides.iter().find(|&&s| s < 0) {
+        return Err(unsupported(format!("negative stride {s}; expected strides ≥ 0")));
+    }
+    let dims: Vec<(u64, u64)> =
+        (0..shape.len()).filter(|&i| shape[i] > 1).map(|i| (shape[i] as u64, strides[i] as u64)).collect();
+    for pair in dims.windows(2) {
+        let ((_, outer_stride), (inner_dim, inner_stride)) = (pair[0], pair[1]);
+        if outer_stride != inner_dim * inner_stride {
+            return Err(unsupported(format!(
+                "shape {shape:?} with strides {strides:?} does not collapse into one sequence of values"
+            )));
+        }
+    }
+    match dims.last() {
+        Some(&(_, 0)) => Err(unsupported("stride 0: every value would be the same element".into())),
+        Some(&(_, stride)) => Ok(stride),
+        None => Ok(1),
+    }
+}
+
 pub(crate) fn check_dtype(
     argument: &'static str,
     view: &TensorView,

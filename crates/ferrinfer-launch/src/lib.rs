@@ -16,13 +16,14 @@
 //!
 //! Shared files (`op`, `cuda`, `cpu`, `layout`, `tensor`, `tuning`, `error`, `logging`, `reference`)
 //! know no op family; each family's vocabulary stays in its own file (`norm.rs`, `activation.rs`,
-//! `sampling.rs`).
+//! `sampling.rs`, `cascade.rs`).
 //!
 //! This crate never names a framework (candle, torch, Python live in `ferrinfer-ffi`, above it),
 //! and nothing needs CUDA installed to build it: without a driver
 //! [`cuda_device_count`] is 0 and the CPU backend still works.
 
 pub mod activation;
+pub mod cascade;
 mod cpu;
 mod cuda;
 mod error;
@@ -36,6 +37,7 @@ mod tensor;
 mod tuning;
 
 pub use activation::{gelu_and_mul, gelu_tanh_and_mul, silu_and_mul};
+pub use cascade::{merge_state, merge_state_in_place};
 pub use cuda::{ENABLE_PDL_VAR, borrowed_stream, cuda_device_count, with_pdl};
 pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
@@ -53,7 +55,7 @@ pub use {cudarc, half};
 
 /// Every op of every family, family by family in table order: one line per family.
 pub fn ops() -> impl Iterator<Item = &'static OpInfo> {
-    norm::OPS.iter().chain(activation::OPS).chain(sampling::OPS).copied()
+    norm::OPS.iter().chain(activation::OPS).chain(sampling::OPS).chain(cascade::OPS).copied()
 }
 
 /// The op FlashInfer calls `name`.

@@ -492,11 +492,11 @@ macro_rules! __scalar_split {
 /// A family invokes it once: `crate::norm_ops!(crate::define_ops);`.
 ///
 /// The table's grammar, one line per op (what every consumer of a table matches):
-/// `fn NAME(INPUT: In|InOut [Extent (| f32)? (, nonnegative)?], …) (-> OUTPUT: Out [Extent (as f32|i32)?], …)? (;
+/// `fn NAME(INPUT: In|InOut [Extent (| f32 | as f32)? (, nonnegative)?], …) (-> OUTPUT: Out [Extent (as f32|i32)?], …)? (;
 /// SCALAR: f32|i32|u64|[f32]|[i32]|[u64] (= DEFAULT)? ((example VALUE))?, …)? => SELECTOR, reference PATH;` with doc
 /// comments before it. `/ alias` after an argument's name gives FlashInfer's Python name when it
 /// differs; `| f32` lets an input be f32 whatever the first tensor's dtype, `as f32` (`as i32`)
-/// makes an output f32 (int32) always, `nonnegative` marks an input of probabilities. `[f32]` makes a scalar per
+/// makes an input f32 or an output f32 (int32) always (attention states' scores), `nonnegative` marks an input of probabilities. `[f32]` makes a scalar per
 /// row: one value, or a `[rows]` tensor ([`PerRow`]). A scalar without a default is required and needs an example (see
 /// [`ScalarArg::example`]); required scalars come before the others.
 #[doc(hidden)]
@@ -506,7 +506,7 @@ macro_rules! define_ops {
         family $family:ident;
         $(
             $(#[doc = $doc:literal])*
-            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(, $domain:ident)?]),+)
+            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(as $input_fixed:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
                 $(; $($scalar:ident : $kind:tt $(= $default:literal)? $((example $example:literal))?),+)?
                 => $op:expr, reference $reference:path;
@@ -541,7 +541,7 @@ macro_rules! define_ops {
                             alias: $crate::__alias!($($alias)?),
                             role: $crate::op::Role::$role,
                             extent: $crate::op::Extent::$extent,
-                            dtype: $crate::__dtype_rule!($(| $wide)?),
+                            dtype: $crate::__dtype_rule!($(| $wide)? $(as $input_fixed)?),
                             nonnegative: $crate::__nonnegative!($($domain)?),
                         },)+
                         $($($crate::op::TensorArg {

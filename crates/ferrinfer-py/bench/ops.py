@@ -15,7 +15,9 @@ for FlashInfer and ferrinfer, torch's `multinomial` over its filtered probabilit
 vocabularies of 32000 and 128256 × batches
 of 1, 64, 256; `H` is the vocabulary, `T` the batch; FlashInfer's sampling functions return a new
 tensor — softmax's logits converted to f32 first —, as its API does; the renorms' and sampling
-ops' input is a softmax's probabilities in the run's dtype).
+ops' input is a softmax's probabilities in the run's dtype), and `cascade` (merge_state,
+merge_state_in_place: two attention states of 32 heads × head_dim 128 over seq ∈ {1, 128, 2048,
+16384}, values in the run's dtype, f32 scores; `T` is seq · 32 rows, `H` the head_dim).
 `--eager` instead times the host path: the wall time per call of 2000 back-to-back calls outside
 any graph (T = 1), what eager PyTorch pays per op.
 
@@ -39,6 +41,8 @@ EPS = 1e-6
 NORM_GRID = [(H, T) for H in (4096, 8192) for T in (1, 16, 128, 1024, 4096, 16384, 65536)]
 ACTIVATION_GRID = [(D, T) for D in (4096, 11008, 14336) for T in (1, 16, 128, 1024, 4096, 16384)]
 SAMPLING_GRID = [(V, B) for V in (32000, 128256) for B in (1, 64, 256)]
+CASCADE_HEADS = 32
+CASCADE_GRID = [(128, seq * CASCADE_HEADS) for seq in (1, 128, 2048, 16384)]
 TEMPERATURE = 0.7
 TOP_K = 50
 TOP_P = 0.9
@@ -194,6 +198,53 @@ def activation_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
             del x, out
 
 
+def merge_state_torch(v_a, s_a, v_b, s_b):
+    """The merge in torch: weights 2^(s − max), the weighted mean of the values, log2 of the sum."""
+    m = torch.maximum(s_a, s_b)
+    w_a, w_b = torch.exp2(s_a - m), torch.exp2(s_b - m)
+    total = w_a + w_b
+    v = (w_a[..., None] * v_a.float() + w_b[..., None] * v_b.float()) / total[..., None]
+    return v.to(v_a.dtype), torch.log2(total) + m
+
+
+def flashinfer_cascade():
+    """FlashInfer 0.7.2's cascade module (built by the GPU machine's nvcc at first use); None
+    where unavailable."""
+    try:
+        import flashinfer.cascade as cascade
+        return cascade
+    except Exception as error:
+        print(f"# flashinfer cascade unavailable: {error!r}", file=sys.stderr)
+        return None
+
+
+def cascade_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
+    size = torch.tensor([], dtype=dtype).element_size()
+    compiled = torch.compile(merge_state_torch)
+    for D, T in grid:
+        seq = T // CASCADE_HEADS
+        v_a, v_b = (torch.randn(seq, CASCADE_HEADS, D, device="cuda", dtype=dtype) for _ in range(2))
+        s_a, s_b = (torch.randn(seq, CASCADE_HEADS, device="cuda", dtype=torch.float32) * 4 for _ in range(2))
+        nbytes = 3 * T * D * size + 3 * T * 4
+        if "merge_state" in ops:
+            v_out, s_out = torch.empty_like(v_a), torch.empty_like(s_a)
+            record("merge_state", T, D, nbytes, "torch_eager" + impl_suffix, time_fn(lambda: merge_state_torch(v_a, s_a, v_b, s_b)))
+            compiled(v_a, s_a, v_b, s_b)
+            record("merge_state", T, D, nbytes, "torch_compile" + impl_suffix, time_fn(lambda: compiled(v_a, s_a, v_b, s_b)))
+            if fi:
+                record("merge_state", T, D, nbytes, "flashinfer" + impl_suffix, time_fn(lambda: fi.merge_state(v_a, s_a, v_b, s_b)))
+            record("merge_state", T, D, nbytes, "ferrinfer-py" + impl_suffix,
+                   time_fn(lambda: ferrinfer.merge_state(v_a, s_a, v_b, s_b, v_merged=v_out, s_merged=s_out)))
+        if "merge_state_in_place" in ops:
+            # Repeated merges into one state: the values change, the work does not.
+            if fi:
+                record("merge_state_in_place", T, D, nbytes, "flashinfer" + impl_suffix,
+                       time_fn(lambda: fi.merge_state_in_place(v_a, s_a, v_b, s_b)))
+            record("merge_state_in_place", T, D, nbytes, "ferrinfer-py" + impl_suffix,
+                   time_fn(lambda: ferrinfer.merge_state_in_place(v_a, s_a, v_b, s_b)))
+        del v_a, v_b, s_a, s_b
+
+
 def flashinfer_sampling():
     """FlashInfer 0.7.2's sampling module (CUDA, built by the GPU machine's nvcc at first use);
     None where unavailable."""
@@ -340,7 +391,7 @@ def only_tokens(grid, tokens):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", default="norm", choices=["norm", "activation", "sampling"])
+    parser.add_argument("--family", default="norm", choices=["norm", "activation", "sampling", "cascade"])
     parser.add_argument("--ops", default=None, help="comma-separated (default: the family's ops)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--eager", action="store_true", help="time the host path (T = 1, no graph)")
@@ -361,6 +412,10 @@ def main():
         ops = (args.ops or "softmax,top_k_mask_logits,top_k_renorm_probs,top_p_renorm_probs").split(",")
         grid = [(128256, 1)] if args.eager else only_tokens(SAMPLING_GRID, args.tokens)
         sampling_cases(record, dtype, ops, flashinfer_sampling(), time_fn, suffix, grid)
+    elif args.family == "cascade":
+        ops = (args.ops or "merge_state,merge_state_in_place").split(",")
+        grid = [(128, CASCADE_HEADS)] if args.eager else only_tokens(CASCADE_GRID, args.tokens)
+        cascade_cases(record, dtype, ops, flashinfer_cascade(), time_fn, suffix, grid)
     else:
         ops = (args.ops or "silu_and_mul,gelu_and_mul,gelu_tanh_and_mul").split(",")
         grid = [(4096, 1), (14336, 1)] if args.eager else only_tokens(ACTIVATION_GRID, args.tokens)

@@ -255,3 +255,18 @@ def test_sampling_with_offset_tensors_in_a_cuda_graph_draws_afresh_on_each_repla
     assert not torch.equal(draws[0], draws[1]), "the offset the graph advanced draws afresh"
     assert offset.item() == 12
 
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_merge_state_on_the_device(dtype):
+    v_a, v_b = randn(7, 32, 128, dtype=dtype), randn(7, 32, 128, dtype=dtype)
+    s_a, s_b = randn(7, 32, dtype=torch.float32) * 4, randn(7, 32, dtype=torch.float32) * 4
+    s_b[0, 0] = float("-inf")
+    v, s = ferrinfer.merge_state(v_a, s_a, v_b, s_b)
+    m = torch.maximum(s_a, s_b).double()
+    w_a, w_b = torch.exp2(s_a.double() - m), torch.exp2(s_b.double() - m)
+    want = (w_a[..., None] * v_a.double() + w_b[..., None] * v_b.double()) / (w_a + w_b)[..., None]
+    close(v, want, dtype)
+    assert torch.allclose(s.double(), torch.log2(w_a + w_b) + m, rtol=1e-5, atol=1e-5)
+    assert ferrinfer.merge_state_in_place(v_a, s_a, v_b, s_b) is None
+    assert torch.equal(v_a, v) and torch.equal(s_a, s)

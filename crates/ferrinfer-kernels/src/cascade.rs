@@ -1,0 +1,231 @@
+//! The cascade family: merging partial attention states, FlashInfer's `merge_state(s)`. A state of
+//! a query row is `(v, s)`: `v` the attention output over one partition of the keys (`width`
+//! values), `s` the log-sum-exp of its scores in base 2. States of `n` partitions merge into the
+//! state of their union:
+//!
+//! `m = max sₖ`, `wₖ = 2^(sₖ − m)`, `W = Σ wₖ`, `v = Σ wₖ vₖ / W`, `s = log₂ W + m`,
+//!
+//! in f32 whatever the values' storage type. Every partition empty (`sₖ = −∞` for all k) merges
+//! to `v = 0`, `s = −∞` rather than NaN; a NaN or `+∞` score gives NaN (FlashInfer's arithmetic).
+//!
+//! One parameter struct shared with the host, the per-vector math (the device kernel and the CPU
+//! backend alike; [`crate::math`] gives each side its `exp2` and `log2`) and one device kernel,
+//! generic over the element type and the vector width.
+
+use crate::element::Element;
+use crate::math::{exp2, log2, mul_add, reciprocal};
+
+/// Arguments of the merge kernel, passed by value. Rows are the `(i, h)` pairs of `rows / heads`
+/// outer indices and `heads` inner ones (a query row's position and head), so that
+/// `merge_states`' `[seq, states, heads, dim]` values need no copy; each tensor addresses row
+/// `(i, h)` at `i · outer + h · head` elements from its base. Strides in elements, 64-bit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct MergeParams {
+    /// State 0's values; state `k`'s start `k · v_state_stride` elements further (signed: two
+    /// separate tensors are "states" of any distance).
+    pub v: u64,
+    /// State 0's scores (f32).
+    pub s: u64,
+    /// The merged values (`v` itself when merging in place).
+    pub v_out: u64,
+    /// The merged scores (f32; `s` itself in place).
+    pub s_out: u64,
+    pub rows: u64,
+    /// Inner rows per outer index (≥ 1).
+    pub heads: u64,
+    pub v_state_stride: i64,
+    pub s_state_stride: i64,
+    /// `[outer, head]` strides of `v`, `s`, `v_out`, `s_out`.
+    pub v_strides: [u64; 2],
+    pub s_strides: [u64; 2],
+    pub v_out_strides: [u64; 2],
+    pub s_out_strides: [u64; 2],
+    /// Values a row (`head_dim`).
+    pub width: u32,
+    /// States merged (≥ 1).
+    pub states: u32,
+    /// Threads working on one row (a power of two ≤ 32; the device kernel's only).
+    pub lanes: u32,
+    pub _reserved: u32,
+}
+
+impl MergeParams {
+    /// Element offset of row `row` in a tensor of `strides`.
+    #[inline(always)]
+    fn offset(&self, row: u64, strides: [u64; 2]) -> usize {
+        // Through NonZeroU64: a division that cannot fail has no panic path for the device.
+        let heads = core::num::NonZeroU64::new(self.heads).unwrap_or(core::num::NonZeroU64::MIN);
+        let (outer, head) = if self.heads == 1 { (row, 0) } else { (row / heads, row % heads) };
+        (outer * strides[0] + head * strides[1]) as usize
+    }
+}
+
+/// The largest of a row's scores `score(k)`, `k < states`: −∞ when every partition is empty. A
+/// NaN is never chosen (`max` would drop it too); `exp2(NaN − m)` then spreads it to the row.
+#[inline(always)]
+fn max_score(states: u32, score: impl Fn(u32) -> f32) -> f32 {
+    let mut m = f32::NEG_INFINITY;
+    for k in 0..states {
+        let s = score(k);
+        m = if s > m { s } else { m };
+    }
+    m
+}
+
+/// `VEC` values of the merge of states whose largest score is `m` (finite): `Σ wₖ vₖ / W` with
+/// `wₖ = 2^(sₖ − m)`, `W = Σ wₖ`, each `vₖ` from `values(k)`; and the merged score
+/// `log₂ W + m`. One `exp2` a state, each state's score read once here.
+#[inline(always)]
+fn merged<const VEC: usize>(
+    states: u32,
+    m: f32,
+    score: impl Fn(u32) -> f32,
+    values: impl Fn(u32) -> [f32; VEC],
+) -> ([f32; VEC], f32) {
+    let (mut sum, mut total) = ([0.0f32; VEC], 0.0f32);
+    for k in 0..states {
+        let w = exp2(score(k) - m);
+        let v = values(k);
+        total += w;
+        for i in 0..VEC {
+            sum[i] = mul_add(w, v[i], sum[i]);
+        }
+    }
+    let inverse = reciprocal(total);
+    (sum.map(|x| x * inverse), log2(total) + m)
+}
+
+/// One row on the host (the CPU backend's inner loop).
+///
+/// # Safety
+/// `params` must describe valid memory as the launcher validates it: every row of every state in
+/// bounds; the outputs disjoint from the inputs or exactly state 0 (in place).
+pub unsafe fn merge_row<T: Element>(p: &MergeParams, row: u64) {
+    let states = p.states;
+    let s = (p.s as *const f32).wrapping_add(p.offset(row, p.s_strides));
+    let v = (p.v as *const T).wrapping_add(p.offset(row, p.v_strides));
+    let v_out = (p.v_out as *mut T).wrapping_add(p.offset(row, p.v_out_strides));
+    let s_out = (p.s_out as *mut f32).wrapping_add(p.offset(row, p.s_out_strides));
+    let score = |k: u32| unsafe { s.wrapping_offset(k as isize * p.s_state_stride as isize).read() };
+    let m = max_score(states, score);
+    let width = p.width as usize;
+    if m == f32::NEG_INFINITY {
+        for i in 0..width {
+            unsafe { v_out.add(i).write(T::from_f32(0.0)) };
+        }
+        unsafe { s_out.write(f32::NEG_INFINITY) };
+        return;
+    }
+    // Chunks of 8 values, then one at a time: each state's weight computed once a chunk.
+    let mut merged_score = m;
+    let mut i = 0;
+    while i < width {
+        let chunk = if width - i >= HOST_CHUNK { HOST_CHUNK } else { 1 };
+        if chunk == HOST_CHUNK {
+            let (out, score_out) = merged::<HOST_CHUNK>(states, m, score, |k| unsafe { state_values(p, v, k, i) });
+            for (j, x) in out.into_iter().enumerate() {
+                unsafe { v_out.add(i + j).write(T::from_f32(x)) };
+            }
+            merged_score = score_out;
+        } else {
+            let ([x], score_out) = merged::<1>(states, m, score, |k| unsafe { state_values(p, v, k, i) });
+            unsafe { v_out.add(i).write(T::from_f32(x)) };
+            merged_score = score_out;
+        }
+        i += chunk;
+    }
+    unsafe { s_out.write(merged_score) };
+}
+
+/// Values a host step merges at once.
+const HOST_CHUNK: usize = 8;
+
+/// `N` values of state `k` from element `at` of the row whose state 0 starts at `v`, as f32.
+///
+/// # Safety
+/// As [`merge_row`].
+unsafe fn state_values<T: Element, const N: usize>(p: &MergeParams, v: *const T, k: u32, at: usize) -> [f32; N] {
+    let state = v.wrapping_offset(k as isize * p.v_state_stride as isize).wrapping_add(at);
+    core::array::from_fn(|j| unsafe { state.add(j).read() }.to_f32())
+}
+
+#[cfg(target_arch = "nvptx64")]
+pub use device_kernels::merge_rows;
+
+#[cfg(target_arch = "nvptx64")]
+mod device_kernels {
+    use super::*;
+    use crate::device::{RowGroup, chain_after_prior_grids, warp_sync};
+    use crate::vector::{Coherent, Kept, Packed};
+
+    /// The device kernel. A row is worked on by `p.lanes` threads (a power of two ≤ 32, so a
+    /// row never spans warps), each taking every `lanes`-th vector of `VEC` values; a block's
+    /// groups take consecutive rows and the grid's y dimension strides over the rest. Every
+    /// thread of a warp runs the same number of row steps (a row past the end is skipped, not
+    /// the step), so the warp can synchronise inside one: a row's scores are read by every lane
+    /// before its first lane writes the merged score, which in place overwrites state 0's.
+    /// Loads are coherent: in place the kernel writes what it reads. Launcher's guarantees:
+    /// `width`, every stride and pointer are multiples of `VEC` elements (scores: f32-aligned).
+    #[inline(always)]
+    pub unsafe fn merge_rows<T: Element, const VEC: usize>(p: &MergeParams) {
+        chain_after_prior_grids();
+        let group = RowGroup::of_thread(p.lanes);
+        let groups = group.per_block();
+        let vectors = p.width / VEC as u32;
+        let (block_row, grid_rows) = unsafe {
+            (
+                core::arch::nvptx::_block_idx_y() as u64 * groups as u64,
+                core::arch::nvptx::_grid_dim_y() as u64 * groups as u64,
+            )
+        };
+        let mut first = block_row;
+        while first < p.rows {
+            let row = first + group.group as u64;
+            let live = row < p.rows;
+            let mut merged_score = f32::NEG_INFINITY;
+            if live {
+                merged_score = unsafe { merge_vectors::<T, VEC>(p, row, group.lane, vectors) };
+            }
+            warp_sync();
+            if live && group.lane == 0 {
+                let s_out = (p.s_out as *mut f32).wrapping_add(p.offset(row, p.s_out_strides));
+                unsafe { Packed::<f32, 1>::from_f32([merged_score]).store::<Kept>(s_out) };
+            }
+            first += grid_rows;
+        }
+    }
+
+    /// This lane's vectors of `row`; the merged score (−∞ for a lane without a vector; lane 0
+    /// always has one).
+    #[inline(always)]
+    unsafe fn merge_vectors<T: Element, const VEC: usize>(p: &MergeParams, row: u64, lane: u32, vectors: u32) -> f32 {
+        let s = (p.s as *const f32).wrapping_add(p.offset(row, p.s_strides));
+        let v = (p.v as *const T).wrapping_add(p.offset(row, p.v_strides));
+        let v_out = (p.v_out as *mut T).wrapping_add(p.offset(row, p.v_out_strides));
+        let score = |k: u32| {
+            let at = s.wrapping_offset(k as isize * p.s_state_stride as isize);
+            unsafe { Packed::<f32, 1>::load::<Coherent>(at) }.get(0)
+        };
+        let m = max_score(p.states, score);
+        let mut merged_score = f32::NEG_INFINITY;
+        let mut column = lane;
+        while column < vectors {
+            let at = column as usize * VEC;
+            let out = if m == f32::NEG_INFINITY {
+                [0.0; VEC]
+            } else {
+                let values = |k: u32| {
+                    let state = v.wrapping_offset(k as isize * p.v_state_stride as isize).wrapping_add(at);
+                    unsafe { Packed::<T, VEC>::load::<Coherent>(state) }.to_f32()
+                };
+                let (out, score_out) = merged::<VEC>(p.states, m, score, values);
+                merged_score = score_out;
+                out
+            };
+            unsafe { Packed::<T, VEC>::from_f32(out).store::<Kept>(v_out.wrapping_add(at)) };
+            column += p.lanes;
+        }
+        merged_score
+    }
+}

@@ -1,0 +1,340 @@
+//! The cascade family at layers 1 and 4: the op table, validation, the launch planner, the CPU
+//! path and the f64 references. Each op validates its arguments, then runs on the CPU backend or
+//! launches the merge kernel of `ferrinfer-kernels/src/cascade.rs` on the caller's stream.
+//!
+//! An attention state is a pair: values `v` (`[..., head_dim]`, f16, bf16 or f32; FlashInfer's
+//! `[seq_len, num_heads, head_dim]`) and their scores `s` (f32, `v`'s shape without `head_dim`:
+//! the log-sum-exp of the partition's attention scores, base 2). Rules, checked before anything
+//! is written (so on error no output is touched):
+//! - every tensor on the stream's device; values of one dtype, scores f32;
+//! - values: the last dimension contiguous, leading dimensions collapsible into rows, all of
+//!   one shape and one row stride (the kernel reaches the second state by the distance between
+//!   the two); scores: `v`'s shape without the last dimension, collapsible into one sequence,
+//!   the two states' at one stride; no rows is a no-op;
+//! - outputs: writable, disjoint from every input and from each other, or exactly the first
+//!   state's tensor (merging into it in place);
+//! - addresses need only element alignment: the vector width narrows until every row stride and
+//!   address allow it.
+//!
+//! Every partition empty (both scores −∞) merges to values 0 and score −∞, not NaN.
+
+use ferrinfer_jit::cascade::CascadeModule;
+use ferrinfer_jit::{CudaArch, JitSpec};
+use ferrinfer_kernels::cascade::{MergeParams, merge_row};
+use ferrinfer_kernels::element::DType;
+
+use crate::cuda::{self, KernelModule, Launch, Limits, ModuleCache};
+use crate::layout;
+use crate::op::{Call, FamilyOp, Problem};
+use crate::{Error, Stream, TensorView, cpu, logging};
+
+/// The cascade family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
+#[macro_export]
+macro_rules! cascade_ops {
+    ($callback:path) => {
+        $callback! {
+            family cascade;
+            /// Merges two attention states of the same queries, FlashInfer's `merge_state`:
+            /// `m = max(s_a, s_b)`, `wₓ = 2^(sₓ − m)`, `v_merged = (w_a v_a + w_b v_b) / (w_a + w_b)`,
+            /// `s_merged = log₂(w_a + w_b) + m`, in f32. `v_*`: `[..., head_dim]`; `s_*`: f32,
+            /// `[...]` (one score a row of `v`).
+            fn merge_state(v_a: In[Rows], s_a: In[Batch as f32], v_b: In[Rows], s_b: In[Batch as f32])
+                -> v_merged: Out[Rows], s_merged: Out[Batch as f32]
+                => CascadeOp::MergeState, reference merge_state_reference;
+            /// `merge_state` into the first state, FlashInfer's `merge_state_in_place` (without
+            /// its `mask`): `v`, `s` become the merge of themselves with `v_other`, `s_other`.
+            fn merge_state_in_place(v: InOut[Rows], s: InOut[Batch as f32], v_other: In[Rows], s_other: In[Batch as f32])
+                => CascadeOp::MergeStateInPlace, reference merge_state_in_place_reference;
+        }
+    };
+}
+
+crate::cascade_ops!(crate::define_ops);
+
+/// Which op of the family a call is (the table's selectors): all run the one merge kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CascadeOp {
+    MergeState,
+    MergeStateInPlace,
+}
+
+impl FamilyOp for CascadeOp {
+    fn run(&self, call: &Call) -> Result<(), Error> {
+        let Some(plan) = plan(*self, call)? else { return Ok(()) };
+        logging::input_statistics(call);
+        match call.stream {
+            Stream::Cpu => {
+                cpu_rows(plan.dtype, &plan.params);
+                Ok(())
+            }
+            Stream::Cuda(stream) => {
+                static MODULES: ModuleCache<CascadeModule> = ModuleCache::new();
+                let module = CascadeModule { dtype: plan.dtype };
+                let entry = module
+                    .entry(plan.vec)
+                    .ok_or_else(|| Error::NoEntryPoint { module: format!("{module:?}"), entry: plan.vec as usize })?;
+                cuda::launch(stream, &MODULES, module, |_: &Limits| Ok(plan.kernel(entry)))
+            }
+        }
+    }
+}
+
+impl KernelModule for CascadeModule {
+    fn spec(&self, arch: CudaArch, debug: bool) -> JitSpec {
+        CascadeModule::spec(self, arch, debug)
+    }
+}
+
+/// The arguments of a merge of two states, by role, whichever op names them.
+struct TwoStates<'a> {
+    /// `(name, view)`: state 0's values and scores, state 1's, the outputs'.
+    v: [(&'static str, &'a TensorView<'a>); 3],
+    s: [(&'static str, &'a TensorView<'a>); 3],
+}
+
+/// A validated call: kernel parameters, values dtype and vector width.
+struct Plan {
+    params: MergeParams,
+    dtype: DType,
+    vec: u32,
+}
+
+fn plan(op: CascadeOp, call: &Call) -> Result<Option<Plan>, Error> {
+    let states = match op {
+        CascadeOp::MergeState => {
+            let [v_a, s_a, v_b, s_b, v_merged, s_merged] = call.tensors()?;
+            TwoStates {
+                v: [("v_a", v_a), ("v_b", v_b), ("v_merged", v_merged)],
+                s: [("s_a", s_a), ("s_b", s_b), ("s_merged", s_merged)],
+            }
+        }
+        CascadeOp::MergeStateInPlace => {
+            let [v, s, v_other, s_other] = call.tensors()?;
+            TwoStates { v: [("v", v), ("v_other", v_other), ("v", v)], s: [("s", s), ("s_other", s_other), ("s", s)] }
+        }
+    };
+    two_states_plan(&states, &call.stream)
+}
+
+/// Every check, in the order a caller would fix them; `None` when there is nothing to compute.
+fn two_states_plan(states: &TwoStates, stream: &Stream) -> Result<Option<Plan>, Error> {
+    let [(v_name, v), (other_name, v_other), (v_out_name, v_out)] = states.v;
+    let [(s_name, s), (s_other_name, s_other), (s_out_name, s_out)] = states.s;
+    let (device, dtype) = (v.device(), v.dtype());
+    if stream.device() != device {
+        return Err(Error::DeviceMismatch {
+            argument: "stream",
+            reference: v_name,
+            expected: device,
+            found: stream.device(),
+        });
+    }
+    let all = [states.v[1], states.v[2], states.s[0], states.s[1], states.s[2]];
+    for (name, view) in all {
+        layout::check_device(name, view, v_name, device)?;
+    }
+    for (name, view) in [states.v[0]].into_iter().chain(all) {
+        layout::check_aligned(name, view)?;
+    }
+    for (name, view) in [states.v[1], states.v[2]] {
+        layout::check_dtype(name, view, v_name, dtype)?;
+    }
+    for (name, view) in states.s {
+        if view.dtype() != DType::F32 {
+            let expected = "float32 (the states' log-sum-exp scores)".to_owned();
+            return Err(Error::UnsupportedDType { argument: name, found: view.dtype().to_string(), expected });
+        }
+    }
+    layout::check_writable(v_out_name, v_out)?;
+    layout::check_writable(s_out_name, s_out)?;
+    let x = layout::row_layout(v_name, v)?;
+    if x.hidden == 0 {
+        let expected = "a last dimension (head_dim) of at least 1".to_owned();
+        return Err(Error::ShapeMismatch { argument: v_name, expected, found: v.shape().to_vec() });
+    }
+    if x.hidden > u32::MAX as u64 {
+        let limit = u32::MAX as u64;
+        return Err(Error::TooLarge { argument: v_name, what: "the head dimension", value: x.hidden, limit });
+    }
+    for (name, view) in [states.v[1], states.v[2]] {
+        if view.shape() != v.shape() {
+            let expected = format!("{:?} (`{v_name}`'s shape)", v.shape());
+            return Err(Error::ShapeMismatch { argument: name, expected, found: view.shape().to_vec() });
+        }
+    }
+    let leading = &v.shape()[..v.shape().len() - 1];
+    for (name, view) in states.s {
+        if view.shape() != leading {
+            let expected = format!("{leading:?} (`{v_name}`'s shape without head_dim: one score a row)");
+            return Err(Error::ShapeMismatch { argument: name, expected, found: view.shape().to_vec() });
+        }
+    }
+    let other = layout::row_layout(other_name, v_other)?;
+    let out = layout::row_layout(v_out_name, v_out)?;
+    if x.rows > 1 && other.row_stride != x.row_stride {
+        let reason = format!("row stride {}; expected `{v_name}`'s, {}", other.row_stride, x.row_stride);
+        return Err(Error::UnsupportedLayout { argument: other_name, reason });
+    }
+    let s_strides = [layout::sequence_stride(s_name, s)?, layout::sequence_stride(s_other_name, s_other)?];
+    let s_out_stride = layout::sequence_stride(s_out_name, s_out)?;
+    if x.rows > 1 && s_strides[1] != s_strides[0] {
+        let reason = format!("stride {}; expected `{s_name}`'s, {}", s_strides[1], s_strides[0]);
+        return Err(Error::UnsupportedLayout { argument: s_other_name, reason });
+    }
+    check_disjoint(states)?;
+    if x.rows == 0 {
+        return Ok(None);
+    }
+    let vec = layout::vector_width(
+        dtype,
+        x.hidden,
+        &[x.row_stride, out.row_stride],
+        &[v.address(), v_other.address(), v_out.address()],
+    );
+    // The second state as the first's neighbour: addresses are element-aligned (checked), so
+    // their distance is a whole number of elements.
+    let distance =
+        |a: &TensorView, b: &TensorView, size: usize| (b.address() as i64 - a.address() as i64) / size as i64;
+    let params = MergeParams {
+        v: v.address(),
+        s: s.address(),
+        v_out: v_out.address(),
+        s_out: s_out.address(),
+        rows: x.rows,
+        heads: 1,
+        v_state_stride: distance(v, v_other, dtype.size()),
+        s_state_stride: distance(s, s_other, DType::F32.size()),
+        v_strides: [x.row_stride, 0],
+        s_strides: [s_strides[0], 0],
+        v_out_strides: [out.row_stride, 0],
+        s_out_strides: [s_out_stride, 0],
+        width: x.hidden as u32,
+        states: 2,
+        lanes: 1,
+        _reserved: 0,
+    };
+    Ok(Some(Plan { params, dtype, vec }))
+}
+
+/// Each output apart from every input and from the other output — or exactly its own state 0's
+/// tensor (in place: every thread reads a row's states before writing it).
+fn check_disjoint(states: &TwoStates) -> Result<(), Error> {
+    let inputs = [states.v[0], states.v[1], states.s[0], states.s[1]];
+    for ((out_name, out), (own_name, _)) in [(states.v[2], states.v[0]), (states.s[2], states.s[0])] {
+        for (name, view) in inputs {
+            let in_place = name == own_name && layout::same_view(out, view);
+            if !in_place && layout::overlaps(out, view) {
+                return Err(Error::Overlap { argument: out_name, other: name });
+            }
+        }
+    }
+    if layout::overlaps(states.v[2].1, states.s[2].1) {
+        return Err(Error::Overlap { argument: states.s[2].0, other: states.v[2].0 });
+    }
+    Ok(())
+}
+
+/// Threads a block of the merge kernel.
+const BLOCK_THREADS: u32 = 128;
+/// Threads on one row at most (a warp: a row's lanes synchronise as one).
+const MAX_LANES: u32 = 32;
+/// The grid's y dimension at most (CUDA's limit).
+const MAX_GRID_Y: u64 = 65_535;
+
+impl Plan {
+    /// A row's vectors across up to a warp of lanes, the block's groups on consecutive rows,
+    /// enough blocks for every row (the kernel strides past 65535 of them).
+    fn kernel(&self, entry: usize) -> Launch<MergeParams> {
+        let vectors = (self.params.width / self.vec).max(1);
+        let lanes = vectors.next_power_of_two().min(MAX_LANES);
+        let groups = (BLOCK_THREADS / lanes) as u64;
+        let grid_y = self.params.rows.div_ceil(groups).clamp(1, MAX_GRID_Y) as u32;
+        let params = MergeParams { lanes, ..self.params };
+        Launch { entry, params, grid: (1, grid_y), block: BLOCK_THREADS, shared_bytes: 0, cluster: 1 }
+    }
+}
+
+/// The CPU backend: the kernels crate's host numerics, rows split across cores.
+fn cpu_rows(dtype: DType, params: &MergeParams) {
+    ferrinfer_kernels::with_element!(dtype, T => cpu::for_rows(params.rows, params.width as u64, |rows| {
+        for row in rows {
+            // SAFETY: the launcher validated every pointer, stride and overlap in `params`.
+            unsafe { merge_row::<T>(params, row) }
+        }
+    }));
+}
+
+/// The f64 merge of states given as (values by row, one score a row): `(values, scores)`.
+fn merged(p: &Problem, states: &[(&[f64], &[f64])]) -> (Vec<f64>, Vec<f64>) {
+    let width = p.hidden;
+    let rows = states[0].1.len();
+    let mut values = Vec::with_capacity(rows * width);
+    let mut scores = Vec::with_capacity(rows);
+    for row in 0..rows {
+        let m = states.iter().map(|(_, s)| s[row]).fold(f64::NEG_INFINITY, f64::max);
+        if m == f64::NEG_INFINITY {
+            values.extend(std::iter::repeat_n(0.0, width));
+            scores.push(m);
+            continue;
+        }
+        let weights: Vec<f64> = states.iter().map(|(_, s)| (s[row] - m).exp2()).collect();
+        let total: f64 = weights.iter().sum();
+        values.extend(
+            (0..width)
+                .map(|i| states.iter().zip(&weights).map(|((v, _), w)| w * v[row * width + i]).sum::<f64>() / total),
+        );
+        scores.push(total.log2() + m);
+    }
+    (values, scores)
+}
+
+fn merge_state_reference(p: &Problem) -> Vec<Vec<f64>> {
+    let t = p.tensors;
+    let (values, scores) = merged(p, &[(&t[0], &t[1]), (&t[2], &t[3])]);
+    vec![values, scores]
+}
+
+fn merge_state_in_place_reference(p: &Problem) -> Vec<Vec<f64>> {
+    merge_state_reference(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(width: u32, vec: u32, rows: u64) -> Plan {
+        let params = MergeParams { width, rows, ..merge_params() };
+        Plan { params, dtype: DType::Bf16, vec }
+    }
+
+    fn merge_params() -> MergeParams {
+        MergeParams {
+            v: 0,
+            s: 0,
+            v_out: 0,
+            s_out: 0,
+            rows: 0,
+            heads: 1,
+            v_state_stride: 0,
+            s_state_stride: 0,
+            v_strides: [0; 2],
+            s_strides: [0; 2],
+            v_out_strides: [0; 2],
+            s_out_strides: [0; 2],
+            width: 0,
+            states: 2,
+            lanes: 1,
+            _reserved: 0,
+        }
+    }
+
+    #[test]
+    fn a_row_takes_a_warp_at_most_and_a_block_takes_the_rest_in_rows() {
+        let launch = plan_of(128, 8, 32 * 16384).kernel(0);
+        assert_eq!((launch.params.lanes, launch.block), (16, 128), "head_dim 128 bf16: 16 vectors, 8 rows a block");
+        assert_eq!(launch.grid, (1, 65_535), "524288 rows / 8 a block, clamped: the kernel strides");
+        assert_eq!(plan_of(1000, 8, 3).kernel(0).params.lanes, 32, "125 vectors: a warp, 4 each");
+        assert_eq!(plan_of(6, 2, 5).kernel(0).params.lanes, 4, "3 vectors: 4 lanes, one idle");
+        assert_eq!(plan_of(6, 2, 5).kernel(0).grid, (1, 1));
+    }
+}
