@@ -61,36 +61,48 @@ impl MergeParams {
     }
 }
 
-/// The largest of a row's scores `score(k)`, `k < states`: −∞ when every partition is empty. A
-/// NaN is never chosen (`max` would drop it too); `exp2(NaN − m)` then spreads it to the row.
+/// The larger of two scores, never a NaN (`f32::max` would drop it too): a NaN score reaches the
+/// row through its weight, `exp2(NaN − m)`.
 #[inline(always)]
-fn max_score(states: u32, score: impl Fn(u32) -> f32) -> f32 {
-    let mut m = f32::NEG_INFINITY;
-    for k in 0..states {
-        let s = score(k);
-        m = if s > m { s } else { m };
-    }
-    m
+fn larger(a: f32, b: f32) -> f32 {
+    if b > a { b } else { a }
 }
 
-/// `VEC` values of the merge of states whose largest score is `m` (finite): `Σ wₖ vₖ / W` with
-/// `wₖ = 2^(sₖ − m)`, `W = Σ wₖ`, each `vₖ` from `values(k)`; and the merged score
-/// `log₂ W + m`. One `exp2` a state, each state's score read once here.
+/// `VEC` values of the merge of a row's `states` and its merged score: `Σ wₖ vₖ / W` with
+/// `wₖ = 2^(sₖ − m)`, `W = Σ wₖ`, `m = max sₖ`, and `log₂ W + m`; zeros and −∞ when every score
+/// is −∞ (or NaN). States are taken two a step, both states' score and values read before either
+/// is used — on the device one memory round trip a step, and a single step for `merge_state` —
+/// and the sums rescaled when a step raises the largest score (`merge_states`' later steps; a
+/// step's arithmetic does not depend on what is loaded, so no load waits on a score). The host
+/// and the device run this same function: their merges differ only in `exp2`/`log2`.
 #[inline(always)]
 fn merged<const VEC: usize>(
     states: u32,
-    m: f32,
     score: impl Fn(u32) -> f32,
     values: impl Fn(u32) -> [f32; VEC],
 ) -> ([f32; VEC], f32) {
-    let (mut sum, mut total) = ([0.0f32; VEC], 0.0f32);
-    for k in 0..states {
-        let w = exp2(score(k) - m);
-        let v = values(k);
-        total += w;
+    let (mut m, mut total, mut sum) = (f32::NEG_INFINITY, 0.0f32, [0.0f32; VEC]);
+    let mut k = 0;
+    while k < states {
+        // An odd last state is paired with itself, its second copy weighed 0.
+        let pair = k + 1 < states;
+        let second = if pair { k + 1 } else { k };
+        let (s0, s1, v0, v1) = (score(k), score(second), values(k), values(second));
+        let s1 = if pair { s1 } else { f32::NEG_INFINITY };
+        let step_max = larger(m, larger(s0, s1));
+        // While every score so far is −∞, weigh against 0: each weight is then 0, not NaN.
+        let base = if step_max == f32::NEG_INFINITY { 0.0 } else { step_max };
+        let (w0, w1) = (exp2(s0 - base), exp2(s1 - base));
+        let scale = if k == 0 { 0.0 } else { exp2(m - base) };
+        total = mul_add(total, scale, w0 + w1);
         for i in 0..VEC {
-            sum[i] = mul_add(w, v[i], sum[i]);
+            sum[i] = mul_add(w1, v1[i], mul_add(w0, v0[i], sum[i] * scale));
         }
+        m = step_max;
+        k += 2;
+    }
+    if m == f32::NEG_INFINITY {
+        return ([0.0; VEC], f32::NEG_INFINITY);
     }
     let inverse = reciprocal(total);
     (sum.map(|x| x * inverse), log2(total) + m)
@@ -102,38 +114,29 @@ fn merged<const VEC: usize>(
 /// `params` must describe valid memory as the launcher validates it: every row of every state in
 /// bounds; the outputs disjoint from the inputs or exactly state 0 (in place).
 pub unsafe fn merge_row<T: Element>(p: &MergeParams, row: u64) {
-    let states = p.states;
     let s = (p.s as *const f32).wrapping_add(p.offset(row, p.s_strides));
     let v = (p.v as *const T).wrapping_add(p.offset(row, p.v_strides));
     let v_out = (p.v_out as *mut T).wrapping_add(p.offset(row, p.v_out_strides));
     let s_out = (p.s_out as *mut f32).wrapping_add(p.offset(row, p.s_out_strides));
     let score = |k: u32| unsafe { s.wrapping_offset(k as isize * p.s_state_stride as isize).read() };
-    let m = max_score(states, score);
     let width = p.width as usize;
-    if m == f32::NEG_INFINITY {
-        for i in 0..width {
-            unsafe { v_out.add(i).write(T::from_f32(0.0)) };
-        }
-        unsafe { s_out.write(f32::NEG_INFINITY) };
-        return;
-    }
     // Chunks of 8 values, then one at a time: each state's weight computed once a chunk.
-    let mut merged_score = m;
+    let mut merged_score = f32::NEG_INFINITY;
     let mut i = 0;
     while i < width {
-        let chunk = if width - i >= HOST_CHUNK { HOST_CHUNK } else { 1 };
-        if chunk == HOST_CHUNK {
-            let (out, score_out) = merged::<HOST_CHUNK>(states, m, score, |k| unsafe { state_values(p, v, k, i) });
+        if width - i >= HOST_CHUNK {
+            let (out, score_out) = merged::<HOST_CHUNK>(p.states, score, |k| unsafe { state_values(p, v, k, i) });
             for (j, x) in out.into_iter().enumerate() {
                 unsafe { v_out.add(i + j).write(T::from_f32(x)) };
             }
             merged_score = score_out;
+            i += HOST_CHUNK;
         } else {
-            let ([x], score_out) = merged::<1>(states, m, score, |k| unsafe { state_values(p, v, k, i) });
+            let ([x], score_out) = merged::<1>(p.states, score, |k| unsafe { state_values(p, v, k, i) });
             unsafe { v_out.add(i).write(T::from_f32(x)) };
             merged_score = score_out;
+            i += 1;
         }
-        i += chunk;
     }
     unsafe { s_out.write(merged_score) };
 }
@@ -161,7 +164,7 @@ mod device_kernels {
 
     /// The device kernel. A row is worked on by `p.lanes` threads (a power of two ≤ 32, so a
     /// row never spans warps), each taking every `lanes`-th vector of `VEC` values; a block's
-    /// groups take consecutive rows and the grid's y dimension strides over the rest. Every
+    /// groups take consecutive rows and the grid (x) strides over the rest. Every
     /// thread of a warp runs the same number of row steps (a row past the end is skipped, not
     /// the step), so the warp can synchronise inside one: a row's scores are read by every lane
     /// before its first lane writes the merged score, which in place overwrites state 0's.
@@ -175,8 +178,8 @@ mod device_kernels {
         let vectors = p.width / VEC as u32;
         let (block_row, grid_rows) = unsafe {
             (
-                core::arch::nvptx::_block_idx_y() as u64 * groups as u64,
-                core::arch::nvptx::_grid_dim_y() as u64 * groups as u64,
+                core::arch::nvptx::_block_idx_x() as u64 * groups as u64,
+                core::arch::nvptx::_grid_dim_x() as u64 * groups as u64,
             )
         };
         let mut first = block_row;
@@ -207,22 +210,20 @@ mod device_kernels {
             let at = s.wrapping_offset(k as isize * p.s_state_stride as isize);
             unsafe { Packed::<f32, 1>::load::<Coherent>(at) }.get(0)
         };
-        let m = max_score(p.states, score);
         let mut merged_score = f32::NEG_INFINITY;
         let mut column = lane;
         while column < vectors {
             let at = column as usize * VEC;
-            let out = if m == f32::NEG_INFINITY {
-                [0.0; VEC]
-            } else {
-                let values = |k: u32| {
-                    let state = v.wrapping_offset(k as isize * p.v_state_stride as isize).wrapping_add(at);
-                    unsafe { Packed::<T, VEC>::load::<Coherent>(state) }.to_f32()
-                };
-                let (out, score_out) = merged::<VEC>(p.states, m, score, values);
-                merged_score = score_out;
-                out
+            let values = |k: u32| {
+                let state = v.wrapping_offset(k as isize * p.v_state_stride as isize).wrapping_add(at);
+                unsafe { Packed::<T, VEC>::load::<Coherent>(state) }.to_f32()
             };
+            // Two states (`merge_state`): a constant count, so the merge is one step, unrolled.
+            let (out, score_out) = match p.states {
+                2 => merged::<VEC>(2, score, values),
+                states => merged::<VEC>(states, score, values),
+            };
+            merged_score = score_out;
             unsafe { Packed::<T, VEC>::from_f32(out).store::<Kept>(v_out.wrapping_add(at)) };
             column += p.lanes;
         }

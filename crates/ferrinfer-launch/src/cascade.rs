@@ -238,19 +238,19 @@ fn check_disjoint(states: &TwoStates) -> Result<(), Error> {
 const BLOCK_THREADS: u32 = 128;
 /// Threads on one row at most (a warp: a row's lanes synchronise as one).
 const MAX_LANES: u32 = 32;
-/// The grid's y dimension at most (CUDA's limit).
-const MAX_GRID_Y: u64 = 65_535;
+/// The grid's x dimension at most (CUDA's limit).
+const MAX_GRID_X: u64 = (1 << 31) - 1;
 
 impl Plan {
     /// A row's vectors across up to a warp of lanes, the block's groups on consecutive rows,
-    /// enough blocks for every row (the kernel strides past 65535 of them).
+    /// a block for every `groups` rows (the kernel strides past 2^31 − 1 of them).
     fn kernel(&self, entry: usize) -> Launch<MergeParams> {
         let vectors = (self.params.width / self.vec).max(1);
         let lanes = vectors.next_power_of_two().min(MAX_LANES);
         let groups = (BLOCK_THREADS / lanes) as u64;
-        let grid_y = self.params.rows.div_ceil(groups).clamp(1, MAX_GRID_Y) as u32;
+        let grid_x = self.params.rows.div_ceil(groups).clamp(1, MAX_GRID_X) as u32;
         let params = MergeParams { lanes, ..self.params };
-        Launch { entry, params, grid: (1, grid_y), block: BLOCK_THREADS, shared_bytes: 0, cluster: 1 }
+        Launch { entry, params, grid: (grid_x, 1), block: BLOCK_THREADS, shared_bytes: 0, cluster: 1 }
     }
 }
 
@@ -332,9 +332,10 @@ mod tests {
     fn a_row_takes_a_warp_at_most_and_a_block_takes_the_rest_in_rows() {
         let launch = plan_of(128, 8, 32 * 16384).kernel(0);
         assert_eq!((launch.params.lanes, launch.block), (16, 128), "head_dim 128 bf16: 16 vectors, 8 rows a block");
-        assert_eq!(launch.grid, (1, 65_535), "524288 rows / 8 a block, clamped: the kernel strides");
+        assert_eq!(launch.grid, (65_536, 1), "524288 rows / 8 a block");
         assert_eq!(plan_of(1000, 8, 3).kernel(0).params.lanes, 32, "125 vectors: a warp, 4 each");
         assert_eq!(plan_of(6, 2, 5).kernel(0).params.lanes, 4, "3 vectors: 4 lanes, one idle");
         assert_eq!(plan_of(6, 2, 5).kernel(0).grid, (1, 1));
+        assert_eq!(plan_of(128, 8, u64::MAX / 2).kernel(0).grid, ((1 << 31) - 1, 1), "past 2^31 − 1 blocks: strides");
     }
 }
