@@ -13,7 +13,7 @@
 //! generic over the element type and the vector width.
 
 use crate::element::Element;
-use crate::math::{exp2, log2, mul_add, reciprocal};
+use crate::math::{choose, exp2, log2, mul_add, reciprocal};
 
 /// Arguments of the merge kernel, passed by value. Rows are the `(i, h)` pairs of `rows / heads`
 /// outer indices and `heads` inner ones (a query row's position and head), so that
@@ -101,11 +101,11 @@ fn merged<const VEC: usize>(
         m = step_max;
         k += 2;
     }
-    if m == f32::NEG_INFINITY {
-        return ([0.0; VEC], f32::NEG_INFINITY);
-    }
+    // `choose`, not an early return nor a plain `if`: given a branch, the compiler moves the
+    // value loads under it, after the scores' round trip.
+    let merged = m != f32::NEG_INFINITY;
     let inverse = reciprocal(total);
-    (sum.map(|x| x * inverse), log2(total) + m)
+    (sum.map(|x| choose(merged, x * inverse, 0.0)), choose(merged, log2(total) + m, f32::NEG_INFINITY))
 }
 
 /// One row on the host (the CPU backend's inner loop).
@@ -168,10 +168,12 @@ mod device_kernels {
     /// thread of a warp runs the same number of row steps (a row past the end is skipped, not
     /// the step), so the warp can synchronise inside one: a row's scores are read by every lane
     /// before its first lane writes the merged score, which in place overwrites state 0's.
-    /// Loads are coherent: in place the kernel writes what it reads. Launcher's guarantees:
-    /// `width`, every stride and pointer are multiples of `VEC` elements (scores: f32-aligned).
+    /// Loads are coherent: in place the kernel writes what it reads. `STATES`: the states
+    /// merged, fixed (2: `merge_state`, an entry of its own, whose merge is one unrolled step
+    /// in fewer registers) or 0, `p.states` at run time. Launcher's guarantees: `width`, every
+    /// stride and pointer are multiples of `VEC` elements (scores: f32-aligned).
     #[inline(always)]
-    pub unsafe fn merge_rows<T: Element, const VEC: usize>(p: &MergeParams) {
+    pub unsafe fn merge_rows<T: Element, const VEC: usize, const STATES: u32>(p: &MergeParams) {
         chain_after_prior_grids();
         let group = RowGroup::of_thread(p.lanes);
         let groups = group.per_block();
@@ -188,7 +190,7 @@ mod device_kernels {
             let live = row < p.rows;
             let mut merged_score = f32::NEG_INFINITY;
             if live {
-                merged_score = unsafe { merge_vectors::<T, VEC>(p, row, group.lane, vectors) };
+                merged_score = unsafe { merge_vectors::<T, VEC, STATES>(p, row, group.lane, vectors) };
             }
             warp_sync();
             if live && group.lane == 0 {
@@ -202,7 +204,12 @@ mod device_kernels {
     /// This lane's vectors of `row`; the merged score (−∞ for a lane without a vector; lane 0
     /// always has one).
     #[inline(always)]
-    unsafe fn merge_vectors<T: Element, const VEC: usize>(p: &MergeParams, row: u64, lane: u32, vectors: u32) -> f32 {
+    unsafe fn merge_vectors<T: Element, const VEC: usize, const STATES: u32>(
+        p: &MergeParams,
+        row: u64,
+        lane: u32,
+        vectors: u32,
+    ) -> f32 {
         let s = (p.s as *const f32).wrapping_add(p.offset(row, p.s_strides));
         let v = (p.v as *const T).wrapping_add(p.offset(row, p.v_strides));
         let v_out = (p.v_out as *mut T).wrapping_add(p.offset(row, p.v_out_strides));
@@ -210,6 +217,7 @@ mod device_kernels {
             let at = s.wrapping_offset(k as isize * p.s_state_stride as isize);
             unsafe { Packed::<f32, 1>::load::<Coherent>(at) }.get(0)
         };
+        let states = if STATES == 0 { p.states } else { STATES };
         let mut merged_score = f32::NEG_INFINITY;
         let mut column = lane;
         while column < vectors {
@@ -218,11 +226,7 @@ mod device_kernels {
                 let state = v.wrapping_offset(k as isize * p.v_state_stride as isize).wrapping_add(at);
                 unsafe { Packed::<T, VEC>::load::<Coherent>(state) }.to_f32()
             };
-            // Two states (`merge_state`): a constant count, so the merge is one step, unrolled.
-            let (out, score_out) = match p.states {
-                2 => merged::<VEC>(2, score, values),
-                states => merged::<VEC>(states, score, values),
-            };
+            let (out, score_out) = merged::<VEC>(states, score, values);
             merged_score = score_out;
             unsafe { Packed::<T, VEC>::from_f32(out).store::<Kept>(v_out.wrapping_add(at)) };
             column += p.lanes;

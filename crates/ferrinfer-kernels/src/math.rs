@@ -14,6 +14,29 @@ pub fn mul_add(a: f32, b: f32, c: f32) -> f32 {
     return a * b + c;
 }
 
+/// `if keep { value } else { otherwise }`, as a select (`selp.f32`) that the compiler can neither
+/// see through nor turn into a branch: computing `value` stays unconditional. Where a result is
+/// dropped under some condition, a plain `if` lets LLVM branch around its arithmetic and ptxas
+/// then sink the arithmetic's loads under that branch — after whatever decided it (the cascade
+/// merge's value loads waited on its scores so: docs/perf/cascade.md).
+#[inline(always)]
+pub fn choose(keep: bool, value: f32, otherwise: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let r: f32;
+        unsafe {
+            core::arch::asm!(
+                "{{ .reg .pred p; setp.ne.u32 p, {k}, 0; selp.f32 {r}, {v}, {o}, p; }}",
+                r = out(reg32) r, k = in(reg32) keep as u32, v = in(reg32) value, o = in(reg32) otherwise,
+                options(pure, nomem, nostack),
+            )
+        };
+        r
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    if keep { value } else { otherwise }
+}
+
 /// 1/√v for v ≥ 0. On the GPU `rsqrt.approx.ftz.f32` (one MUFU op, relative error < 2^-22.9, as
 /// FlashInfer's `rsqrtf`; a subnormal `v` counts as 0); on the host the portable [`rsqrt_exact`].
 #[inline(always)]

@@ -71,7 +71,7 @@ impl FamilyOp for CascadeOp {
                 static MODULES: ModuleCache<CascadeModule> = ModuleCache::new();
                 let module = CascadeModule { dtype: plan.dtype };
                 let entry = module
-                    .entry(plan.vec)
+                    .entry(plan.vec, plan.params.states)
                     .ok_or_else(|| Error::NoEntryPoint { module: format!("{module:?}"), entry: plan.vec as usize })?;
                 cuda::launch(stream, &MODULES, module, |_: &Limits| Ok(plan.kernel(entry)))
             }

@@ -30,6 +30,18 @@ fn cascade_cpu_sanitizer_cases() {
     run_cases(&Cpu, &family("cascade"), 7_600_000, &support::sanitizer_cases());
 }
 
+/// The > 2^31 GPU test's check, here on the CPU: slices of rows of every tensor, the one score
+/// a row included, against the reference of those rows.
+#[test]
+fn a_run_checked_in_slices_of_rows_passes_slice_by_slice() {
+    let (op, case) = (&merge_state::INFO, Case::contiguous(1000, 64));
+    let before = support::buffers(op, DType::Bf16, false, &case, 9);
+    let mut after = before.clone();
+    support::Runner::run(&Cpu, op, &mut after, &[]).unwrap();
+    let failures = support::check_in_slices(op, DType::Bf16, &case, &before, &after, &[], 300);
+    assert!(failures.is_empty(), "{failures:?}");
+}
+
 fn view<'a>(x: &'a [f32], shape: &[usize]) -> TensorView<'a> {
     TensorView::from_slice(x, shape).unwrap()
 }

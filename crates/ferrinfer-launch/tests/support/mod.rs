@@ -246,7 +246,7 @@ pub fn check_in_slices(
     on_all_cores(case.rows.div_ceil(slice_rows), 16, |i| {
         let rows = i * slice_rows..((i + 1) * slice_rows).min(case.rows);
         let part = Case { rows: rows.len(), ..*case };
-        let result = check(op, dtype, &part, &rows_of(before, &rows), &rows_of(after, &rows), scalars);
+        let result = check(op, dtype, &part, &rows_of(op, before, &rows), &rows_of(op, after, &rows), scalars);
         result.err().map(|e| format!("rows {rows:?}: {e}"))
     })
 }
@@ -276,18 +276,22 @@ fn on_all_cores(count: usize, max_threads: usize, task: impl Fn(usize) -> Option
 }
 
 /// The rows `rows` of each (contiguous) row buffer; weights whole.
-pub fn rows_of(buffers: &[Buffer], rows: &std::ops::Range<usize>) -> Vec<Buffer> {
-    buffers
+pub fn rows_of(op: &OpInfo, buffers: &[Buffer], rows: &std::ops::Range<usize>) -> Vec<Buffer> {
+    op.tensors
         .iter()
-        .map(|b| match b.shape.as_slice() {
-            &[_, width] => {
-                let size = b.dtype.size();
-                let bytes = b.bytes[rows.start * width * size..rows.end * width * size].to_vec();
-                // Not `..b.clone()`: that copies the whole buffer (gigabytes in the > 2^31 tests)
-                // for every slice, only to drop it.
-                Buffer { dtype: b.dtype, bytes, shape: vec![rows.len(), width], strides: vec![width as i64, 1] }
+        .zip(buffers)
+        .map(|(arg, b)| {
+            if arg.extent == Extent::Row {
+                return b.clone();
             }
-            _ => b.clone(),
+            // Contiguous: each row's elements (a row of values, or its one score or token).
+            let per_row = b.shape[1..].iter().product::<usize>() * b.dtype.size();
+            let bytes = b.bytes[rows.start * per_row..rows.end * per_row].to_vec();
+            // Not `..b.clone()`: that copies the whole buffer (gigabytes in the > 2^31 tests)
+            // for every slice, only to drop it.
+            let shape: Vec<usize> = [rows.len()].into_iter().chain(b.shape[1..].iter().copied()).collect();
+            let strides = ferrinfer_launch::contiguous_strides(&shape);
+            Buffer { dtype: b.dtype, bytes, shape, strides }
         })
         .collect()
 }
