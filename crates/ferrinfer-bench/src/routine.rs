@@ -33,15 +33,9 @@ struct Buffer {
 }
 
 impl Setup {
-    /// The shape of each tensor argument (`[T, H]`, `[H]`, `[T, 2H]` or `[T]`), contiguous.
+    /// The shape of each tensor argument ([`Extent::shape`]), contiguous.
     fn shape(&self, extent: Extent) -> Vec<i64> {
-        let (t, h) = (self.tokens as i64, self.hidden as i64);
-        match extent {
-            Extent::Rows => vec![t, h],
-            Extent::Row => vec![h],
-            Extent::DoubleRows => vec![t, 2 * h],
-            Extent::Batch => vec![t],
-        }
+        extent.shape(self.tokens, self.hidden).into_iter().map(|d| d as i64).collect()
     }
 
     /// The dtype of tensor argument `arg` for this case's input dtype (softmax's f32 `probs`).

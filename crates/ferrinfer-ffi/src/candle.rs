@@ -138,22 +138,10 @@ impl Op {
     }
 }
 
-/// The output's shape: the first input's, with the output's row length (none for one value a
-/// row).
+/// The output's shape, by [`Extent::output_shape`].
 fn output_shape(first: &Shape, first_extent: Extent, extent: Extent) -> Shape {
-    let mut dims = first.dims().to_vec();
-    if extent == Extent::Batch {
-        dims.pop();
-        return Shape::from(dims);
-    }
-    if let Some(last) = dims.last_mut() {
-        match (first_extent, extent) {
-            (Extent::DoubleRows, Extent::Rows) => *last /= 2,
-            (Extent::Rows, Extent::DoubleRows) => *last *= 2,
-            _ => {}
-        }
-    }
-    Shape::from(dims)
+    let dims: Vec<i64> = first.dims().iter().map(|&d| d as i64).collect();
+    Shape::from(extent.output_shape(first_extent, &dims).into_iter().map(|d| d as usize).collect::<Vec<_>>())
 }
 
 /// One helper per op of a family's table (`ferrinfer_launch::norm_ops!(candle_functions)`):

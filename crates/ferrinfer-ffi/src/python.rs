@@ -393,22 +393,13 @@ fn current_stream(input: &Bound<'_, PyAny>, torch: Option<&Torch>, ordinal: usiz
     Ok(None)
 }
 
-/// A new array for `Out` argument `arg`, from the first tensor (of `first_extent`): its leading
-/// dimensions and `H`, its device and (unless the output is always f32) dtype, from its own
-/// framework.
+/// A new array for `Out` argument `arg`, from the first tensor (of `first_extent`): its shape
+/// by [`Extent::output_shape`], its device and (unless the output's dtype is fixed) dtype, from
+/// its own framework.
 fn allocate_like<'py>(first: &Bound<'py, PyAny>, arg: &TensorArg, first_extent: Extent) -> PyResult<Bound<'py, PyAny>> {
     let py = first.py();
     let shape: Vec<i64> = first.getattr(intern!(py, "shape"))?.extract()?;
-    let mut out_shape = shape.clone();
-    if arg.extent == Extent::Batch {
-        out_shape.pop();
-    } else if let Some(last) = out_shape.last_mut() {
-        *last = match (first_extent, arg.extent) {
-            (Extent::DoubleRows, Extent::Rows) => *last / 2,
-            (Extent::Rows, Extent::DoubleRows) => *last * 2,
-            _ => *last,
-        };
-    }
+    let out_shape = arg.extent.output_shape(first_extent, &shape);
     // The output's own dtype where the table fixes it (the framework's name for it).
     let fixed = match arg.dtype {
         DTypeRule::F32 => Some("float32"),

@@ -164,24 +164,16 @@ pub fn call(
 }
 
 /// A new tensor for output `arg`, like `first` (of `first_extent`): its device, its kind unless
-/// the output's is fixed (f32, int32), its shape with the output's row length (none for one
-/// value a row).
+/// the output's is fixed (f32, int32), its shape by [`Extent::output_shape`].
 fn allocate_like(first: &Tensor, first_extent: Extent, arg: &TensorArg) -> Result<Tensor, TchError> {
-    let mut shape = first.size();
     let kind = match arg.dtype {
         DTypeRule::F32 => Kind::Float,
         DTypeRule::I32 => Kind::Int,
         DTypeRule::Same | DTypeRule::SameOrF32 => first.f_kind()?,
     };
-    if arg.extent == Extent::Batch {
-        shape.pop();
-        return Tensor::f_empty(shape, (kind, first.device()));
-    }
-    match (first_extent, arg.extent, shape.last_mut()) {
-        (Extent::DoubleRows, Extent::Rows, Some(last)) => *last /= 2,
-        (Extent::Rows, Extent::DoubleRows, Some(last)) => *last *= 2,
-        _ if kind == first.f_kind()? => return first.f_empty_like(),
-        _ => {}
+    let shape = arg.extent.output_shape(first_extent, &first.size());
+    if shape == first.size() && kind == first.f_kind()? {
+        return first.f_empty_like();
     }
     Tensor::f_empty(shape, (kind, first.device()))
 }

@@ -60,6 +60,9 @@ fn dtype(kind: Kind) -> DType {
     }
 }
 
+/// States a stacked argument holds ([`ferrinfer_launch::op::STACKED_STATES`]).
+const STACKED: i64 = ferrinfer_launch::op::STACKED_STATES as i64;
+
 /// One op, kind and layout: every input made (narrowed or not; f32 weights where the op takes
 /// them with any kind), outputs given as narrowed NaN-filled windows; written tensors match the
 /// reference, read-only ones are untouched, and the memory around narrowed outputs (the rest of
@@ -79,6 +82,13 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
             Extent::DoubleRows => tensor(kind, rows, 2 * hidden, narrow, seed + i as u64),
             // One value a row (attention states' scores, always f32).
             Extent::Batch => tensor(Kind::Float, rows, 1, false, seed + i as u64).reshape([rows]),
+            // States of every row (`[rows, S, H]`) and their scores (`[rows, S]`).
+            Extent::Stacked => {
+                tensor(kind, rows * STACKED, hidden, narrow, seed + i as u64).view([rows, STACKED, hidden])
+            }
+            Extent::StackedBatch => {
+                tensor(Kind::Float, rows * STACKED, 1, false, seed + i as u64).reshape([rows, STACKED])
+            }
         })
         .collect();
     let out_args: Vec<&TensorArg> = op.tensors.iter().filter(|a| a.role == Role::Out).collect();

@@ -92,6 +92,9 @@ struct Call {
     outputs: Vec<(Tensor, Tensor)>,
 }
 
+/// States a stacked argument holds ([`ferrinfer_launch::op::STACKED_STATES`]).
+const STACKED: i64 = ferrinfer_launch::op::STACKED_STATES as i64;
+
 /// The same values (per seed) on any device.
 fn tensors(op: &OpInfo, kind: Kind, narrow: bool, seed: u64, device: Device) -> Call {
     let inputs = op
@@ -109,6 +112,13 @@ fn tensors(op: &OpInfo, kind: Kind, narrow: bool, seed: u64, device: Device) -> 
                 Extent::DoubleRows => tensor(kind, ROWS, 2 * HIDDEN, narrow, seed, device).0,
                 // One value a row (attention states' scores, always f32).
                 Extent::Batch => tensor(Kind::Float, ROWS, 1, false, seed, device).0.reshape([ROWS]),
+                // States of every row (`[rows, S, H]`) and their scores (`[rows, S]`).
+                Extent::Stacked => {
+                    tensor(kind, ROWS * STACKED, HIDDEN, narrow, seed, device).0.view([ROWS, STACKED, HIDDEN])
+                }
+                Extent::StackedBatch => {
+                    tensor(Kind::Float, ROWS * STACKED, 1, false, seed, device).0.reshape([ROWS, STACKED])
+                }
             }
         })
         .collect();

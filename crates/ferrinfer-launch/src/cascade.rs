@@ -25,7 +25,7 @@ use ferrinfer_kernels::element::DType;
 
 use crate::cuda::{self, KernelModule, Launch, Limits, ModuleCache};
 use crate::layout;
-use crate::op::{Call, FamilyOp, Problem};
+use crate::op::{Call, FamilyOp, Problem, STACKED_STATES};
 use crate::{Error, Stream, TensorView, cpu, logging};
 
 /// The cascade family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
@@ -45,6 +45,14 @@ macro_rules! cascade_ops {
             /// its `mask`): `v`, `s` become the merge of themselves with `v_other`, `s_other`.
             fn merge_state_in_place(v: InOut[Rows], s: InOut[Batch as f32], v_other: In[Rows], s_other: In[Batch as f32])
                 => CascadeOp::MergeStateInPlace, reference merge_state_in_place_reference;
+            /// Merges any number of attention states of the same queries, FlashInfer's
+            /// `merge_states`: `v` `[seq, num_states, num_heads…, head_dim]`, `s` f32
+            /// `[seq, num_states, num_heads…]` (the heads may be any number of dimensions, or
+            /// none) → `v_merged` `[seq, num_heads…, head_dim]`, `s_merged` `[seq, num_heads…]`:
+            /// `merge_state`'s arithmetic over every state (no states: values 0, score −∞).
+            fn merge_states(v: In[Stacked], s: In[StackedBatch as f32])
+                -> v_merged: Out[Rows], s_merged: Out[Batch as f32]
+                => CascadeOp::MergeStates, reference merge_states_reference;
         }
     };
 }
@@ -56,6 +64,7 @@ crate::cascade_ops!(crate::define_ops);
 pub enum CascadeOp {
     MergeState,
     MergeStateInPlace,
+    MergeStates,
 }
 
 impl FamilyOp for CascadeOp {
@@ -101,6 +110,7 @@ struct Plan {
 
 fn plan(op: CascadeOp, call: &Call) -> Result<Option<Plan>, Error> {
     let states = match op {
+        CascadeOp::MergeStates => return stacked_plan(call),
         CascadeOp::MergeState => {
             let [v_a, s_a, v_b, s_b, v_merged, s_merged] = call.tensors()?;
             TwoStates {
@@ -116,10 +126,14 @@ fn plan(op: CascadeOp, call: &Call) -> Result<Option<Plan>, Error> {
     two_states_plan(&states, &call.stream)
 }
 
-/// Every check, in the order a caller would fix them; `None` when there is nothing to compute.
-fn two_states_plan(states: &TwoStates, stream: &Stream) -> Result<Option<Plan>, Error> {
-    let [(v_name, v), (other_name, v_other), (v_out_name, v_out)] = states.v;
-    let [(s_name, s), (s_other_name, s_other), (s_out_name, s_out)] = states.s;
+/// A tensor argument and its name.
+type Named<'a> = (&'static str, &'a TensorView<'a>);
+
+/// The checks every op makes first, in the order a caller would fix them: the stream's and every
+/// tensor's device, alignment, the values' one dtype (the first's), the scores' f32, the outputs
+/// (each list's last) writable. The values' dtype.
+fn check_tensors(values: &[Named], scores: &[Named], stream: &Stream) -> Result<DType, Error> {
+    let (v_name, v) = values[0];
     let (device, dtype) = (v.device(), v.dtype());
     if stream.device() != device {
         return Err(Error::DeviceMismatch {
@@ -129,33 +143,33 @@ fn two_states_plan(states: &TwoStates, stream: &Stream) -> Result<Option<Plan>, 
             found: stream.device(),
         });
     }
-    let all = [states.v[1], states.v[2], states.s[0], states.s[1], states.s[2]];
-    for (name, view) in all {
+    for &(name, view) in values[1..].iter().chain(scores) {
         layout::check_device(name, view, v_name, device)?;
     }
-    for (name, view) in [states.v[0]].into_iter().chain(all) {
+    for &(name, view) in values.iter().chain(scores) {
         layout::check_aligned(name, view)?;
     }
-    for (name, view) in [states.v[1], states.v[2]] {
+    for &(name, view) in &values[1..] {
         layout::check_dtype(name, view, v_name, dtype)?;
     }
-    for (name, view) in states.s {
+    for &(name, view) in scores {
         if view.dtype() != DType::F32 {
             let expected = "float32 (the states' log-sum-exp scores)".to_owned();
             return Err(Error::UnsupportedDType { argument: name, found: view.dtype().to_string(), expected });
         }
     }
-    layout::check_writable(v_out_name, v_out)?;
-    layout::check_writable(s_out_name, s_out)?;
-    let x = layout::row_layout(v_name, v)?;
-    if x.hidden == 0 {
-        let expected = "a last dimension (head_dim) of at least 1".to_owned();
-        return Err(Error::ShapeMismatch { argument: v_name, expected, found: v.shape().to_vec() });
+    for &(name, view) in [values.last(), scores.last()].into_iter().flatten() {
+        layout::check_writable(name, view)?;
     }
-    if x.hidden > u32::MAX as u64 {
-        let limit = u32::MAX as u64;
-        return Err(Error::TooLarge { argument: v_name, what: "the head dimension", value: x.hidden, limit });
-    }
+    Ok(dtype)
+}
+
+/// Every check, in the order a caller would fix them; `None` when there is nothing to compute.
+fn two_states_plan(states: &TwoStates, stream: &Stream) -> Result<Option<Plan>, Error> {
+    let [(v_name, v), (other_name, v_other), (v_out_name, v_out)] = states.v;
+    let [(s_name, s), (s_other_name, s_other), (s_out_name, s_out)] = states.s;
+    let dtype = check_tensors(&states.v, &states.s, stream)?;
+    let x = layout::bounded_rows(v_name, v, "head_dim")?;
     for (name, view) in [states.v[1], states.v[2]] {
         if view.shape() != v.shape() {
             let expected = format!("{:?} (`{v_name}`'s shape)", v.shape());
@@ -181,7 +195,8 @@ fn two_states_plan(states: &TwoStates, stream: &Stream) -> Result<Option<Plan>, 
         let reason = format!("stride {}; expected `{s_name}`'s, {}", s_strides[1], s_strides[0]);
         return Err(Error::UnsupportedLayout { argument: s_other_name, reason });
     }
-    check_disjoint(states)?;
+    let inputs = [states.v[0], states.v[1], states.s[0], states.s[1]];
+    check_disjoint([states.v[2], states.s[2]], Some([states.v[0], states.s[0]]), &inputs)?;
     if x.rows == 0 {
         return Ok(None);
     }
@@ -216,20 +231,103 @@ fn two_states_plan(states: &TwoStates, stream: &Stream) -> Result<Option<Plan>, 
     Ok(Some(Plan { params, dtype, vec }))
 }
 
-/// Each output apart from every input and from the other output — or exactly its own state 0's
-/// tensor (in place: every thread reads a row's states before writing it).
-fn check_disjoint(states: &TwoStates) -> Result<(), Error> {
-    let inputs = [states.v[0], states.v[1], states.s[0], states.s[1]];
-    for ((out_name, out), (own_name, _)) in [(states.v[2], states.v[0]), (states.s[2], states.s[0])] {
-        for (name, view) in inputs {
-            let in_place = name == own_name && layout::same_view(out, view);
+/// `merge_states`' checks, in the order a caller would fix them; `None` when there is nothing
+/// to compute. The states may lie at any distance (`v`'s second stride); the heads' dimensions
+/// of each tensor must collapse into one, the outputs' rows too.
+fn stacked_plan(call: &Call) -> Result<Option<Plan>, Error> {
+    let [v, s, v_out, s_out] = call.tensors()?;
+    let (values, scores) = ([("v", v), ("v_merged", v_out)], [("s", s), ("s_merged", s_out)]);
+    let dtype = check_tensors(&values, &scores, &call.stream)?;
+    let shape = v.shape();
+    let n = shape.len();
+    if n < 3 {
+        let expected = "[seq_len, num_states, num_heads…, head_dim]: at least 3 dimensions".to_owned();
+        return Err(Error::ShapeMismatch { argument: "v", expected, found: shape.to_vec() });
+    }
+    let width = shape[n - 1] as u64;
+    layout::check_row_length("v", v, width, "head_dim")?;
+    let without_states = |dims: &[i64]| -> Vec<i64> { [dims[0]].iter().chain(&dims[2..]).copied().collect() };
+    let expected_shapes = [
+        ("s", s, shape[..n - 1].to_vec(), "`v`'s without head_dim: a score a state of a row"),
+        ("v_merged", v_out, without_states(shape), "`v`'s without num_states"),
+        ("s_merged", s_out, without_states(&shape[..n - 1]), "`v`'s without num_states and head_dim"),
+    ];
+    for (name, view, expected, what) in expected_shapes {
+        if view.shape() != expected {
+            let expected = format!("{expected:?} ({what})");
+            return Err(Error::ShapeMismatch { argument: name, expected, found: view.shape().to_vec() });
+        }
+    }
+    if width > 1 && v.strides()[n - 1] != 1 {
+        return Err(Error::LastDimNotContiguous { argument: "v", stride: v.strides()[n - 1] });
+    }
+    let (v_seq, v_state) = (outer_stride("v", v, 0)?, outer_stride("v", v, 1)?);
+    let (s_seq, s_state) = (outer_stride("s", s, 0)?, outer_stride("s", s, 1)?);
+    let (heads, v_head) = layout::collapse("v", &shape[2..n - 1], &v.strides()[2..n - 1])?;
+    let (_, s_head) = layout::collapse("s", &s.shape()[2..], &s.strides()[2..])?;
+    let out = layout::row_layout("v_merged", v_out)?;
+    let s_out_stride = layout::sequence_stride("s_merged", s_out)?;
+    check_disjoint([values[1], scores[1]], None, &[values[0], scores[0]])?;
+    let rows = shape[0] as u64 * heads;
+    if rows == 0 {
+        return Ok(None);
+    }
+    let states = u32::try_from(shape[1]).map_err(|_| Error::TooLarge {
+        argument: "v",
+        what: "num_states",
+        value: shape[1] as u64,
+        limit: u32::MAX as u64,
+    })?;
+    let strides = [v_seq, v_state, v_head, out.row_stride];
+    let vec = layout::vector_width(dtype, width, &strides, &[v.address(), v_out.address()]);
+    let params = MergeParams {
+        v: v.address(),
+        s: s.address(),
+        v_out: v_out.address(),
+        s_out: s_out.address(),
+        rows,
+        heads: heads.max(1),
+        v_state_stride: strides[1] as i64,
+        s_state_stride: s_state as i64,
+        v_strides: [strides[0], v_head],
+        s_strides: [s_seq, s_head],
+        v_out_strides: [heads * out.row_stride, out.row_stride],
+        s_out_strides: [heads * s_out_stride, s_out_stride],
+        width: width as u32,
+        states,
+        lanes: 1,
+        _reserved: 0,
+    };
+    Ok(Some(Plan { params, dtype, vec }))
+}
+
+/// The stride of `view`'s dimension `i` (0 for a dimension of one: never stepped over); never
+/// negative.
+fn outer_stride(argument: &'static str, view: &TensorView, i: usize) -> Result<u64, Error> {
+    match (view.shape()[i], view.strides()[i]) {
+        (0 | 1, _) => Ok(0),
+        (_, stride) if stride < 0 => Err(Error::UnsupportedLayout {
+            argument,
+            reason: format!("negative stride {stride}; expected strides ≥ 0"),
+        }),
+        (_, stride) => Ok(stride as u64),
+    }
+}
+
+/// Each output apart from every input and from the other output — but where it may merge in
+/// place, each output may be exactly its own state 0's tensor (`own`; every thread reads a
+/// row's states before writing it).
+fn check_disjoint(outputs: [Named; 2], own: Option<[Named; 2]>, inputs: &[Named]) -> Result<(), Error> {
+    for (i, (out_name, out)) in outputs.into_iter().enumerate() {
+        for &(name, view) in inputs {
+            let in_place = own.is_some_and(|own| own[i].0 == name && layout::same_view(out, view));
             if !in_place && layout::overlaps(out, view) {
                 return Err(Error::Overlap { argument: out_name, other: name });
             }
         }
     }
-    if layout::overlaps(states.v[2].1, states.s[2].1) {
-        return Err(Error::Overlap { argument: states.s[2].0, other: states.v[2].0 });
+    if layout::overlaps(outputs[0].1, outputs[1].1) {
+        return Err(Error::Overlap { argument: outputs[1].0, other: outputs[0].0 });
     }
     Ok(())
 }
@@ -264,24 +362,26 @@ fn cpu_rows(dtype: DType, params: &MergeParams) {
     }));
 }
 
-/// The f64 merge of states given as (values by row, one score a row): `(values, scores)`.
-fn merged(p: &Problem, states: &[(&[f64], &[f64])]) -> (Vec<f64>, Vec<f64>) {
-    let width = p.hidden;
-    let rows = states[0].1.len();
+/// The f64 merge of `states` states of `rows` rows of `width`: `(values, scores)`, state `k` of
+/// row `r` scored `score(k, r)` with values `value(k, r, i)`.
+fn merged(
+    (rows, width, states): (usize, usize, usize),
+    score: impl Fn(usize, usize) -> f64,
+    value: impl Fn(usize, usize, usize) -> f64,
+) -> (Vec<f64>, Vec<f64>) {
     let mut values = Vec::with_capacity(rows * width);
     let mut scores = Vec::with_capacity(rows);
     for row in 0..rows {
-        let m = states.iter().map(|(_, s)| s[row]).fold(f64::NEG_INFINITY, f64::max);
+        let m = (0..states).map(|k| score(k, row)).fold(f64::NEG_INFINITY, f64::max);
         if m == f64::NEG_INFINITY {
             values.extend(std::iter::repeat_n(0.0, width));
             scores.push(m);
             continue;
         }
-        let weights: Vec<f64> = states.iter().map(|(_, s)| (s[row] - m).exp2()).collect();
+        let weights: Vec<f64> = (0..states).map(|k| (score(k, row) - m).exp2()).collect();
         let total: f64 = weights.iter().sum();
         values.extend(
-            (0..width)
-                .map(|i| states.iter().zip(&weights).map(|((v, _), w)| w * v[row * width + i]).sum::<f64>() / total),
+            (0..width).map(|i| weights.iter().enumerate().map(|(k, w)| w * value(k, row, i)).sum::<f64>() / total),
         );
         scores.push(total.log2() + m);
     }
@@ -290,12 +390,22 @@ fn merged(p: &Problem, states: &[(&[f64], &[f64])]) -> (Vec<f64>, Vec<f64>) {
 
 fn merge_state_reference(p: &Problem) -> Vec<Vec<f64>> {
     let t = p.tensors;
-    let (values, scores) = merged(p, &[(&t[0], &t[1]), (&t[2], &t[3])]);
+    let (rows, width) = (t[1].len(), p.hidden);
+    let (values, scores) = merged((rows, width, 2), |k, r| t[2 * k + 1][r], |k, r, i| t[2 * k][r * width + i]);
     vec![values, scores]
 }
 
 fn merge_state_in_place_reference(p: &Problem) -> Vec<Vec<f64>> {
     merge_state_reference(p)
+}
+
+/// Problems stack [`STACKED_STATES`] states a row (`[T, S, H]` values, `[T, S]` scores).
+fn merge_states_reference(p: &Problem) -> Vec<Vec<f64>> {
+    let (t, states, width) = (p.tensors, STACKED_STATES, p.hidden);
+    let rows = t[1].len() / states;
+    let (values, scores) =
+        merged((rows, width, states), |k, r| t[1][r * states + k], |k, r, i| t[0][(r * states + k) * width + i]);
+    vec![values, scores]
 }
 
 #[cfg(test)]

@@ -53,12 +53,53 @@ pub(crate) fn row_layout(argument: &'static str, view: &TensorView) -> Result<Ro
     Ok(RowLayout { rows, hidden, row_stride })
 }
 
+/// [`row_layout`] with a row length of 1 to `u32::MAX` (what the kernels index in 32 bits),
+/// `what` naming the last dimension in the errors ("the vocabulary", "head_dim").
+pub(crate) fn bounded_rows(argument: &'static str, view: &TensorView, what: &'static str) -> Result<RowLayout, Error> {
+    let rows = row_layout(argument, view)?;
+    check_row_length(argument, view, rows.hidden, what)?;
+    Ok(rows)
+}
+
+/// A row length `length` (of `view`'s last dimension, `what`) of 1 to `u32::MAX`.
+pub(crate) fn check_row_length(
+    argument: &'static str,
+    view: &TensorView,
+    length: u64,
+    what: &'static str,
+) -> Result<(), Error> {
+    if length == 0 {
+        let expected = format!("a last dimension ({what}) of at least 1");
+        return Err(Error::ShapeMismatch { argument, expected, found: view.shape().to_vec() });
+    }
+    if length > u32::MAX as u64 {
+        return Err(Error::TooLarge { argument, what, value: length, limit: u32::MAX as u64 });
+    }
+    Ok(())
+}
+
 /// Sees `view` as one sequence of its elements (one value a row of another tensor) at a single
 /// stride: every dimension must collapse into the next (each a whole number of it), strides
 /// must not be negative. The stride, in elements (1 for a single element).
 pub(crate) fn sequence_stride(argument: &'static str, view: &TensorView) -> Result<u64, Error> {
-    let (shape, strides) = (view.shape(), view.strides());
+    match collapse(argument, view.shape(), view.strides())? {
+        (count, 0) if count > 1 => {
+            Err(Error::UnsupportedLayout { argument, reason: "stride 0: every value would be the same element".into() })
+        }
+        (_, 0) => Ok(1),
+        (_, stride) => Ok(stride),
+    }
+}
+
+/// Dimensions `shape` (with `strides`, a part of `argument`'s) as one: `(count, stride)`, the
+/// product of the sizes and the stride of the innermost dimension larger than 1 (0 if none).
+/// Each must be a whole number of the next; strides must not be negative.
+pub(crate) fn collapse(argument: &'static str, shape: &[i64], strides: &[i64]) -> Result<(u64, u64), Error> {
     let unsupported = |reason: String| Error::UnsupportedLayout { argument, reason };
+    let count = shape.iter().product::<i64>() as u64;
+    if count == 0 {
+        return Ok((0, 0));
+    }
     if let Some(&s) = strides.iter().find(|&&s| s < 0) {
         return Err(unsupported(format!("negative stride {s}; expected strides ≥ 0")));
     }
@@ -68,15 +109,11 @@ pub(crate) fn sequence_stride(argument: &'static str, view: &TensorView) -> Resu
         let ((_, outer_stride), (inner_dim, inner_stride)) = (pair[0], pair[1]);
         if outer_stride != inner_dim * inner_stride {
             return Err(unsupported(format!(
-                "shape {shape:?} with strides {strides:?} does not collapse into one sequence of values"
+                "dimensions {shape:?} with strides {strides:?} do not collapse into one sequence"
             )));
         }
     }
-    match dims.last() {
-        Some(&(_, 0)) => Err(unsupported("stride 0: every value would be the same element".into())),
-        Some(&(_, stride)) => Ok(stride),
-        None => Ok(1),
-    }
+    Ok((count, dims.last().map_or(0, |&(_, stride)| stride)))
 }
 
 pub(crate) fn check_dtype(

@@ -37,7 +37,7 @@ mod tensor;
 mod tuning;
 
 pub use activation::{gelu_and_mul, gelu_tanh_and_mul, silu_and_mul};
-pub use cascade::{merge_state, merge_state_in_place};
+pub use cascade::{merge_state, merge_state_in_place, merge_states};
 pub use cuda::{ENABLE_PDL_VAR, borrowed_stream, cuda_device_count, with_pdl};
 pub use error::Error;
 pub use ferrinfer_kernels::element::DType;

@@ -39,6 +39,52 @@ pub enum Extent {
     DoubleRows,
     /// `[T]`: one value a row (a sampled token).
     Batch,
+    /// `[T, S, H]`: `S` rows of `H` for each row, stacked on the second dimension (the states of
+    /// `merge_states`; in a call `[seq, S, heads…, H]`). Problems stack [`STACKED_STATES`].
+    Stacked,
+    /// `[T, S]`: one value for each of `Stacked`'s rows (their scores; `[seq, S, heads…]`).
+    StackedBatch,
+}
+
+/// The `S` of [`Extent::Stacked`] in the problems the benchmark and the tests make (and their
+/// references assume); calls take any number.
+pub const STACKED_STATES: usize = 3;
+
+impl Extent {
+    /// The argument's shape in a problem of `rows` rows of `hidden`.
+    pub fn shape(self, rows: usize, hidden: usize) -> Vec<usize> {
+        match self {
+            Extent::Rows => vec![rows, hidden],
+            Extent::Row => vec![hidden],
+            Extent::DoubleRows => vec![rows, 2 * hidden],
+            Extent::Batch => vec![rows],
+            Extent::Stacked => vec![rows, STACKED_STATES, hidden],
+            Extent::StackedBatch => vec![rows, STACKED_STATES],
+        }
+    }
+
+    /// The shape of a new output of this extent, made for a call whose first tensor (of extent
+    /// `first`) has shape `first_shape`: that tensor's row dimensions (its states dimension
+    /// dropped) and, for a row output, the row length. What adapters allocate when the caller
+    /// passes no output; the op's own checks judge the shapes it is then given.
+    pub fn output_shape(self, first: Extent, first_shape: &[i64]) -> Vec<i64> {
+        let mut leading = first_shape.to_vec();
+        let last = match first {
+            Extent::Batch | Extent::StackedBatch => None,
+            _ => leading.pop(),
+        };
+        if matches!(first, Extent::Stacked | Extent::StackedBatch) && leading.len() >= 2 {
+            leading.remove(1);
+        }
+        let hidden = last.map(|h| if first == Extent::DoubleRows { h / 2 } else { h });
+        match (self, hidden) {
+            (Extent::Rows, Some(h)) => leading.into_iter().chain([h]).collect(),
+            (Extent::DoubleRows, Some(h)) => leading.into_iter().chain([2 * h]).collect(),
+            (Extent::Row, Some(h)) => vec![h],
+            (Extent::Batch, _) => leading,
+            _ => first_shape.to_vec(),
+        }
+    }
 }
 
 /// Which dtype a tensor argument may have, relative to the op's first tensor.
@@ -573,7 +619,21 @@ macro_rules! define_ops {
 
 #[cfg(test)]
 mod tests {
+    use crate::op::Extent;
     use crate::{DType, Error, Stream, TensorView};
+
+    #[test]
+    fn outputs_keep_the_first_tensors_rows_and_drop_its_states() {
+        let out = |extent: Extent, first, shape: &[i64]| extent.output_shape(first, shape);
+        assert_eq!(out(Extent::Rows, Extent::Rows, &[2, 3, 8]), [2, 3, 8]);
+        assert_eq!(out(Extent::Rows, Extent::DoubleRows, &[5, 16]), [5, 8], "a gated activation's output");
+        assert_eq!(out(Extent::Batch, Extent::Rows, &[2, 3, 8]), [2, 3], "a score or token a row");
+        assert_eq!(out(Extent::Rows, Extent::Stacked, &[7, 4, 32, 128]), [7, 32, 128], "merge_states' values");
+        assert_eq!(out(Extent::Batch, Extent::Stacked, &[7, 4, 32, 128]), [7, 32]);
+        assert_eq!(out(Extent::Batch, Extent::StackedBatch, &[7, 4]), [7]);
+        assert_eq!(out(Extent::Rows, Extent::Stacked, &[4, 128]), [4, 128], "too few dimensions: left to the op");
+        assert_eq!(Extent::Stacked.shape(5, 64), [5, crate::op::STACKED_STATES, 64]);
+    }
 
     /// No op computes in integers: an int32 tensor anywhere but a tokens output (or a float
     /// one there) is refused, naming the argument, before any family runs (so none dispatches

@@ -209,16 +209,7 @@ fn rows_of(
 /// `input`'s rows (named `input_name`), each a vocabulary of 1 to `u32::MAX` entries (the
 /// kernels index a row in 32 bits).
 fn vocabulary_rows(input_name: &'static str, input: &TensorView) -> Result<RowLayout, Error> {
-    let x = layout::row_layout(input_name, input)?;
-    if x.hidden == 0 {
-        let expected = "a last dimension (the vocabulary) of at least 1".to_owned();
-        return Err(Error::ShapeMismatch { argument: input_name, expected, found: input.shape().to_vec() });
-    }
-    if x.hidden > u32::MAX as u64 {
-        let limit = u32::MAX as u64;
-        return Err(Error::TooLarge { argument: input_name, what: "the vocabulary", value: x.hidden, limit });
-    }
-    Ok(x)
+    layout::bounded_rows(input_name, input, "the vocabulary")
 }
 
 /// The device checks, first of all: the stream's, then the output's (`out_name`), then every

@@ -6,7 +6,7 @@
 mod support;
 
 use ferrinfer_launch::reference::random_normal;
-use ferrinfer_launch::{DType, Device, Error, Stream, TensorView, merge_state, merge_state_in_place};
+use ferrinfer_launch::{DType, Device, Error, Stream, TensorView, merge_state, merge_state_in_place, merge_states};
 use support::{Case, Cpu, assert_refused, family, run_cases};
 
 fn cases() -> Vec<Case> {
@@ -153,4 +153,154 @@ fn cascade_errors_name_the_argument_and_leave_the_outputs_untouched() {
     );
     assert!(matches!(result, Err(Error::Overlap { argument: "v", other: "v_other" })), "{result:?}");
     assert_eq!(values, before);
+}
+
+/// `merge_states` of `v` (`[seq, states, heads, 4]`, strided as given) and `s` into new
+/// (NaN-poisoned) `[seq, heads, 4]` / `[seq, heads]` tensors.
+fn merged_stack(v: &TensorView, s: &TensorView) -> Result<(Vec<f32>, Vec<f32>), Error> {
+    let (seq, heads, width) = (v.shape()[0] as usize, v.shape()[2] as usize, v.shape()[3] as usize);
+    let (mut v_out, mut s_out) = (vec![f32::NAN; seq * heads * width], vec![f32::NAN; seq * heads]);
+    merge_states(
+        v,
+        s,
+        &mut TensorView::from_slice_mut(&mut v_out, &[seq, heads, width])?,
+        &mut TensorView::from_slice_mut(&mut s_out, &[seq, heads])?,
+        Stream::Cpu,
+    )?;
+    Ok((v_out, s_out))
+}
+
+/// Two stacked states merge bitwise as `merge_state` merges them (one arithmetic, one step),
+/// heads and all; one state merges to itself; none to zeros and −∞.
+#[test]
+fn merge_states_agrees_with_merge_state_and_with_one_and_no_state() {
+    let (seq, heads, width) = (3usize, 2usize, 4usize);
+    let inf = f32::NEG_INFINITY;
+    // [seq, 2, heads, width], and each state's [seq, heads, width] apart.
+    let v: Vec<f32> = random_normal(seq * 2 * heads * width, 11);
+    let s: Vec<f32> = vec![0.5, 1.0, inf, -2.0, 3.0, inf, inf, inf, -1.0, 4.0, 2.5, inf];
+    let state = |k: usize| -> (Vec<f32>, Vec<f32>) {
+        let rows = (0..seq).flat_map(|i| (0..heads).map(move |h| (i, h)));
+        let values = rows.clone().flat_map(|(i, h)| v[((i * 2 + k) * heads + h) * width..][..width].to_vec()).collect();
+        (values, rows.map(|(i, h)| s[(i * 2 + k) * heads + h]).collect())
+    };
+    let stacked = merged_stack(&view(&v, &[seq, 2, heads, width]), &view(&s, &[seq, 2, heads])).unwrap();
+    let rows = seq * heads;
+    let (a, b) = (state(0), state(1));
+    let pairwise = {
+        let (mut v_out, mut s_out) = (vec![f32::NAN; rows * width], vec![f32::NAN; rows]);
+        merge_state(
+            &view(&a.0, &[rows, width]),
+            &view(&a.1, &[rows]),
+            &view(&b.0, &[rows, width]),
+            &view(&b.1, &[rows]),
+            &mut TensorView::from_slice_mut(&mut v_out, &[rows, width]).unwrap(),
+            &mut TensorView::from_slice_mut(&mut s_out, &[rows]).unwrap(),
+            Stream::Cpu,
+        )
+        .unwrap();
+        (v_out, s_out)
+    };
+    assert_eq!(stacked, pairwise);
+    assert!(stacked.1.iter().filter(|x| x.is_infinite()).count() == 1, "one row of two empty states: {:?}", stacked.1);
+    let one = merged_stack(&view(&a.0, &[seq, 1, heads, width]), &view(&a.1, &[seq, 1, heads])).unwrap();
+    let a_empty: Vec<bool> = a.1.iter().map(|&x| x == inf).collect();
+    let expected: Vec<f32> = a.0.iter().enumerate().map(|(i, &x)| if a_empty[i / width] { 0.0 } else { x }).collect();
+    assert_eq!(one, (expected, a.1.clone()), "one state: itself (an empty one: zeros)");
+    let none = merged_stack(&view(&[], &[seq, 0, heads, width]), &view(&[], &[seq, 0, heads])).unwrap();
+    assert_eq!(none, (vec![0.0; rows * width], vec![inf; rows]), "no states: zeros and −∞");
+}
+
+/// States that are not neighbours in memory (`v` as a `[states, seq, heads, dim]` buffer seen as
+/// `[seq, states, heads, dim]`), five of them, against the f64 merge.
+#[test]
+fn merge_states_takes_states_at_any_distance() {
+    let (seq, states, heads, width) = (4usize, 5usize, 3usize, 4usize);
+    let v: Vec<f32> = random_normal(states * seq * heads * width, 12);
+    let s: Vec<f32> = random_normal::<f32>(states * seq * heads, 13).iter().map(|x| x * 3.0).collect();
+    let row = (heads * width) as i64;
+    let v_view =
+        TensorView::from_slice_strided(&v, &[seq, states, heads, width], &[row, seq as i64 * row, width as i64, 1])
+            .unwrap();
+    let s_view =
+        TensorView::from_slice_strided(&s, &[seq, states, heads], &[heads as i64, (seq * heads) as i64, 1]).unwrap();
+    let (v_out, s_out) = merged_stack(&v_view, &s_view).unwrap();
+    for (i, h) in (0..seq).flat_map(|i| (0..heads).map(move |h| (i, h))) {
+        let score = |k: usize| s[(k * seq + i) * heads + h] as f64;
+        let m = (0..states).map(score).fold(f64::NEG_INFINITY, f64::max);
+        let w: Vec<f64> = (0..states).map(|k| (score(k) - m).exp2()).collect();
+        let total: f64 = w.iter().sum();
+        let row_out = (i * heads + h) * width;
+        for d in 0..width {
+            let expected =
+                (0..states).map(|k| w[k] * v[((k * seq + i) * heads + h) * width + d] as f64).sum::<f64>() / total;
+            assert!(
+                (v_out[row_out + d] as f64 - expected).abs() < 1e-5,
+                "({i}, {h}, {d}): {} vs {expected}",
+                v_out[row_out + d]
+            );
+        }
+        assert!((s_out[i * heads + h] as f64 - (total.log2() + m)).abs() < 1e-5);
+    }
+}
+
+#[test]
+fn merge_states_errors_name_the_argument_and_leave_the_outputs_untouched() {
+    let v: Vec<f32> = random_normal(2 * 3 * 4, 14);
+    let s = [0.0f32; 2 * 3];
+    let (mut v_out, mut s_out) = (vec![f32::NAN; 2 * 4], vec![f32::NAN; 2]);
+    let mut call = |v_shape: &[usize], s_shape: &[usize], v_out_shape: &[usize], s_out_shape: &[usize]| {
+        let result = merge_states(
+            &view(&v, v_shape),
+            &view(&s[..s_shape.iter().product()], s_shape),
+            &mut TensorView::from_slice_mut(&mut v_out[..v_out_shape.iter().product()], v_out_shape).unwrap(),
+            &mut TensorView::from_slice_mut(&mut s_out[..s_out_shape.iter().product()], s_out_shape).unwrap(),
+            Stream::Cpu,
+        );
+        (result, v_out.clone(), s_out.clone())
+    };
+    // (v, s, v_merged, s_merged shapes; what the error says)
+    type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], &'a [usize], &'a str);
+    let cases: [Case; 4] = [
+        (&[6, 4], &[6], &[2, 4], &[2], "at least 3 dimensions"),
+        (&[2, 3, 4], &[3, 2], &[2, 4], &[2], "a score a state"),
+        (&[2, 3, 4], &[2, 3], &[2, 2], &[2], "without num_states"),
+        (&[2, 3, 4], &[2, 3], &[2, 4], &[1], "without num_states and head_dim"),
+    ];
+    for (v_shape, s_shape, v_out_shape, s_out_shape, says) in cases {
+        let (result, v_after, s_after) = call(v_shape, s_shape, v_out_shape, s_out_shape);
+        assert!(s_after.iter().all(|x| x.is_nan()));
+        assert_refused(result, &v_after, &|e| matches!(e, Error::ShapeMismatch { .. }) && e.to_string().contains(says));
+    }
+    // The merged values may not be written over the states.
+    let mut stacked = v.clone();
+    let result = {
+        let (head, tail) = stacked.split_at_mut(8);
+        let states = TensorView::from_slice(&tail[..8], &[2, 1, 4]).unwrap();
+        merge_states(
+            &states,
+            &view(&s[..2], &[2, 1]),
+            &mut TensorView::from_slice_mut(head, &[2, 4]).unwrap(),
+            &mut TensorView::from_slice_mut(&mut s_out, &[2]).unwrap(),
+            Stream::Cpu,
+        )
+    };
+    assert!(result.is_ok(), "apart: fine");
+    let base = stacked.as_mut_ptr();
+    // SAFETY: both views lie in `stacked`, which outlives them; the call must refuse before writing.
+    let (states, mut out) = unsafe {
+        (
+            TensorView::from_raw_parts(base as *mut _, 0, DType::F32, &[2, 1, 4], &[4, 4, 1], Device::Cpu).unwrap(),
+            TensorView::from_raw_parts(base as *mut _, 16, DType::F32, &[2, 4], &[4, 1], Device::Cpu).unwrap(),
+        )
+    };
+    let error = merge_states(
+        &states,
+        &view(&s[..2], &[2, 1]),
+        &mut out,
+        &mut TensorView::from_slice_mut(&mut s_out, &[2]).unwrap(),
+        Stream::Cpu,
+    )
+    .unwrap_err();
+    assert!(matches!(error, Error::Overlap { argument: "v_merged", other: "v" }), "{error}");
 }

@@ -64,3 +64,39 @@ def test_signature_is_flashinfers_plus_optional_outputs():
     params = list(inspect.signature(ferrinfer.merge_state).parameters)
     assert params[:4] == ["v_a", "s_a", "v_b", "s_b"]
     assert params[4:] == ["v_merged", "s_merged", "enable_pdl"]
+
+
+def merge_states_ref(v, s):
+    """f64 merge over axis 1 (the states) of `v` `[seq, states, heads…, dim]`, `s` `[seq, states, heads…]`."""
+    s = s.astype(np.float64)
+    m = s.max(axis=1, keepdims=True)
+    w = np.exp2(s - m)
+    total = w.sum(axis=1)
+    merged = (w[..., None] * v.astype(np.float64)).sum(axis=1) / total[..., None]
+    return merged, np.log2(total) + m[:, 0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("shape", [(6, 5, 4, 128), (3, 2, 64), (2, 7, 2, 3, 32)])
+def test_merge_states_merges_the_second_dimension(dtype, shape):
+    v = RNG.standard_normal(shape).astype(dtype)
+    s = (RNG.standard_normal(shape[:-1]) * 4).astype(np.float32)
+    v_merged, s_merged = ferrinfer.merge_states(v, s)
+    want_v, want_s = merge_states_ref(v, s)
+    assert v_merged.shape == want_v.shape and v_merged.dtype == dtype and s_merged.shape == want_s.shape
+    tol = 1e-5 if dtype == np.float32 else 2e-3
+    assert np.linalg.norm(v_merged - want_v) / np.linalg.norm(want_v) < tol
+    assert np.allclose(s_merged, want_s, rtol=1e-5, atol=1e-5)
+
+
+def test_merge_states_of_two_states_is_merge_state():
+    v = RNG.standard_normal((4, 2, 3, 64)).astype(np.float32)
+    s = (RNG.standard_normal((4, 2, 3)) * 4).astype(np.float32)
+    pair = ferrinfer.merge_state(v[:, 0].copy(), s[:, 0].copy(), v[:, 1].copy(), s[:, 1].copy())
+    stacked = ferrinfer.merge_states(v, s)
+    assert all(np.array_equal(a, b) for a, b in zip(stacked, pair))
+
+
+def test_merge_states_needs_a_states_dimension():
+    with pytest.raises(ValueError, match="at least 3 dimensions"):
+        ferrinfer.merge_states(np.ones((4, 8), np.float32), np.zeros((4,), np.float32))

@@ -4,7 +4,7 @@
 
 use candle_core::{DType as CandleDType, Device, IndexOp, Tensor, WithDType};
 use ferrinfer_ffi::candle as fc;
-use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role};
+use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, STACKED_STATES};
 use ferrinfer_launch::reference::{self, random_normal};
 use ferrinfer_launch::{DType, HostElement};
 
@@ -54,6 +54,11 @@ pub fn values(t: &Tensor) -> Vec<f64> {
 /// `op` on random inputs of `T` (weights of `W`): rows of `shape` (2-D for narrowed views),
 /// through `Op::apply`; checks every written tensor against the op's f64 reference and that the
 /// read-only ones were not written.
+/// The rows of a problem of `shape` (its leading dimensions, collapsed).
+fn rows(shape: &[usize]) -> usize {
+    shape[..shape.len() - 1].iter().product()
+}
+
 pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &[usize], narrow: bool, seed: u64) {
     let hidden = shape[shape.len() - 1];
     let inputs: Vec<Tensor> = op
@@ -74,6 +79,9 @@ pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &
                 }
                 // One value a row (attention states' scores, always f32).
                 Extent::Batch => tensor_on::<f32>(device, &shape[..shape.len() - 1], false, seed),
+                // States of every row (`[rows, S, H]`) and their scores (`[rows, S]`).
+                Extent::Stacked => tensor_on::<T>(device, &[rows(shape), STACKED_STATES, hidden], false, seed),
+                Extent::StackedBatch => tensor_on::<f32>(device, &[rows(shape), STACKED_STATES], false, seed),
             }
         })
         .collect();
@@ -95,7 +103,11 @@ pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &
     written.extend(out.iter().zip(out_args).map(|(o, arg)| {
         // A row's length, or (one value a row) none.
         let leading = if arg.extent == Extent::Batch { o.dims() } else { &o.dims()[..o.rank() - 1] };
-        assert_eq!(leading, &shape[..shape.len() - 1], "{context}: output shape");
+        if op.tensors[0].extent == Extent::Stacked {
+            assert_eq!(leading, [rows(shape)], "{context}: output shape");
+        } else {
+            assert_eq!(leading, &shape[..shape.len() - 1], "{context}: output shape");
+        }
         let expected = match arg.dtype.dtype(dtype::<T>(), false) {
             DType::F32 => CandleDType::F32,
             DType::F16 => CandleDType::F16,

@@ -83,12 +83,21 @@ impl Buffer {
         })
     }
 
+    /// Elements from one row (of the last dimension) to the next: every buffer's leading
+    /// dimensions collapse into rows.
+    fn row_stride(&self) -> usize {
+        match self.shape.len() {
+            0 | 1 => *self.shape.last().unwrap_or(&1),
+            n => self.strides[n - 2] as usize,
+        }
+    }
+
     /// The view's elements (rows of the last dimension, gaps skipped) as f64.
     pub fn logical(&self) -> Vec<f64> {
         let values = self.values();
         let width = *self.shape.last().unwrap_or(&1);
         let rows = self.shape.iter().rev().skip(1).product::<usize>();
-        let stride = if self.shape.len() > 1 { self.strides[0] as usize } else { width };
+        let stride = self.row_stride();
         (0..rows).flat_map(|r| values[r * stride..r * stride + width].to_vec()).collect()
     }
 
@@ -97,7 +106,7 @@ impl Buffer {
         let size = self.dtype.size();
         let width = *self.shape.last().unwrap_or(&1);
         let rows = self.shape.iter().rev().skip(1).product::<usize>();
-        let stride = if self.shape.len() > 1 { self.strides[0] as usize } else { width };
+        let stride = self.row_stride();
         (0..rows.saturating_sub(1))
             .flat_map(|r| self.bytes[(r * stride + width) * size..(r + 1) * stride * size].to_vec())
             .collect()
@@ -122,22 +131,31 @@ pub fn buffers(op: &OpInfo, dtype: DType, wide: bool, case: &Case, seed: u64) ->
         .zip(dtypes(op, dtype, wide))
         .enumerate()
         .map(|(i, (arg, dtype))| {
-            let width = match arg.extent {
-                Extent::Rows => case.hidden,
-                Extent::DoubleRows => 2 * case.hidden,
-                Extent::Row => case.hidden,
-                Extent::Batch => case.rows,
-            };
-            let (shape, strides, len) = match arg.extent {
-                Extent::Row | Extent::Batch => (vec![width], vec![1], width),
-                _ => {
-                    let stride = width + case.pad;
-                    (vec![case.rows, width], vec![stride as i64, 1], (case.rows - 1) * stride + width)
+            let shape = arg.extent.shape(case.rows, case.hidden);
+            let (strides, len) = match arg.extent {
+                Extent::Row | Extent::Batch | Extent::StackedBatch => {
+                    (ferrinfer_launch::contiguous_strides(&shape), shape.iter().product())
                 }
+                // Rows of values, `pad` elements apart beyond their length.
+                Extent::Rows | Extent::DoubleRows | Extent::Stacked => padded_rows(&shape, case.pad),
             };
             Buffer::new(arg, dtype, shape, strides, len, seed ^ (i as u64 * 0x9e37))
         })
         .collect()
+}
+
+/// Strides and element count of `shape`'s rows (its last dimension) laid `pad` elements apart
+/// beyond their length, the leading dimensions collapsing into them.
+fn padded_rows(shape: &[usize], pad: usize) -> (Vec<i64>, usize) {
+    let (last, width) = (shape.len() - 1, shape[shape.len() - 1]);
+    let mut strides = vec![1i64; shape.len()];
+    let mut stride = (width + pad) as i64;
+    for i in (0..last).rev() {
+        strides[i] = stride;
+        stride *= shape[i] as i64;
+    }
+    let rows = shape[..last].iter().product::<usize>();
+    (strides, (rows.max(1) - 1) * (width + pad) + width)
 }
 
 /// Runs `op` on one case with fresh inputs and checks everything it wrote and did not write; the
