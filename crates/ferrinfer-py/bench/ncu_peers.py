@@ -3,20 +3,36 @@ named `prof`, for Nsight Compute to profile side by side (suite step `ncupeers`)
 tensors, the same stream, after warm-up calls outside the range (FlashInfer compiles its CuTe-DSL
 kernels at first use).
 
-Cases: op:T:H, op one of rmsnorm, fused_add_rmsnorm, silu_and_mul (H is d, the output width).
+Cases: op:T:H, op one of rmsnorm, fused_add_rmsnorm, silu_and_mul (H is d, the output width),
+merge_state, merge_state_in_place (T rows of 32 heads: seq = T / 32; H is head_dim).
 """
 import sys
 
 import torch
 
 import ferrinfer
-from ops import flashinfer_ops
+from ops import CASCADE_HEADS, flashinfer_cascade, flashinfer_ops
 
 EPS = 1e-6
 
 
+def cascade_calls(op, T, H, dtype):
+    fi = flashinfer_cascade()
+    seq = T // CASCADE_HEADS
+    v_a, v_b = (torch.randn(seq, CASCADE_HEADS, H, device="cuda", dtype=dtype) for _ in range(2))
+    s_a, s_b = (torch.randn(seq, CASCADE_HEADS, device="cuda") * 4 for _ in range(2))
+    if op == "merge_state":
+        v_out, s_out = torch.empty_like(v_a), torch.empty_like(s_a)
+        return {"flashinfer": lambda: fi.merge_state(v_a, s_a, v_b, s_b),
+                "ferrinfer": lambda: ferrinfer.merge_state(v_a, s_a, v_b, s_b, v_merged=v_out, s_merged=s_out)}
+    return {"flashinfer": lambda: fi.merge_state_in_place(v_a, s_a, v_b, s_b),
+            "ferrinfer": lambda: ferrinfer.merge_state_in_place(v_a, s_a, v_b, s_b)}
+
+
 def calls(op, T, H, fi_norm, fi_activation):
     dtype = torch.bfloat16
+    if op.startswith("merge_state"):
+        return cascade_calls(op, T, H, dtype)
     if op == "silu_and_mul":
         x, out = torch.randn(T, 2 * H, device="cuda", dtype=dtype), torch.empty(T, H, device="cuda", dtype=dtype)
         return {"flashinfer": lambda: fi_activation.silu_and_mul(x, out=out),
