@@ -170,7 +170,7 @@ mod device_kernels {
     use crate::math::{mul_add, rsqrt};
     #[cfg(target_feature = "sm_90")]
     use crate::vector::Shared;
-    use crate::vector::{Coherent, Kept, Load, Once, Packed, Reused};
+    use crate::vector::{Coherent, Kept, LastRead, Lingering, Load, Once, Packed, Reused};
 
     /// Independent partial sums per thread: one FMA chain each, so the adds overlap.
     const ACCUMULATORS: usize = 8;
@@ -613,9 +613,12 @@ mod device_kernels {
     }
 
     /// The streaming kernel, for rows too long for registers: one row per block at a time (the
-    /// grid strides over rows), each thread taking every `blockDim`-th vector; statistics passes
-    /// read the row, the last pass re-reads it (from L1/L2) and writes. `blockDim.x` a power of
-    /// two, 32 to 1024, and `threads_per_row == blockDim.x`.
+    /// grid strides over rows), each thread taking every `blockDim`-th vector. The row is read
+    /// once per statistics pass with its lines kept in L2 ([`Lingering`]) and once more, from L2,
+    /// for the outputs ([`LastRead`]); a fused add computes the new residual in each pass and
+    /// writes it in the last, beside the output, so no pass reads what another wrote
+    /// (torch.compile's shape for fused_add_rmsnorm: docs/perf/norm.md, session 19).
+    /// `blockDim.x` a power of two, 32 to 1024, and `threads_per_row == blockDim.x`.
     #[inline(always)]
     pub unsafe fn norm_stream<T: Element, W: Element, K: NormKind, const VEC: usize>(p: &NormParams) {
         let mut group = RowGroup::of_thread(p.threads_per_row);
@@ -626,21 +629,12 @@ mod device_kernels {
         chain_after_prior_grids();
         while row < p.rows {
             let input = row_ptr::<T>(p.input, row, p.input_row_stride);
-            let source = if K::FUSED_ADD { row_ptr::<T>(p.residual, row, p.residual_row_stride) } else { input };
-            // Pass 1: (fused: add and store the residual) Σx or Σx².
+            let residual = row_ptr::<T>(p.residual, row, p.residual_row_stride);
+            // Pass 1: Σx or Σx² (fused: of the new residual).
             let mut sum = 0.0;
             let mut v = first;
             while v < vectors {
-                let mut x = unsafe { Packed::<T, VEC>::load::<Coherent>(input.add(v * VEC)) };
-                if K::FUSED_ADD {
-                    let r = unsafe { Packed::<T, VEC>::load::<Coherent>(source.add(v * VEC)) }.to_f32();
-                    let mut s = x.to_f32();
-                    for i in 0..VEC {
-                        s[i] += r[i];
-                    }
-                    x = Packed::from_f32(s);
-                    unsafe { x.store::<Kept>(source.add(v * VEC)) };
-                }
+                let x = unsafe { stream_vector::<T, K, Lingering, VEC>(input, residual, v * VEC) };
                 for i in 0..VEC {
                     let value = x.get_f32(i);
                     sum = if K::CENTERED { sum + value } else { mul_add(value, value, sum) };
@@ -653,7 +647,7 @@ mod device_kernels {
                 let mut centered = 0.0;
                 let mut v = first;
                 while v < vectors {
-                    let x = unsafe { Packed::<T, VEC>::load::<Coherent>(source.add(v * VEC)) };
+                    let x = unsafe { stream_vector::<T, K, Lingering, VEC>(input, residual, v * VEC) };
                     for i in 0..VEC {
                         let d = x.get_f32(i) - mean;
                         centered = mul_add(d, d, centered);
@@ -667,7 +661,10 @@ mod device_kernels {
             let output = row_ptr::<T>(p.output, row, p.output_row_stride);
             let mut v = first;
             while v < vectors {
-                let x = unsafe { Packed::<T, VEC>::load::<Coherent>(source.add(v * VEC)) };
+                let x = unsafe { stream_vector::<T, K, LastRead, VEC>(input, residual, v * VEC) };
+                if K::FUSED_ADD {
+                    unsafe { x.store::<Kept>(residual.add(v * VEC)) };
+                }
                 let w = unsafe { Packed::<W, VEC>::load::<Reused>((p.weight as *const W).add(v * VEC)) };
                 let b = if K::CENTERED {
                     unsafe { Packed::<W, VEC>::load::<Reused>((p.bias as *const W).add(v * VEC)) }
@@ -683,5 +680,25 @@ mod device_kernels {
             }
             row += grid_size() as u64;
         }
+    }
+
+    /// The row's `VEC` values at element `at` as the statistics see them: the input, or for a
+    /// fused add the new residual (`input + residual`, rounded as it is stored).
+    #[inline(always)]
+    unsafe fn stream_vector<T: Element, K: NormKind, L: Load, const VEC: usize>(
+        input: *const T,
+        residual: *const T,
+        at: usize,
+    ) -> Packed<T, VEC> {
+        let x = unsafe { Packed::<T, VEC>::load::<L>(input.add(at)) };
+        if !K::FUSED_ADD {
+            return x;
+        }
+        let (x, r) = (x.to_f32(), unsafe { Packed::<T, VEC>::load::<L>(residual.add(at)) }.to_f32());
+        let mut sum = [0.0f32; VEC];
+        for i in 0..VEC {
+            sum[i] = x[i] + r[i];
+        }
+        Packed::from_f32(sum)
     }
 }

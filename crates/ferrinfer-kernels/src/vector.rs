@@ -36,11 +36,23 @@ pub struct Coherent;
 /// there is no shared memory, it is an ordinary read.
 pub struct Shared;
 
+/// Data this kernel reads twice, close together (a row's statistics pass, then its output pass
+/// re-reads it): a coherent load whose lines L2 keeps first (`evict_last`), so the second read
+/// finds them there.
+pub struct Lingering;
+/// The second and last read of [`Lingering`] data: coherent, its lines L2 drops first
+/// (`evict_first`).
+pub struct LastRead;
+
 macro_rules! load_kind {
     ($kind:ty, $prefix:literal) => {
-        load_kind!($kind, "cvta.to.global.u64", $prefix);
+        load_kind!($kind, "cvta.to.global.u64", "", $prefix, "");
     };
     ($kind:ty, $to_space:literal, $prefix:literal) => {
+        load_kind!($kind, $to_space, "", $prefix, "");
+    };
+    // `$setup` runs first in the access's scope; `$operand` follows the address (a cache policy).
+    ($kind:ty, $to_space:literal, $setup:literal, $prefix:literal, $operand:literal) => {
         impl Load for $kind {
             #[inline(always)]
             unsafe fn words<const BYTES: usize>(src: *const u8) -> [u32; 4] {
@@ -49,24 +61,24 @@ macro_rules! load_kind {
                     let (mut w0, mut w1, mut w2, mut w3) = (0u32, 0u32, 0u32, 0u32);
                     match BYTES {
                         16 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".v4.u32 {{{w0}, {w1}, {w2}, {w3}}}, [g]; }}"),
+                            concat!("{{ .reg .u64 g; ", $setup, $to_space, " g, {a}; ", $prefix, ".v4.u32 {{{w0}, {w1}, {w2}, {w3}}}, [g]", $operand, "; }}"),
                             a = in(reg64) src, w0 = out(reg32) w0, w1 = out(reg32) w1, w2 = out(reg32) w2, w3 = out(reg32) w3,
                             options(pure, readonly, nostack),
                         ),
                         8 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".v2.u32 {{{w0}, {w1}}}, [g]; }}"),
+                            concat!("{{ .reg .u64 g; ", $setup, $to_space, " g, {a}; ", $prefix, ".v2.u32 {{{w0}, {w1}}}, [g]", $operand, "; }}"),
                             a = in(reg64) src, w0 = out(reg32) w0, w1 = out(reg32) w1,
                             options(pure, readonly, nostack),
                         ),
                         4 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".u32 {w0}, [g]; }}"),
+                            concat!("{{ .reg .u64 g; ", $setup, $to_space, " g, {a}; ", $prefix, ".u32 {w0}, [g]", $operand, "; }}"),
                             a = in(reg64) src, w0 = out(reg32) w0,
                             options(pure, readonly, nostack),
                         ),
                         _ => {
                             let half: u16;
                             core::arch::asm!(
-                                concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".u16 {h}, [g]; }}"),
+                                concat!("{{ .reg .u64 g; ", $setup, $to_space, " g, {a}; ", $prefix, ".u16 {h}, [g]", $operand, "; }}"),
                                 a = in(reg64) src, h = out(reg16) half,
                                 options(pure, readonly, nostack),
                             );
@@ -85,6 +97,28 @@ macro_rules! load_kind {
 load_kind!(Once, "ld.global.nc.L1::no_allocate");
 load_kind!(Reused, "ld.global.nc");
 load_kind!(Coherent, "ld.global");
+// L2 cache policies need PTX ISA 7.4 and sm_80; the builder raises sm_90 modules' PTX to 8.0.
+// Elsewhere both kinds are plain coherent loads.
+#[cfg(not(target_feature = "sm_90"))]
+load_kind!(Lingering, "ld.global");
+#[cfg(not(target_feature = "sm_90"))]
+load_kind!(LastRead, "ld.global");
+#[cfg(target_feature = "sm_90")]
+load_kind!(
+    Lingering,
+    "cvta.to.global.u64",
+    ".reg .b64 policy; createpolicy.fractional.L2::evict_last.b64 policy, 1.0; ",
+    "ld.global.L2::cache_hint",
+    ", policy"
+);
+#[cfg(target_feature = "sm_90")]
+load_kind!(
+    LastRead,
+    "cvta.to.global.u64",
+    ".reg .b64 policy; createpolicy.fractional.L2::evict_first.b64 policy, 1.0; ",
+    "ld.global.L2::cache_hint",
+    ", policy"
+);
 // A `readonly` read of a slot stays after the stage's wait (asm LLVM must assume writes memory).
 load_kind!(Shared, "mov.b64", "ld.shared");
 

@@ -321,6 +321,8 @@ trait RegisterKernels {
     fn resident_blocks(&self, chunks: u32, pipelined: bool, block: u32) -> u32;
     fn staged_max_threads(&self, chunks: u32) -> u32;
     fn staged_resident_blocks(&self, chunks: u32, block: u32, shared_bytes: u32) -> u32;
+    fn stream_max_threads(&self) -> u32;
+    fn stream_resident_blocks(&self, block: u32) -> u32;
     fn max_shared_bytes(&self) -> u32;
 }
 
@@ -339,6 +341,14 @@ impl RegisterKernels for Limits<'_> {
 
     fn staged_resident_blocks(&self, chunks: u32, block: u32, shared_bytes: u32) -> u32 {
         NormModule::staged_entry(chunks).map_or(1, |e| Limits::resident_blocks(self, e, block, shared_bytes))
+    }
+
+    fn stream_max_threads(&self) -> u32 {
+        Limits::max_threads(self, NormModule::STREAM_ENTRY)
+    }
+
+    fn stream_resident_blocks(&self, block: u32) -> u32 {
+        Limits::resident_blocks(self, NormModule::STREAM_ENTRY, block, 0)
     }
 
     fn max_shared_bytes(&self) -> u32 {
@@ -403,6 +413,9 @@ const MAX_ROWS_PER_GROUP: u64 = 4;
 /// with the benchmark, read once. `stages` 0 keeps to the register kernels; 1–16 takes the staged
 /// kernel (sm_90, 16-byte vectors) with that many rows in flight per block, whatever the batch;
 /// there `rows_per_group` is the rows each block works through (default: the planner's 2 to 4).
+/// `chunks` 0 takes the streaming kernel (two passes over each row): `threads_per_row` threads a
+/// block (default: the planner's), `rows_per_group` rows a block (default: as many blocks as the
+/// device holds at once, striding over the rows).
 /// A value that names no kernel makes every norm call a configuration error naming the variable.
 pub const LAYOUT_VAR: &str = "FERRINFER_NORM_LAYOUT";
 
@@ -418,14 +431,14 @@ fn layout_override() -> Result<LayoutOverride, Error> {
     static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
     tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
         format!(
-            "chunks:threads_per_row:rows_per_group:stages, each a number or *, chunks one of {CHUNK_COUNTS:?}, threads a power of two ≤ 1024, stages ≤ {MAX_STAGING_STAGES}"
+            "chunks:threads_per_row:rows_per_group:stages, each a number or *, chunks 0 (the streaming kernel) or one of {CHUNK_COUNTS:?}, threads a power of two ≤ 1024, stages ≤ {MAX_STAGING_STAGES}"
         )
     })
 }
 
 fn parse_layout(value: &str) -> Option<LayoutOverride> {
     let [chunks, threads, rows, stages] = tuning::fields(value)?;
-    let chunks_ok = chunks.is_none_or(|c| u32::try_from(c).is_ok_and(|c| CHUNK_COUNTS.contains(&c)));
+    let chunks_ok = chunks.is_none_or(|c| u32::try_from(c).is_ok_and(|c| c == 0 || CHUNK_COUNTS.contains(&c)));
     let threads_ok = threads.is_none_or(|t| t.is_power_of_two() && t <= MAX_BLOCK as u64);
     let stages_ok = stages.is_none_or(|s| s <= MAX_STAGING_STAGES as u64);
     (chunks_ok && threads_ok && stages_ok && rows != Some(0)).then_some(LayoutOverride {
@@ -441,12 +454,15 @@ impl Plan {
     /// a register kernel where a row fits in at most 1024 threads of at most 8 vectors each
     /// (registers permitting), else the streaming kernel.
     fn kernel(&self, limits: &Limits, forced: LayoutOverride) -> Launch<NormParams> {
+        if forced.chunks == Some(0) {
+            return self.streaming(limits.multiprocessors, forced, limits);
+        }
         if let Some(staged) = self.staged(limits.multiprocessors, forced, limits) {
             return self.staged_launch(staged);
         }
         match self.layout(limits.multiprocessors, forced, limits) {
             Some(layout) => self.register_launch(layout),
-            None => self.streaming(limits),
+            None => self.streaming(limits.multiprocessors, forced, limits),
         }
     }
 
@@ -580,14 +596,19 @@ impl Plan {
     }
 
     /// A block per row at a time, at most as many blocks as the device holds at once (they
-    /// stride over rows); the block a power of two, as the streaming kernel's reduction wants.
-    fn streaming(&self, limits: &Limits) -> Launch<NormParams> {
+    /// stride over rows) unless the override sets the rows a block takes; the block a power of
+    /// two, as the streaming kernel's reduction wants.
+    fn streaming(&self, sms: u32, forced: LayoutOverride, kernels: &impl RegisterKernels) -> Launch<NormParams> {
         let entry = NormModule::STREAM_ENTRY;
         let vectors = (self.params.hidden / self.vec).max(1);
-        let most = MAX_BLOCK.min(limits.max_threads(entry)).max(32);
+        let most = MAX_BLOCK.min(kernels.stream_max_threads()).max(32);
         let block = vectors.next_power_of_two().clamp(32, 1 << most.ilog2());
-        let resident = limits.multiprocessors as u64 * limits.resident_blocks(entry, block, 0) as u64;
-        let grid = self.params.rows.min(resident) as u32;
+        let block = forced.threads_per_row.filter(|&t| t >= 32).map_or(block, |t| t.min(1 << most.ilog2()));
+        let resident = sms as u64 * kernels.stream_resident_blocks(block) as u64;
+        let grid = match forced.rows_per_group {
+            Some(rows) => self.params.rows.div_ceil(rows).min(i32::MAX as u64),
+            None => self.params.rows.min(resident),
+        } as u32;
         let params = NormParams { threads_per_row: block, ..self.params };
         Launch { entry, params, grid: (grid, 1), block, shared_bytes: 0, cluster: 1 }
     }
@@ -713,6 +734,14 @@ mod tests {
             (65536 / (staged_registers(chunks) * block)).min(2048 / block).min(by_shared).clamp(1, 32)
         }
 
+        fn stream_max_threads(&self) -> u32 {
+            1024
+        }
+
+        fn stream_resident_blocks(&self, block: u32) -> u32 {
+            (2048 / block).clamp(1, 32)
+        }
+
         fn max_shared_bytes(&self) -> u32 {
             SHARED_PER_BLOCK
         }
@@ -736,6 +765,14 @@ mod tests {
 
         fn staged_resident_blocks(&self, _: u32, _: u32, _: u32) -> u32 {
             1
+        }
+
+        fn stream_max_threads(&self) -> u32 {
+            H200.stream_max_threads()
+        }
+
+        fn stream_resident_blocks(&self, block: u32) -> u32 {
+            H200.stream_resident_blocks(block)
         }
 
         fn max_shared_bytes(&self) -> u32 {
@@ -830,10 +867,35 @@ mod tests {
         assert_eq!(parse_layout("4:128:2"), Some(forced(Some(4), Some(128), Some(2))));
         assert_eq!(parse_layout("*:*:8"), Some(forced(None, None, Some(8))));
         assert_eq!(parse_layout("8"), Some(forced(Some(8), None, None)));
+        assert_eq!(parse_layout("0:512:1"), Some(forced(Some(0), Some(512), Some(1))), "0: the streaming kernel");
         assert_eq!(parse_layout("*:*:*:3"), Some(LayoutOverride { stages: Some(3), ..forced(None, None, None) }));
         for bad in ["3", "4:100", "4:128:0", "4:128:2:17", "4:128:2:1:1", "x", "4294967297"] {
             assert_eq!(parse_layout(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn norm_streaming_launch_follows_the_override() {
+        let forced = |threads, rows| LayoutOverride {
+            chunks: Some(0),
+            threads_per_row: threads,
+            rows_per_group: rows,
+            stages: None,
+        };
+        let stream = |rows, hidden, o| plan(rows, hidden, 8, DType::Bf16, true).streaming(132, o, &H200);
+        let launch = stream(65536, 4096, forced(None, Some(2)));
+        assert_eq!(launch.entry, NormModule::STREAM_ENTRY);
+        assert_eq!(
+            (launch.block, launch.params.threads_per_row, launch.grid.0),
+            (512, 512, 32768),
+            "a thread a vector"
+        );
+        let launch = stream(65536, 4096, forced(Some(256), None));
+        assert_eq!((launch.block, launch.grid.0), (256, 132 * 8), "as many blocks as fit, striding");
+        let launch = stream(1000, 65536 * 8, forced(None, Some(1)));
+        assert_eq!((launch.block, launch.grid.0), (1024, 1000), "rows past registers: the most threads");
+        let launch = stream(5_000_000_000, 4096, forced(None, Some(1)));
+        assert_eq!(launch.grid.0, i32::MAX as u32, "the grid's limit; blocks stride over the rest");
     }
 
     #[test]
