@@ -243,12 +243,14 @@ for step in "$@"; do
     pybench)
       # PYBENCH_FAMILIES, PYBENCH_DTYPES, PYBENCH_TOKENS (T values, comma-separated), PYBENCH_OPS
       # (ops, comma-separated): narrow or widen the grid (default: both families, bfloat16, every
-      # T, every op); PYBENCH_EAGER=0 skips --eager.
+      # T, every op); PYBENCH_GRID=wide: the norm family's own grid (H 64 to 16384, odd widths);
+      # PYBENCH_EAGER=0 skips --eager.
       for dtype in ${PYBENCH_DTYPES:-bfloat16}; do
         for family in ${PYBENCH_FAMILIES:-norm activation}; do
           run pybench env PYTHONPATH="$(python_path)" python3 crates/ferrinfer-py/bench/ops.py --family $family \
             --dtype $dtype ${PYBENCH_TOKENS:+--tokens $PYBENCH_TOKENS} ${PYBENCH_OPS:+--ops $PYBENCH_OPS} \
-            --out "$out/py-$family-$dtype${AOT_VARIANT:+-$AOT_VARIANT}.csv"
+            ${PYBENCH_GRID:+--grid $PYBENCH_GRID} \
+            --out "$out/py-$family-$dtype${PYBENCH_GRID:+-$PYBENCH_GRID}${AOT_VARIANT:+-$AOT_VARIANT}.csv"
           [ "${PYBENCH_EAGER:-1}" = 0 ] || run pybench env PYTHONPATH="$(python_path)" python3 \
             crates/ferrinfer-py/bench/ops.py --family $family --dtype $dtype --eager --out "$out/py-$family-$dtype-eager.csv"
         done

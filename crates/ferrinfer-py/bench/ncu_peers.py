@@ -1,7 +1,8 @@
-"""One call of FlashInfer and one of ferrinfer's Python module per case, each inside an NVTX range
-named `prof`, for Nsight Compute to profile side by side (suite step `ncupeers`): the same
-tensors, the same stream, after warm-up calls outside the range (FlashInfer compiles its CuTe-DSL
-kernels at first use).
+"""One call of FlashInfer, of torch.compile (norm ops) and of ferrinfer's Python module per case,
+each inside an NVTX range named `prof`, for Nsight Compute to profile side by side (suite step
+`ncupeers`): the same tensors, the same stream, after warm-up calls outside the range (FlashInfer
+compiles its CuTe-DSL kernels at first use, torch.compile its Triton kernels). A peer that cannot
+be imported is left out, saying so.
 
 Cases: op:T:H, op one of rmsnorm, fused_add_rmsnorm, silu_and_mul (H is d, the output width),
 merge_state, merge_state_in_place (T rows of 32 heads: seq = T / 32; H is head_dim).
@@ -11,7 +12,7 @@ import sys
 import torch
 
 import ferrinfer
-from ops import CASCADE_HEADS, flashinfer_cascade, flashinfer_ops
+from ops import CASCADE_HEADS, flashinfer_cascade, flashinfer_ops, fused_add, rms
 
 EPS = 1e-6
 
@@ -40,9 +41,13 @@ def calls(op, T, H, fi_norm, fi_activation):
     x, w = torch.randn(T, H, device="cuda", dtype=dtype), torch.randn(H, device="cuda", dtype=dtype)
     out, r = torch.empty_like(x), torch.randn_like(x)
     if op == "rmsnorm":
-        return {"flashinfer": lambda: fi_norm.rmsnorm(x, w, EPS, out=out),
+        compiled = torch.compile(rms)
+        return {"flashinfer": fi_norm and (lambda: fi_norm.rmsnorm(x, w, EPS, out=out)),
+                "torch_compile": lambda: compiled(x, w),
                 "ferrinfer": lambda: ferrinfer.rmsnorm(x, w, EPS, out=out)}
-    return {"flashinfer": lambda: fi_norm.fused_add_rmsnorm(x, r, w, EPS),
+    compiled = torch.compile(fused_add)
+    return {"flashinfer": fi_norm and (lambda: fi_norm.fused_add_rmsnorm(x, r, w, EPS)),
+            "torch_compile": lambda: compiled(x, r, w),
             "ferrinfer": lambda: ferrinfer.fused_add_rmsnorm(x, r, w, EPS)}
 
 
@@ -51,6 +56,9 @@ def main():
     for case in sys.argv[1:]:
         op, T, H = case.split(":")
         for impl, call in calls(op, int(T), int(H), fi_norm, fi_activation).items():
+            if call is None:
+                print(f"# {impl} unavailable: {case} not profiled", flush=True)
+                continue
             for _ in range(3):
                 call()
             torch.cuda.synchronize()

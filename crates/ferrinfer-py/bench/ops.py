@@ -7,6 +7,7 @@ median replay time / 50, in µs. Bytes: every input read once, every output writ
 are random normal. ferrinfer runs on torch's current stream (the capture stream).
 
 Families: `norm` (rmsnorm, fused_add_rmsnorm over H ∈ {4096, 8192} × T ∈ {1, …, 65536}),
+`--grid wide` H from 64 to 16384, odd widths included, and H = 128 over 221184 rows),
 `activation` (silu/gelu/gelu_tanh_and_mul over d ∈ {4096, 11008, 14336} × T ∈ {1, …, 16384}) and
 `sampling` (softmax, top_k_mask_logits and top_k_renorm_probs with k = 50, top_p_renorm_probs with
 p = 0.9, and the sampling ops — sampling_from_probs, top_k_/top_p_/min_p_sampling_from_probs,
@@ -39,6 +40,11 @@ import ferrinfer
 
 EPS = 1e-6
 NORM_GRID = [(H, T) for H in (4096, 8192) for T in (1, 16, 128, 1024, 4096, 16384, 65536)]
+# `--grid wide`: the norm issue's own grid, H from 64 to 16384 — odd widths (no 16-byte vectors:
+# 4095, 1001), widths no power of two (200, 3000, 5120, 12288) — at a token, a batch and a
+# prefill, and a per-head norm (H = 128 over 221184 rows: 32 heads × 6912 tokens).
+NORM_WIDE_GRID = [(H, T) for H in (64, 128, 200, 256, 1001, 1024, 2048, 3000, 4095, 4096, 5120, 8192, 12288, 16384)
+                  for T in (1, 128, 4096)] + [(128, 221184)]
 ACTIVATION_GRID = [(D, T) for D in (4096, 11008, 14336) for T in (1, 16, 128, 1024, 4096, 16384)]
 SAMPLING_GRID = [(V, B) for V in (32000, 128256) for B in (1, 64, 256)]
 CASCADE_HEADS = 32
@@ -153,7 +159,18 @@ class Recorder:
         print(self.rows[-1], flush=True)
 
 
+def peer_record(record, op, T, H, nbytes, impl, time_fn, fn):
+    """A peer's row, or a note that it cannot run this shape (FlashInfer's norms at odd widths)."""
+    try:
+        record(op, T, H, nbytes, impl, time_fn(fn))
+    except Exception as error:
+        print(f"# {impl} {op} T={T} H={H} not timed: {type(error).__name__}: {str(error)[:160]}", file=sys.stderr)
+
+
 def norm_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
+    for limit in ("cache_size_limit", "recompile_limit"):  # the wide grid's many widths: no eager fallback
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 64))
     compiled_rms, compiled_fused = torch.compile(rms), torch.compile(fused_add)
     size = torch.tensor([], dtype=dtype).element_size()
     for H, T in grid:
@@ -166,7 +183,8 @@ def norm_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
             compiled_rms(x, w)
             record("rmsnorm", T, H, nbytes, "torch_compile" + impl_suffix, time_fn(lambda: compiled_rms(x, w)))
             if fi:
-                record("rmsnorm", T, H, nbytes, "flashinfer" + impl_suffix, time_fn(lambda: fi.rmsnorm(x, w, EPS, out=out)))
+                peer_record(record, "rmsnorm", T, H, nbytes, "flashinfer" + impl_suffix, time_fn,
+                            lambda: fi.rmsnorm(x, w, EPS, out=out))
             record("rmsnorm", T, H, nbytes, "ferrinfer-py" + impl_suffix,
                    time_fn(lambda: ferrinfer.rmsnorm(x, w, EPS, out=out)))
         if "fused_add_rmsnorm" in ops:
@@ -174,8 +192,8 @@ def norm_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
             compiled_fused(x, r, w)
             record("fused_add_rmsnorm", T, H, nbytes, "torch_compile" + impl_suffix, time_fn(lambda: compiled_fused(x, r, w)))
             if fi:
-                record("fused_add_rmsnorm", T, H, nbytes, "flashinfer" + impl_suffix,
-                       time_fn(lambda: fi.fused_add_rmsnorm(x, r, w, EPS)))
+                peer_record(record, "fused_add_rmsnorm", T, H, nbytes, "flashinfer" + impl_suffix, time_fn,
+                            lambda: fi.fused_add_rmsnorm(x, r, w, EPS))
             record("fused_add_rmsnorm", T, H, nbytes, "ferrinfer-py" + impl_suffix,
                    time_fn(lambda: ferrinfer.fused_add_rmsnorm(x, r, w, EPS)))
         del x, w, out, r
@@ -396,6 +414,8 @@ def main():
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--eager", action="store_true", help="time the host path (T = 1, no graph)")
     parser.add_argument("--tokens", default=None, help="comma-separated T values: only these rows of the grid")
+    parser.add_argument("--grid", default="standard", choices=["standard", "wide"],
+                        help="norm only: the peers' grid, or H from 64 to 16384 (NORM_WIDE_GRID)")
     parser.add_argument("--out", default=None, help="also write the CSV here")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
@@ -406,7 +426,8 @@ def main():
     time_fn, suffix = (eager_us, "_eager") if args.eager else (graph_us, "")
     if args.family == "norm":
         ops = (args.ops or "rmsnorm,fused_add_rmsnorm").split(",")
-        grid = [(4096, 1), (8192, 1)] if args.eager else only_tokens(NORM_GRID, args.tokens)
+        grid = NORM_WIDE_GRID if args.grid == "wide" else NORM_GRID
+        grid = [(4096, 1), (8192, 1)] if args.eager else only_tokens(grid, args.tokens)
         norm_cases(record, dtype, ops, fi_norm, time_fn, suffix, grid)
     elif args.family == "sampling":
         ops = (args.ops or "softmax,top_k_mask_logits,top_k_renorm_probs,top_p_renorm_probs").split(",")
