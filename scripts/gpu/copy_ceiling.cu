@@ -134,7 +134,7 @@ __device__ __forceinline__ float row_scale(const float (&ss)[4], int hidden) {
 
 // rmsnorm of bf16 rows of `hidden` elements (hidden = blockDim * U * 8): a block a row; with
 // TENSORS == 2 the fused add (residual += x; x = norm(residual), both written in place). Weights
-// all ones, read from memory as a norm does.
+// ≈ 0.75 (bytes 0x3f), read from memory as a norm does.
 template <int U, int LOAD, int STORE, int TENSORS>
 __global__ void row_kernel(uint4* x, uint4* residual, uint4* out, const uint4* weight, int hidden) {
   const size_t row = blockIdx.x, row_vectors = hidden / 8;

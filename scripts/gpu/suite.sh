@@ -249,8 +249,8 @@ for step in "$@"; do
         for family in ${PYBENCH_FAMILIES:-norm activation}; do
           run pybench env PYTHONPATH="$(python_path)" python3 crates/ferrinfer-py/bench/ops.py --family $family \
             --dtype $dtype ${PYBENCH_TOKENS:+--tokens $PYBENCH_TOKENS} ${PYBENCH_OPS:+--ops $PYBENCH_OPS} \
-            ${PYBENCH_GRID:+--grid $PYBENCH_GRID} \
-            --out "$out/py-$family-$dtype${PYBENCH_GRID:+-$PYBENCH_GRID}${AOT_VARIANT:+-$AOT_VARIANT}.csv"
+            ${PYBENCH_GRID:+$([ $family = norm ] && echo "--grid $PYBENCH_GRID")} \
+            --out "$out/py-$family-$dtype${PYBENCH_GRID:+$([ $family = norm ] && echo "-$PYBENCH_GRID")}${AOT_VARIANT:+-$AOT_VARIANT}.csv"
           [ "${PYBENCH_EAGER:-1}" = 0 ] || run pybench env PYTHONPATH="$(python_path)" python3 \
             crates/ferrinfer-py/bench/ops.py --family $family --dtype $dtype --eager --out "$out/py-$family-$dtype-eager.csv"
         done

@@ -97,8 +97,10 @@ macro_rules! load_kind {
 load_kind!(Once, "ld.global.nc.L1::no_allocate");
 load_kind!(Reused, "ld.global.nc");
 load_kind!(Coherent, "ld.global");
-// L2 cache policies need PTX ISA 7.4 and sm_80; the builder raises sm_90 modules' PTX to 8.0.
-// Elsewhere both kinds are plain coherent loads.
+// L2 cache policies (`createpolicy`, `.L2::cache_hint`) need sm_80 and PTX ISA 7.4 (every
+// module's ISA is at least that: crates/ferrinfer-jit/src/builder.rs). They were measured on sm_90
+// only (docs/perf/norm.md, session 19), so sm_90 modules alone use them; elsewhere both kinds are
+// plain coherent loads.
 #[cfg(not(target_feature = "sm_90"))]
 load_kind!(Lingering, "ld.global");
 #[cfg(not(target_feature = "sm_90"))]

@@ -413,9 +413,10 @@ const MAX_ROWS_PER_GROUP: u64 = 4;
 /// with the benchmark, read once. `stages` 0 keeps to the register kernels; 1–16 takes the staged
 /// kernel (sm_90, 16-byte vectors) with that many rows in flight per block, whatever the batch;
 /// there `rows_per_group` is the rows each block works through (default: the planner's 2 to 4).
-/// `chunks` 0 takes the streaming kernel (two passes over each row): `threads_per_row` threads a
-/// block (default: the planner's), `rows_per_group` rows a block (default: as many blocks as the
-/// device holds at once, striding over the rows).
+/// `chunks` 0 takes the streaming kernel (a statistics pass over each row, two for layernorm,
+/// then an output pass): `threads_per_row` threads a block (≥ 32; default: the planner's),
+/// `rows_per_group` rows a block (default: as many blocks as the device holds at once, striding
+/// over the rows); no `stages`.
 /// A value that names no kernel makes every norm call a configuration error naming the variable.
 pub const LAYOUT_VAR: &str = "FERRINFER_NORM_LAYOUT";
 
@@ -431,7 +432,7 @@ fn layout_override() -> Result<LayoutOverride, Error> {
     static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
     tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
         format!(
-            "chunks:threads_per_row:rows_per_group:stages, each a number or *, chunks 0 (the streaming kernel) or one of {CHUNK_COUNTS:?}, threads a power of two ≤ 1024, stages ≤ {MAX_STAGING_STAGES}"
+            "chunks:threads_per_row:rows_per_group:stages, each a number or *, chunks one of {CHUNK_COUNTS:?} or 0 (the streaming kernel: threads ≥ 32, no stages), threads a power of two ≤ 1024, stages ≤ {MAX_STAGING_STAGES}"
         )
     })
 }
@@ -441,7 +442,9 @@ fn parse_layout(value: &str) -> Option<LayoutOverride> {
     let chunks_ok = chunks.is_none_or(|c| u32::try_from(c).is_ok_and(|c| c == 0 || CHUNK_COUNTS.contains(&c)));
     let threads_ok = threads.is_none_or(|t| t.is_power_of_two() && t <= MAX_BLOCK as u64);
     let stages_ok = stages.is_none_or(|s| s <= MAX_STAGING_STAGES as u64);
-    (chunks_ok && threads_ok && stages_ok && rows != Some(0)).then_some(LayoutOverride {
+    // The streaming kernel's block is its row group: a warp at least; it stages nothing.
+    let streaming_ok = chunks != Some(0) || (threads.is_none_or(|t| t >= 32) && stages.is_none());
+    (chunks_ok && threads_ok && stages_ok && streaming_ok && rows != Some(0)).then_some(LayoutOverride {
         chunks: chunks.map(|c| c as u32),
         threads_per_row: threads.map(|t| t as u32),
         rows_per_group: rows,
@@ -869,7 +872,7 @@ mod tests {
         assert_eq!(parse_layout("8"), Some(forced(Some(8), None, None)));
         assert_eq!(parse_layout("0:512:1"), Some(forced(Some(0), Some(512), Some(1))), "0: the streaming kernel");
         assert_eq!(parse_layout("*:*:*:3"), Some(LayoutOverride { stages: Some(3), ..forced(None, None, None) }));
-        for bad in ["3", "4:100", "4:128:0", "4:128:2:17", "4:128:2:1:1", "x", "4294967297"] {
+        for bad in ["3", "4:100", "4:128:0", "4:128:2:17", "4:128:2:1:1", "x", "4294967297", "0:16", "0:*:*:1"] {
             assert_eq!(parse_layout(bad), None, "{bad}");
         }
     }

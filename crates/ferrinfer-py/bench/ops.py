@@ -6,8 +6,8 @@ case a CUDA graph of 50 calls, replayed 3 times untimed and 15 times timed; the 
 median replay time / 50, in µs. Bytes: every input read once, every output written once. Inputs
 are random normal. ferrinfer runs on torch's current stream (the capture stream).
 
-Families: `norm` (rmsnorm, fused_add_rmsnorm over H ∈ {4096, 8192} × T ∈ {1, …, 65536}),
-`--grid wide` H from 64 to 16384, odd widths included, and H = 128 over 221184 rows),
+Families: `norm` (rmsnorm, fused_add_rmsnorm over H ∈ {4096, 8192} × T ∈ {1, …, 65536}; with
+`--grid wide`, H from 64 to 16384, odd widths included, and H = 128 over 221184 rows),
 `activation` (silu/gelu/gelu_tanh_and_mul over d ∈ {4096, 11008, 14336} × T ∈ {1, …, 16384}) and
 `sampling` (softmax, top_k_mask_logits and top_k_renorm_probs with k = 50, top_p_renorm_probs with
 p = 0.9, and the sampling ops — sampling_from_probs, top_k_/top_p_/min_p_sampling_from_probs,
