@@ -604,9 +604,9 @@ impl Plan {
     fn streaming(&self, sms: u32, forced: LayoutOverride, kernels: &impl RegisterKernels) -> Launch<NormParams> {
         let entry = NormModule::STREAM_ENTRY;
         let vectors = (self.params.hidden / self.vec).max(1);
-        let most = MAX_BLOCK.min(kernels.stream_max_threads()).max(32);
-        let block = vectors.next_power_of_two().clamp(32, 1 << most.ilog2());
-        let block = forced.threads_per_row.filter(|&t| t >= 32).map_or(block, |t| t.min(1 << most.ilog2()));
+        let largest = 1 << MAX_BLOCK.min(kernels.stream_max_threads()).max(32).ilog2();
+        let block = vectors.next_power_of_two().clamp(32, largest);
+        let block = forced.threads_per_row.filter(|&t| t >= 32).map_or(block, |t| t.min(largest));
         let resident = sms as u64 * kernels.stream_resident_blocks(block) as u64;
         let grid = match forced.rows_per_group {
             Some(rows) => self.params.rows.div_ceil(rows).min(i32::MAX as u64),

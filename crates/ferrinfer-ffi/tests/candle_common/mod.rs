@@ -51,14 +51,14 @@ pub fn values(t: &Tensor) -> Vec<f64> {
     t.to_dtype(CandleDType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap()
 }
 
-/// `op` on random inputs of `T` (weights of `W`): rows of `shape` (2-D for narrowed views),
-/// through `Op::apply`; checks every written tensor against the op's f64 reference and that the
-/// read-only ones were not written.
 /// The rows of a problem of `shape` (its leading dimensions, collapsed).
 fn rows(shape: &[usize]) -> usize {
     shape[..shape.len() - 1].iter().product()
 }
 
+/// `op` on random inputs of `T` (weights of `W`): rows of `shape` (2-D for narrowed views),
+/// through `Op::apply`; checks every written tensor against the op's f64 reference and that the
+/// read-only ones were not written.
 pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &[usize], narrow: bool, seed: u64) {
     let hidden = shape[shape.len() - 1];
     let inputs: Vec<Tensor> = op

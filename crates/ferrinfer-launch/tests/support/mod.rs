@@ -83,30 +83,29 @@ impl Buffer {
         })
     }
 
-    /// Elements from one row (of the last dimension) to the next: every buffer's leading
-    /// dimensions collapse into rows.
-    fn row_stride(&self) -> usize {
-        match self.shape.len() {
-            0 | 1 => *self.shape.last().unwrap_or(&1),
+    /// `(rows, width, stride)`: every buffer's leading dimensions collapse into rows of its last
+    /// dimension (`width` elements), `stride` elements from one row to the next.
+    fn rows(&self) -> (usize, usize, usize) {
+        let width = *self.shape.last().unwrap_or(&1);
+        let rows = self.shape.iter().rev().skip(1).product::<usize>();
+        let stride = match self.shape.len() {
+            0 | 1 => width,
             n => self.strides[n - 2] as usize,
-        }
+        };
+        (rows, width, stride)
     }
 
     /// The view's elements (rows of the last dimension, gaps skipped) as f64.
     pub fn logical(&self) -> Vec<f64> {
         let values = self.values();
-        let width = *self.shape.last().unwrap_or(&1);
-        let rows = self.shape.iter().rev().skip(1).product::<usize>();
-        let stride = self.row_stride();
+        let (rows, width, stride) = self.rows();
         (0..rows).flat_map(|r| values[r * stride..r * stride + width].to_vec()).collect()
     }
 
     /// The elements between rows (stride padding), bytewise.
     fn gaps(&self) -> Vec<u8> {
         let size = self.dtype.size();
-        let width = *self.shape.last().unwrap_or(&1);
-        let rows = self.shape.iter().rev().skip(1).product::<usize>();
-        let stride = self.row_stride();
+        let (rows, width, stride) = self.rows();
         (0..rows.saturating_sub(1))
             .flat_map(|r| self.bytes[(r * stride + width) * size..(r + 1) * stride * size].to_vec())
             .collect()
