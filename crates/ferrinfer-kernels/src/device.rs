@@ -715,21 +715,31 @@ impl StagingRing {
 
     /// Copies `bytes` (a multiple of 16) from global `src` (16-byte aligned) to `offset` bytes
     /// into `stage`'s slot, completing on its mbarrier (announced by [`StagingRing::expect`]).
+    /// `lingering`: the source's lines are kept in L2 first (`evict_last`), for data the kernel
+    /// writes back in place soon (as [`crate::vector::Lingering`] loads).
     ///
     /// # Safety
     /// `src..src + bytes` readable global memory; the slot holds `offset + bytes`.
     #[inline(always)]
-    pub unsafe fn copy(&self, stage: u32, offset: u32, src: *const u8, bytes: u32) {
+    pub unsafe fn copy(&self, stage: u32, offset: u32, src: *const u8, bytes: u32, lingering: bool) {
+        let (dst, barrier) = (self.slot(stage) + offset, self.barrier(stage));
         unsafe {
-            asm!(
-                "{{ .reg .u64 g; cvta.to.global.u64 g, {src}; \
-                 cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{dst}], [g], {n}, [{b}]; }}",
-                src = in(reg64) src,
-                dst = in(reg32) self.slot(stage) + offset,
-                n = in(reg32) bytes,
-                b = in(reg32) self.barrier(stage),
-                options(nostack),
-            )
+            if lingering {
+                asm!(
+                    "{{ .reg .u64 g; .reg .b64 policy; cvta.to.global.u64 g, {src}; \
+                     createpolicy.fractional.L2::evict_last.b64 policy, 1.0; \
+                     cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [{dst}], [g], {n}, [{b}], policy; }}",
+                    src = in(reg64) src, dst = in(reg32) dst, n = in(reg32) bytes, b = in(reg32) barrier,
+                    options(nostack),
+                )
+            } else {
+                asm!(
+                    "{{ .reg .u64 g; cvta.to.global.u64 g, {src}; \
+                     cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{dst}], [g], {n}, [{b}]; }}",
+                    src = in(reg64) src, dst = in(reg32) dst, n = in(reg32) bytes, b = in(reg32) barrier,
+                    options(nostack),
+                )
+            }
         };
     }
 

@@ -170,7 +170,7 @@ mod device_kernels {
     use crate::math::{mul_add, rsqrt};
     #[cfg(target_feature = "sm_90")]
     use crate::vector::Shared;
-    use crate::vector::{Coherent, Kept, LastRead, Lingering, Load, Once, Packed, Reused};
+    use crate::vector::{Kept, LastRead, Lingering, Load, Once, Packed, Reused};
 
     /// Independent partial sums per thread: one FMA chain each, so the adds overlap.
     const ACCUMULATORS: usize = 8;
@@ -296,13 +296,13 @@ mod device_kernels {
             let weights = unsafe { kept_weights::<W, K, VEC, CHUNKS, FULL>(p, &columns) };
             let inverse_hidden = 1.0 / p.hidden as f32;
             // An output that is the input (in place) is written by this kernel: then no
-            // non-coherent loads of it, as PTX requires.
+            // non-coherent loads of it, as PTX requires, and its lines kept in L2 for the write.
             let read_only = p.output != p.input;
             let load = |row| unsafe {
                 if read_only {
                     load_share::<T, K, Once, VEC, CHUNKS, FULL>(p, row, &columns)
                 } else {
-                    load_share::<T, K, Coherent, VEC, CHUNKS, FULL>(p, row, &columns)
+                    load_share::<T, K, Lingering, VEC, CHUNKS, FULL>(p, row, &columns)
                 }
             };
             let mut share = load(lead + in_warp);
@@ -371,7 +371,10 @@ mod device_kernels {
         weights
     }
 
-    /// Loads this thread's chunks of `row` (chunks past the row stay zero).
+    /// Loads this thread's chunks of `row` (chunks past the row stay zero): the input as `L`;
+    /// a fused add's rows, both written back in place, as [`Lingering`], so the writes find
+    /// their lines in L2 (fused_add_rmsnorm 65536 × 4096 on an H200: 521.5 → 501.7 µs,
+    /// docs/perf/norm.md v8).
     #[inline(always)]
     unsafe fn load_share<T: Element, K: NormKind, L: Load, const VEC: usize, const CHUNKS: usize, const FULL: bool>(
         p: &NormParams,
@@ -389,9 +392,8 @@ mod device_kernels {
             if columns.valid(c) {
                 let at = offsets[c];
                 if K::FUSED_ADD {
-                    // Both are written back in place: coherent loads.
-                    share.x[c] = unsafe { Packed::load::<Coherent>(input.add(at)) };
-                    share.residual[c] = unsafe { Packed::load::<Coherent>(residual.add(at)) };
+                    share.x[c] = unsafe { Packed::load::<Lingering>(input.add(at)) };
+                    share.residual[c] = unsafe { Packed::load::<Lingering>(residual.add(at)) };
                 } else {
                     share.x[c] = unsafe { Packed::load::<L>(input.add(at)) };
                 }
@@ -529,16 +531,16 @@ mod device_kernels {
         let ring = StagingRing::new(p.stages, row_bytes * (1 + K::FUSED_ADD as u32));
         let (first, step) = (block_index() as u64, grid_size() as u64);
         let leader = thread_index() == 0;
+        // Rows written back in place are kept in L2 for the write, as in `load_share`
+        // (fused_add_rmsnorm 4096 × 4096 on an H200: 35.4 → 34.4 µs, docs/perf/norm.md v8).
+        let in_place = K::FUSED_ADD || p.output == p.input;
         let fill = |stage: u32, row: u64| unsafe {
             ring.expect(stage, row_bytes * (1 + K::FUSED_ADD as u32));
-            ring.copy(stage, 0, row_ptr::<T>(p.input, row, p.input_row_stride) as *const u8, row_bytes);
+            let input = row_ptr::<T>(p.input, row, p.input_row_stride) as *const u8;
+            ring.copy(stage, 0, input, row_bytes, in_place);
             if K::FUSED_ADD {
-                ring.copy(
-                    stage,
-                    row_bytes,
-                    row_ptr::<T>(p.residual, row, p.residual_row_stride) as *const u8,
-                    row_bytes,
-                );
+                let residual = row_ptr::<T>(p.residual, row, p.residual_row_stride) as *const u8;
+                ring.copy(stage, row_bytes, residual, row_bytes, true);
             }
         };
         if leader {

@@ -26,9 +26,9 @@ pub trait Load {
 pub struct Once;
 /// Read-only data many threads read again (weights): through the read-only path, cached in L1.
 pub struct Reused;
-/// Data this kernel also writes (rows updated in place): a plain coherent load. (With
+/// Data this kernel also writes (a state merged in place): a plain coherent load. (With
 /// `.L1::no_allocate` it was 1.1 % slower at fused_add_rmsnorm 65536 × 4096 and no faster
-/// anywhere: docs/perf/norm.md v7.)
+/// anywhere: docs/perf/norm.md v7; norm's in-place rows are now [`Lingering`].)
 pub struct Coherent;
 /// Data staged in the block's shared memory: the "pointer" is a shared-memory address (as
 /// `StagingRing::slot` gives it), read with `ld.shared` (and, as a [`Store`], written with
@@ -36,9 +36,10 @@ pub struct Coherent;
 /// there is no shared memory, it is an ordinary read.
 pub struct Shared;
 
-/// Data this kernel reads twice, close together (a row's statistics pass, then its output pass
-/// re-reads it): a coherent load whose lines L2 keeps first (`evict_last`), so the second read
-/// finds them there.
+/// Data this kernel comes back to soon — reads again (a streamed row's statistics pass, then
+/// its output pass) or writes back in place (a fused add's rows): a coherent load whose lines
+/// L2 keeps first (`evict_last`), so the second access finds them there (docs/perf/norm.md,
+/// session 19 and v8).
 pub struct Lingering;
 /// The second and last read of [`Lingering`] data: coherent, its lines L2 drops first
 /// (`evict_first`).
