@@ -723,22 +723,30 @@ impl StagingRing {
     #[inline(always)]
     pub unsafe fn copy(&self, stage: u32, offset: u32, src: *const u8, bytes: u32, lingering: bool) {
         let (dst, barrier) = (self.slot(stage) + offset, self.barrier(stage));
+        // One bulk copy: `$setup` runs first in its scope, `$hint` and `$policy` name an L2
+        // cache policy (as `vector`'s `load_kind!`).
+        macro_rules! bulk_copy {
+            ($setup:literal, $hint:literal, $policy:literal) => {
+                asm!(
+                    concat!(
+                        "{{ .reg .u64 g; ", $setup, "cvta.to.global.u64 g, {src}; ",
+                        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes", $hint,
+                        " [{dst}], [g], {n}, [{b}]", $policy, "; }}"
+                    ),
+                    src = in(reg64) src, dst = in(reg32) dst, n = in(reg32) bytes, b = in(reg32) barrier,
+                    options(nostack),
+                )
+            };
+        }
         unsafe {
             if lingering {
-                asm!(
-                    "{{ .reg .u64 g; .reg .b64 policy; cvta.to.global.u64 g, {src}; \
-                     createpolicy.fractional.L2::evict_last.b64 policy, 1.0; \
-                     cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [{dst}], [g], {n}, [{b}], policy; }}",
-                    src = in(reg64) src, dst = in(reg32) dst, n = in(reg32) bytes, b = in(reg32) barrier,
-                    options(nostack),
+                bulk_copy!(
+                    ".reg .b64 policy; createpolicy.fractional.L2::evict_last.b64 policy, 1.0; ",
+                    ".L2::cache_hint",
+                    ", policy"
                 )
             } else {
-                asm!(
-                    "{{ .reg .u64 g; cvta.to.global.u64 g, {src}; \
-                     cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{dst}], [g], {n}, [{b}]; }}",
-                    src = in(reg64) src, dst = in(reg32) dst, n = in(reg32) bytes, b = in(reg32) barrier,
-                    options(nostack),
-                )
+                bulk_copy!("", "", "")
             }
         };
     }
