@@ -13,8 +13,9 @@
 #             merge_state_in_place) families, bf16 and f16 (correctness: `tests`)
 #   sweep     the norm planner's layouts forced one by one (FERRINFER_NORM_LAYOUT) at the points
 #             that decide them, rmsnorm and fused_add_rmsnorm bf16: $out/sweep.csv; the register
-#             kernels' layouts (SWEEP=register) or, by default, the staged kernel's chunks and
-#             stages against the register kernels (`*:*:*:0`)
+#             kernels' layouts (SWEEP=register), the wide grid's losses (SWEEP=wide) or, by
+#             default, the staged kernel's chunks and stages against the register kernels
+#             (`*:*:*:0`)
 #   variants  code-generation variants (scripts/gpu/variant.sh) beside the bundle's kernels
 #   ceiling   the copy ceiling: torch's device-to-device copy of the large shapes (TB/s)
 #   actsweep  the activation launch's block and grid y forced one by one
@@ -146,6 +147,12 @@ for step in "$@"; do
         perblock="*:*:*:0 *:*:* *:*:2:2 *:*:4:2 *:*:4:4 *:*:8:2 2:*:2:2"
         norm rmsnorm "$perblock" "1024:4096 4096:4096 65536:4096 512:8192 2048:8192 16384:8192 65536:8192"
         norm fused_add_rmsnorm "$perblock" "1024:4096 4096:4096 16384:4096 65536:4096 512:8192 1024:8192 65536:8192"
+      elif [ "${SWEEP:-staged}" = wide ]; then
+        # The wide grid's losses (docs/perf/norm.md v8, v9): odd and non-power-of-two widths
+        # and short rows at T = 4096 — register chunks and rows a group against staged.
+        wide="*:*:* *:*:*:0 2:*:1:0 4:*:1:0 8:*:1:0 2:*:2:0 4:*:2:0 4:*:*:2 2:*:*:2"
+        norm fused_add_rmsnorm "$wide" "4096:2048 4096:3000 4096:4095 4096:5120 4096:8192 4096:12288 16384:5120"
+        norm rmsnorm "$wide" "4096:1024 4096:2048 16384:2048 4096:4095 1024:4096 4096:5120 4096:12288"
       elif [ "${SWEEP:-staged}" = register ]; then
         big="65536:4096 16384:4096 65536:8192 16384:8192 221184:128 4096:4096 1024:8192"
         small="1:4096 1:8192 16:4096 128:4096 128:8192"
@@ -213,11 +220,12 @@ for step in "$@"; do
         done
       done ;;
     ncu)
-      # case = routine:T:H[:FERRINFER_NORM_LAYOUT]; the last two: the register and the staged norm
-      # kernel at a DRAM-bound size, with the memory sections (DRAM reads vs writes).
+      # NCU_CASES: routine:T:H[:FERRINFER_NORM_LAYOUT] ... (default below; its last two: the
+      # register and the staged norm kernel at a DRAM-bound size), with the memory sections
+      # (DRAM reads vs writes).
       set -f # layouts hold `*`
-      for case in rmsnorm:65536:4096 rmsnorm:221184:128 rmsnorm:1:4096 fused_add_rmsnorm:65536:4096 \
-          silu_and_mul:16384:14336 rmsnorm:65536:4096:*:*:*:0 rmsnorm:65536:4096:*:*:*:2; do
+      for case in ${NCU_CASES:-rmsnorm:65536:4096 rmsnorm:221184:128 rmsnorm:1:4096 fused_add_rmsnorm:65536:4096 \
+          silu_and_mul:16384:14336 rmsnorm:65536:4096:*:*:*:0 rmsnorm:65536:4096:*:*:*:2}; do
         IFS=: read -r routine t h layout <<< "$case"
         run ncu env FERRINFER_NORM_LAYOUT="${layout:-}" /usr/local/cuda/bin/ncu --clock-control none --launch-count 1 \
           -k regex:ferrinfer --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \

@@ -140,10 +140,12 @@ fn load_partial(index: u32) -> f32 {
     value
 }
 
-/// A block's threads cut into groups of `threads` consecutive threads (a power of two, ≤ 1024),
-/// each group working on one row at a time; `group` is this thread's group and `lane` its
-/// index in it. Groups of a warp or more run independently; the groups sharing a warp reduce
-/// with the warp's shuffles, so they must call [`RowGroup::sum`] together.
+/// A block's threads cut into groups of `threads` consecutive threads, each group working on one
+/// row at a time; `group` is this thread's group and `lane` its index in it. A group narrower
+/// than a warp is a power of two of lanes, and the groups sharing a warp reduce with the warp's
+/// shuffles, so they must call [`RowGroup::sum`] together. A wider group is any whole number of
+/// warps (≤ 1024 threads) — a row of 640 vectors takes 5, not 8 with 3 idle — and runs
+/// independently.
 #[derive(Clone, Copy)]
 pub struct RowGroup {
     pub threads: u32,
@@ -157,15 +159,25 @@ impl RowGroup {
     /// This thread's group for groups of `threads` threads.
     #[inline(always)]
     pub fn of_thread(threads: u32) -> Self {
-        let shift = threads.trailing_zeros();
         let tid = thread_index();
-        RowGroup { threads, group: tid >> shift, lane: tid & (threads - 1), slot: 0 }
+        // Shifts where they do (the common case); a division only for groups of whole warps
+        // that are not a power of two (`max(1)`: device code must not reach a panic).
+        let (group, lane) = if threads.is_power_of_two() {
+            (tid >> threads.trailing_zeros(), tid & (threads - 1))
+        } else {
+            (tid / threads.max(1), tid % threads.max(1))
+        };
+        RowGroup { threads, group, lane, slot: 0 }
     }
 
     /// Groups per block.
     #[inline(always)]
     pub fn per_block(&self) -> u32 {
-        block_size() >> self.threads.trailing_zeros()
+        if self.threads.is_power_of_two() {
+            block_size() >> self.threads.trailing_zeros()
+        } else {
+            block_size() / self.threads.max(1)
+        }
     }
 
     /// The first group of this thread's warp (itself, for groups of a warp or more).
@@ -715,39 +727,22 @@ impl StagingRing {
 
     /// Copies `bytes` (a multiple of 16) from global `src` (16-byte aligned) to `offset` bytes
     /// into `stage`'s slot, completing on its mbarrier (announced by [`StagingRing::expect`]).
-    /// `lingering`: the source's lines are kept in L2 first (`evict_last`), for data the kernel
-    /// writes back in place soon (as [`crate::vector::Lingering`] loads).
+    /// No L2 hint: keeping rows written back in place with `evict_last` (as
+    /// [`crate::vector::Lingering`] loads do) made fused_add_rmsnorm 4096 × 4096 slower from
+    /// Python, 31.7 → 34.3 µs on an H200 (docs/perf/norm.md v9).
     ///
     /// # Safety
     /// `src..src + bytes` readable global memory; the slot holds `offset + bytes`.
     #[inline(always)]
-    pub unsafe fn copy(&self, stage: u32, offset: u32, src: *const u8, bytes: u32, lingering: bool) {
+    pub unsafe fn copy(&self, stage: u32, offset: u32, src: *const u8, bytes: u32) {
         let (dst, barrier) = (self.slot(stage) + offset, self.barrier(stage));
-        // One bulk copy: `$setup` runs first in its scope, `$hint` and `$policy` name an L2
-        // cache policy (as `vector`'s `load_kind!`).
-        macro_rules! bulk_copy {
-            ($setup:literal, $hint:literal, $policy:literal) => {
-                asm!(
-                    concat!(
-                        "{{ .reg .u64 g; ", $setup, "cvta.to.global.u64 g, {src}; ",
-                        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes", $hint,
-                        " [{dst}], [g], {n}, [{b}]", $policy, "; }}"
-                    ),
-                    src = in(reg64) src, dst = in(reg32) dst, n = in(reg32) bytes, b = in(reg32) barrier,
-                    options(nostack),
-                )
-            };
-        }
         unsafe {
-            if lingering {
-                bulk_copy!(
-                    ".reg .b64 policy; createpolicy.fractional.L2::evict_last.b64 policy, 1.0; ",
-                    ".L2::cache_hint",
-                    ", policy"
-                )
-            } else {
-                bulk_copy!("", "", "")
-            }
+            asm!(
+                "{{ .reg .u64 g; cvta.to.global.u64 g, {src}; ",
+                "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{dst}], [g], {n}, [{b}]; }}",
+                src = in(reg64) src, dst = in(reg32) dst, n = in(reg32) bytes, b = in(reg32) barrier,
+                options(nostack),
+            )
         };
     }
 

@@ -36,7 +36,7 @@ pub struct NormParams {
     pub output_row_stride: u64,
     pub hidden: u32,
     pub eps: f32,
-    /// `norm_rows`: threads per row, a power of two ≤ 1024 (the block holds
+    /// `norm_rows`: threads per row, a power of two below 32 or whole warps ≤ 1024 (the block holds
     /// `blockDim / threads_per_row` rows at a time). `norm_stream`, `norm_staged`: `blockDim`.
     pub threads_per_row: u32,
     /// `norm_staged`: rows staged ahead in shared memory (1–16); unused elsewhere.
@@ -183,7 +183,8 @@ mod device_kernels {
     /// with several rows), others load a row when they get to it. A thread's weights (and β) stay in registers across rows
     /// when they take at most `RESIDENT_WEIGHT_BYTES`; more would cost occupancy (or spill), so
     /// they are read again per row, from L1, after the reduction.
-    /// Launcher's guarantees: `threads_per_row` a power of two dividing `blockDim.x` (≤ 1024),
+    /// Launcher's guarantees: `threads_per_row` (a power of two below 32, else whole warps)
+    /// dividing `blockDim.x` (≤ 1024),
     /// at most 15 multi-warp groups per block (named barriers 1–15);
     /// `hidden ≤ CHUNKS · threads_per_row · VEC`; `hidden`, row strides and pointers multiples of
     /// `VEC` elements (of their own type).
@@ -531,16 +532,13 @@ mod device_kernels {
         let ring = StagingRing::new(p.stages, row_bytes * (1 + K::FUSED_ADD as u32));
         let (first, step) = (block_index() as u64, grid_size() as u64);
         let leader = thread_index() == 0;
-        // Rows written back in place are kept in L2 for the write, as in `load_share`
-        // (fused_add_rmsnorm 4096 × 4096 on an H200: 35.4 → 34.4 µs, docs/perf/norm.md v8).
-        let in_place = K::FUSED_ADD || p.output == p.input;
         let fill = |stage: u32, row: u64| unsafe {
             ring.expect(stage, row_bytes * (1 + K::FUSED_ADD as u32));
             let input = row_ptr::<T>(p.input, row, p.input_row_stride) as *const u8;
-            ring.copy(stage, 0, input, row_bytes, in_place);
+            ring.copy(stage, 0, input, row_bytes);
             if K::FUSED_ADD {
                 let residual = row_ptr::<T>(p.residual, row, p.residual_row_stride) as *const u8;
-                ring.copy(stage, row_bytes, residual, row_bytes, true);
+                ring.copy(stage, row_bytes, residual, row_bytes);
             }
         };
         if leader {
@@ -620,7 +618,7 @@ mod device_kernels {
     /// for the outputs ([`LastRead`]); a fused add computes the new residual in each pass and
     /// writes it in the last, beside the output, so no pass reads what another wrote
     /// (torch.compile's shape for fused_add_rmsnorm: docs/perf/norm.md, session 19).
-    /// `blockDim.x` a power of two, 32 to 1024, and `threads_per_row == blockDim.x`.
+    /// `blockDim.x` whole warps, 32 to 1024, and `threads_per_row == blockDim.x`.
     #[inline(always)]
     pub unsafe fn norm_stream<T: Element, W: Element, K: NormKind, const VEC: usize>(p: &NormParams) {
         let mut group = RowGroup::of_thread(p.threads_per_row);

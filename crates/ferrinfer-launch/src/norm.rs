@@ -387,6 +387,11 @@ const STAGED_MAX_CACHED_READ_BYTES: u64 = 64 << 20;
 const STAGED_ROWS_PER_BLOCK: u64 = 2;
 /// Most rows a staged block works through when the rows make about one wave (see above).
 const STAGED_MAX_ROWS_PER_BLOCK: u64 = 4;
+/// Fewest bytes of a row (of the input) for the staged kernel to take it unasked: a shorter row
+/// leaves its block too little to overlap with the row's copy and barrier (H200, rmsnorm
+/// 4096 × 1024 bf16, 2 KB rows: staged 4.95 µs, the register kernels 3.64–3.75; 8 KB rows gain
+/// from staging: docs/perf/norm.md v9).
+const STAGED_MIN_ROW_BYTES: u32 = 4096;
 
 /// Bytes of its row each rmsnorm/layernorm thread holds when rows are many (bandwidth-bound);
 /// measured best on the H200 (docs/perf/norm.md, v4 sweep): 4 vectors of 16 bytes, pipelined.
@@ -432,7 +437,7 @@ fn layout_override() -> Result<LayoutOverride, Error> {
     static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
     tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
         format!(
-            "chunks:threads_per_row:rows_per_group:stages, each a number or *, chunks one of {CHUNK_COUNTS:?} or 0 (the streaming kernel: threads ≥ 32, no stages), threads a power of two ≤ 1024, stages ≤ {MAX_STAGING_STAGES}"
+            "chunks:threads_per_row:rows_per_group:stages, each a number or *, chunks one of {CHUNK_COUNTS:?} or 0 (the streaming kernel: threads ≥ 32, no stages), threads a power of two below 32 or a multiple of 32 ≤ 1024, stages ≤ {MAX_STAGING_STAGES}"
         )
     })
 }
@@ -440,7 +445,7 @@ fn layout_override() -> Result<LayoutOverride, Error> {
 fn parse_layout(value: &str) -> Option<LayoutOverride> {
     let [chunks, threads, rows, stages] = tuning::fields(value)?;
     let chunks_ok = chunks.is_none_or(|c| u32::try_from(c).is_ok_and(|c| c == 0 || CHUNK_COUNTS.contains(&c)));
-    let threads_ok = threads.is_none_or(|t| t.is_power_of_two() && t <= MAX_BLOCK as u64);
+    let threads_ok = threads.is_none_or(|t| t <= MAX_BLOCK as u64 && group_threads(t as u32) as u64 == t);
     let stages_ok = stages.is_none_or(|s| s <= MAX_STAGING_STAGES as u64);
     // The streaming kernel's block is its row group: a warp at least; it stages nothing.
     let streaming_ok = chunks != Some(0) || (threads.is_none_or(|t| t >= 32) && stages.is_none());
@@ -450,6 +455,14 @@ fn parse_layout(value: &str) -> Option<LayoutOverride> {
         rows_per_group: rows,
         stages: stages.map(|s| s as u32),
     })
+}
+
+/// Threads a row group needs to hold `threads` threads' worth of a row: a power of two below a
+/// warp (narrow groups share their warp), else whole warps — the kernels' groups take any number
+/// (rounded up to a power of two, a 5120-wide bf16 row's 640 vectors in 4 chunks took 256
+/// threads where 160 hold them: docs/perf/norm.md v9).
+fn group_threads(threads: u32) -> u32 {
+    if threads <= 32 { threads.next_power_of_two() } else { threads.next_multiple_of(32) }
 }
 
 impl Plan {
@@ -479,7 +492,7 @@ impl Plan {
         }
         let vectors = self.params.hidden / self.vec;
         let chunks = forced.chunks.filter(|c| STAGED_CHUNK_COUNTS.contains(c)).unwrap_or(STAGED_CHUNKS);
-        let fit = vectors.div_ceil(chunks).next_power_of_two();
+        let fit = group_threads(vectors.div_ceil(chunks));
         let threads = forced.threads_per_row.filter(|&t| t >= fit).unwrap_or(fit);
         if threads < 32 || threads > kernels.staged_max_threads(chunks).min(MAX_BLOCK) {
             return None;
@@ -493,7 +506,8 @@ impl Plan {
         let rows = self.params.rows;
         let blocks_at_once = sms as u64 * kernels.staged_resident_blocks(chunks, threads, shared_bytes) as u64;
         let from_dram = rows.saturating_mul(slot_bytes as u64) > STAGED_MAX_CACHED_READ_BYTES;
-        let pays = if from_dram { !self.is_fused() } else { rows > blocks_at_once };
+        let long_rows = self.params.hidden * self.dtype.size() as u32 >= STAGED_MIN_ROW_BYTES;
+        let pays = long_rows && if from_dram { !self.is_fused() } else { rows > blocks_at_once };
         if forced.stages.is_none() && !pays {
             return None;
         }
@@ -527,7 +541,7 @@ impl Plan {
         let vector_bytes = self.vec * self.dtype.size() as u32;
         // A chunk of a row spans a cache line where the row is that long.
         let line_threads = (LINE_BYTES / vector_bytes).clamp(1, vectors.next_power_of_two());
-        let threads_for = |chunks: u32| vectors.div_ceil(chunks).next_power_of_two().max(line_threads);
+        let threads_for = |chunks: u32| group_threads(vectors.div_ceil(chunks)).max(line_threads);
         let most_chunks = (vectors / line_threads).max(1);
         let wide = if self.is_fused() { FUSED_LARGE_BATCH_CHUNKS } else { LARGE_BATCH_BYTES_PER_THREAD / vector_bytes };
         let wide = wide.clamp(1, 8).min(most_chunks.next_power_of_two());
@@ -561,7 +575,7 @@ impl Plan {
         let (chunks, threads_per_row) = more
             .chain(fewer)
             .map(|c| {
-                let fit = vectors.div_ceil(c).next_power_of_two();
+                let fit = group_threads(vectors.div_ceil(c));
                 (c, forced.threads_per_row.filter(|&t| t >= fit).unwrap_or(threads_for(c)))
             })
             .find(|&(c, t)| t <= kernels.max_threads(c, pipelined).min(MAX_BLOCK))?;
@@ -600,7 +614,7 @@ impl Plan {
 
     /// A block per row at a time, at most as many blocks as the device holds at once (they
     /// stride over rows) unless the override sets the rows a block takes; the block a power of
-    /// two, as the streaming kernel's reduction wants.
+    /// two unless the override sets it (whole warps).
     fn streaming(&self, sms: u32, forced: LayoutOverride, kernels: &impl RegisterKernels) -> Launch<NormParams> {
         let entry = NormModule::STREAM_ENTRY;
         let vectors = (self.params.hidden / self.vec).max(1);
@@ -808,6 +822,9 @@ mod tests {
         assert_eq!(staged(16384, 16384, 4, F32, false, forced_wide), None, "1024 threads of 96 registers do not fit");
         assert_eq!(staged(256, 8192, 8, Bf16, true, none), None, "a row a block (264 blocks): registers");
         assert_eq!(staged(221_184, 128, 8, Bf16, false, none), None, "16 vectors a row: under a warp");
+        assert_eq!(staged(4096, 1024, 8, Bf16, false, none), None, "2 KB rows: registers");
+        let odd = staged(4096, 5120, 8, Bf16, false, none).expect("10 KB rows: staged");
+        assert_eq!(odd.threads, 160, "640 vectors, 4 a thread: 5 warps, none idle");
         let forced_two = LayoutOverride { stages: Some(2), ..none };
         assert_eq!(staged(64, 32768, 8, Bf16, true, forced_two), None, "2 × 128 KB slots do not fit");
         let ampere = plan(4096, 4096, 8, Bf16, false).staged(108, none, &NoStaged);
@@ -848,6 +865,8 @@ mod tests {
         assert_eq!(shape(65536, 4096, 4, F32, false), Some((4, 256, 1, 2, true)));
         assert_eq!(shape(1, 32768, 8, Bf16, false).map(|s| (s.0, s.1)), Some((8, 512)), "8 chunks fit 512 threads");
         assert_eq!(shape(1, 65536, 8, Bf16, false), None, "rows past what registers hold stream");
+        assert_eq!(shape(4096, 12288, 8, Bf16, true), Some((8, 192, 1, 1, false)), "1536 vectors: 6 warps of 8");
+        assert_eq!(shape(4096, 3000, 8, Bf16, true), Some((8, 64, 4, 1, false)), "375 vectors: 2 warps of 8");
     }
 
     #[test]
@@ -872,6 +891,7 @@ mod tests {
         assert_eq!(parse_layout("8"), Some(forced(Some(8), None, None)));
         assert_eq!(parse_layout("0:512:1"), Some(forced(Some(0), Some(512), Some(1))), "0: the streaming kernel");
         assert_eq!(parse_layout("*:*:*:3"), Some(LayoutOverride { stages: Some(3), ..forced(None, None, None) }));
+        assert_eq!(parse_layout("4:160"), Some(forced(Some(4), Some(160), None)), "whole warps");
         for bad in ["3", "4:100", "4:128:0", "4:128:2:17", "4:128:2:1:1", "x", "4294967297", "0:16", "0:*:*:1"] {
             assert_eq!(parse_layout(bad), None, "{bad}");
         }
@@ -903,7 +923,7 @@ mod tests {
 
     #[test]
     fn norm_every_register_launch_covers_its_rows_within_limits() {
-        for hidden in [1u32, 3, 8, 64, 111, 128, 500, 1004, 4096, 8192, 16384, 65536] {
+        for hidden in [1u32, 3, 8, 64, 111, 128, 500, 1004, 3000, 4095, 4096, 5120, 8192, 12288, 16384, 65536] {
             for rows in [1u64, 19, 989, 65536, 5_000_000_000] {
                 for (vec, dtype) in
                     [(1, DType::Bf16), (2, DType::F16), (4, DType::Bf16), (8, DType::Bf16), (4, DType::F32)]
@@ -921,7 +941,8 @@ mod tests {
                         let what =
                             format!("{hidden} × {rows} v{vec} {dtype} fused {fused}: {layout:?} {}", launch.block);
                         let threads = launch.params.threads_per_row;
-                        assert!(threads.is_power_of_two() && launch.block.is_multiple_of(threads), "{what}");
+                        let whole = if threads < 32 { threads.is_power_of_two() } else { threads.is_multiple_of(32) };
+                        assert!(whole && launch.block.is_multiple_of(threads), "{what}: groups share warps evenly");
                         let most = H200.max_threads(layout.chunks, layout.pipelined);
                         assert!(launch.block.is_multiple_of(32) && launch.block <= most, "{what}");
                         assert!(layout.chunks * threads * vec >= hidden, "{what}: the row is covered");

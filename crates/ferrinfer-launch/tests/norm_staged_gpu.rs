@@ -27,7 +27,7 @@ fn norm_staged_gpu_grid() {
     force_staged_layout();
     let Some(gpu) = Gpu::get("norm_staged_gpu_grid") else { return };
     let mut cases = Vec::new();
-    for hidden in [1000, 1032, 4104, 8192, 16384] {
+    for hidden in [1000, 1032, 3000, 4104, 5120, 8192, 16384] {
         cases.extend([Case::contiguous(1, hidden), Case::contiguous(7, hidden), Case::strided(3000, hidden)]);
     }
     cases.push(Case::contiguous(20_000, 4096));
@@ -40,7 +40,12 @@ fn norm_staged_gpu_grid() {
 fn norm_staged_gpu_sanitizer() {
     force_staged_layout();
     let Some(gpu) = Gpu::get("norm_staged_gpu_sanitizer") else { return };
-    let cases =
-        [Case::contiguous(3, 1024), Case::strided(40, 4104), Case::contiguous(2113, 1024), Case::strided(2113, 4096)];
+    let cases = [
+        Case::contiguous(3, 1024),
+        Case::strided(40, 4104),
+        Case::strided(40, 5120),
+        Case::contiguous(2113, 1024),
+        Case::strided(2113, 4096),
+    ];
     run_cases(&gpu, &family("norm"), 9_500_000, &cases);
 }
