@@ -388,16 +388,29 @@ const STAGED_ROWS_PER_BLOCK: u64 = 2;
 /// Most rows a staged block works through when the rows make about one wave (see above).
 const STAGED_MAX_ROWS_PER_BLOCK: u64 = 4;
 /// Fewest bytes of a row (of the input) for the staged kernel to take it unasked: a shorter row
-/// leaves its block too little to overlap with the row's copy and barrier (H200, rmsnorm
-/// 4096 × 1024 bf16, 2 KB rows: staged 4.95 µs, the register kernels 3.64–3.75; 8 KB rows gain
-/// from staging: docs/perf/norm.md v9).
+/// leaves its block too little to overlap with the row's copy and barrier (H200, bf16, 2 KB rows:
+/// rmsnorm 4096 × 1024 staged 4.95 µs, the register kernels 3.64–3.75; fused 16384 × 1024
+/// staged 38.3, registers 33.1; docs/perf/norm.md v9).
 const STAGED_MIN_ROW_BYTES: u32 = 4096;
 
 /// Bytes of its row each rmsnorm/layernorm thread holds when rows are many (bandwidth-bound);
 /// measured best on the H200 (docs/perf/norm.md, v4 sweep): 4 vectors of 16 bytes, pipelined.
 const LARGE_BATCH_BYTES_PER_THREAD: u32 = 64;
-/// The fused ops hold both tensors' shares: 8 vectors each, not pipelined (measured best).
-const FUSED_LARGE_BATCH_CHUNKS: u32 = 8;
+/// Vectors of each tensor a fused thread holds when rows are many, unpipelined (H200 sweep,
+/// docs/perf/norm.md v9: 4 matched or beat 8 from 1024 to 65536 rows of 1024–8192, e.g. fused
+/// 16384 × 4096 bf16 126.1 µs against 128.0, 65536 × 8192 992.8 against 1000.5)…
+const FUSED_CHUNKS: u32 = 4;
+/// …unless a row would need more threads than this at 4 (12288: 8 chunks, 96.9 µs at 4096 rows;
+/// 4 chunks, 384 threads, over 101).
+const FUSED_MAX_THREADS_PER_ROW: u32 = 256;
+/// Vectors narrower than this (rows of an odd or 2-mod-4 width) leave a fused thread too few bytes
+/// in flight unpipelined: such rows are pipelined, 4 chunks (H200, fused 4096 × 4095 bf16, 2-byte
+/// vectors: 90.7 µs unpipelined, 71.6 pipelined two rows a group, 59.9 four rows; 8-byte vectors
+/// gain nothing: docs/perf/norm.md v9)…
+const FUSED_MIN_UNPIPELINED_VECTOR_BYTES: u32 = 8;
+/// …each group working through rows totalling this many bytes of a vector (2-byte vectors: 4
+/// rows, 59.9 µs at 4096 × 4095; 4-byte: 2 rows, 40.7 µs at 4096 × 4094, 4 rows 43.5).
+const FUSED_NARROW_GROUP_VECTOR_BYTES: u32 = 8;
 /// Most threads per row when rows are few (latency-bound: more threads load a row sooner, but a
 /// longer reduction follows).
 const SMALL_BATCH_THREADS_PER_ROW: u32 = 256;
@@ -543,9 +556,23 @@ impl Plan {
         let line_threads = (LINE_BYTES / vector_bytes).clamp(1, vectors.next_power_of_two());
         let threads_for = |chunks: u32| group_threads(vectors.div_ceil(chunks)).max(line_threads);
         let most_chunks = (vectors / line_threads).max(1);
-        let wide = if self.is_fused() { FUSED_LARGE_BATCH_CHUNKS } else { LARGE_BATCH_BYTES_PER_THREAD / vector_bytes };
+        let narrow_fused = self.is_fused() && vector_bytes < FUSED_MIN_UNPIPELINED_VECTOR_BYTES;
+        let wide = match (self.is_fused(), narrow_fused) {
+            (true, true) => FUSED_CHUNKS,
+            (true, false) => CHUNK_COUNTS
+                .into_iter()
+                .filter(|&c| c >= FUSED_CHUNKS)
+                .find(|&c| threads_for(c) <= FUSED_MAX_THREADS_PER_ROW)
+                .unwrap_or(8),
+            (false, _) => LARGE_BATCH_BYTES_PER_THREAD / vector_bytes,
+        };
         let wide = wide.clamp(1, 8).min(most_chunks.next_power_of_two());
-        let large_pipelined = !self.is_fused();
+        let large_pipelined = !self.is_fused() || narrow_fused;
+        let deep_rows_per_group = if narrow_fused {
+            (FUSED_NARROW_GROUP_VECTOR_BYTES / vector_bytes) as u64
+        } else {
+            LARGE_BATCH_ROWS_PER_GROUP
+        };
         let fits = |c: u32, pipelined: bool| threads_for(c) <= kernels.max_threads(c, pipelined).min(MAX_BLOCK);
         let slots = |c: u32, pipelined: bool| {
             let (threads, block) = (threads_for(c), BLOCK_THREADS.max(threads_for(c)));
@@ -557,7 +584,7 @@ impl Plan {
             let waves = rows.div_ceil(slots(wide, large_pipelined));
             let rows_per_group = match (large_pipelined, waves) {
                 (false, _) => 1,
-                (true, w) if w > MAX_ROWS_PER_GROUP => LARGE_BATCH_ROWS_PER_GROUP,
+                (true, w) if w > MAX_ROWS_PER_GROUP => deep_rows_per_group,
                 (true, w) => w,
             };
             (wide, rows_per_group)
@@ -823,6 +850,7 @@ mod tests {
         assert_eq!(staged(256, 8192, 8, Bf16, true, none), None, "a row a block (264 blocks): registers");
         assert_eq!(staged(221_184, 128, 8, Bf16, false, none), None, "16 vectors a row: under a warp");
         assert_eq!(staged(4096, 1024, 8, Bf16, false, none), None, "2 KB rows: registers");
+        assert_eq!(staged(16384, 1024, 8, Bf16, true, none), None, "fused 2 KB rows: registers");
         let odd = staged(4096, 5120, 8, Bf16, false, none).expect("10 KB rows: staged");
         assert_eq!(odd.threads, 160, "640 vectors, 4 a thread: 5 warps, none idle");
         let forced_two = LayoutOverride { stages: Some(2), ..none };
@@ -856,7 +884,7 @@ mod tests {
         use DType::*;
         assert_eq!(shape(65536, 4096, 8, Bf16, false), Some((4, 128, 2, 2, true)), "many waves: 64 bytes, pipelined");
         assert_eq!(shape(1024, 8192, 8, Bf16, false), Some((4, 256, 1, 4, true)), "a few waves: one wave of groups");
-        assert_eq!(shape(65536, 4096, 8, Bf16, true), Some((8, 64, 4, 1, false)), "fused: 8 chunks of each tensor");
+        assert_eq!(shape(65536, 4096, 8, Bf16, true), Some((4, 128, 2, 1, false)), "fused: 4 chunks of each tensor");
         assert_eq!(shape(1, 4096, 8, Bf16, false), Some((2, 256, 1, 1, false)), "T = 1: more threads, one row");
         assert_eq!(shape(128, 8192, 8, Bf16, false), Some((4, 256, 1, 1, false)), "fewer rows than slots");
         assert_eq!(shape(1, 16384, 8, Bf16, false), Some((8, 256, 1, 1, false)));
@@ -865,8 +893,23 @@ mod tests {
         assert_eq!(shape(65536, 4096, 4, F32, false), Some((4, 256, 1, 2, true)));
         assert_eq!(shape(1, 32768, 8, Bf16, false).map(|s| (s.0, s.1)), Some((8, 512)), "8 chunks fit 512 threads");
         assert_eq!(shape(1, 65536, 8, Bf16, false), None, "rows past what registers hold stream");
-        assert_eq!(shape(4096, 12288, 8, Bf16, true), Some((8, 192, 1, 1, false)), "1536 vectors: 6 warps of 8");
-        assert_eq!(shape(4096, 3000, 8, Bf16, true), Some((8, 64, 4, 1, false)), "375 vectors: 2 warps of 8");
+        assert_eq!(
+            shape(4096, 12288, 8, Bf16, true),
+            Some((8, 192, 1, 1, false)),
+            "1536 vectors: 6 warps of 8, not 12 of 4"
+        );
+        assert_eq!(shape(4096, 3000, 8, Bf16, true), Some((4, 96, 2, 1, false)), "375 vectors: 3 warps of 4");
+        assert_eq!(
+            shape(4096, 1001, 1, Bf16, true),
+            Some((4, 256, 1, 4, true)),
+            "fused, 2-byte vectors: pipelined, 4 rows"
+        );
+        assert_eq!(shape(4096, 4094, 2, F16, true).map(|s| (s.0, s.3, s.4)), Some((4, 2, true)), "4-byte: 2 rows");
+        assert_eq!(
+            shape(4096, 4100, 4, Bf16, true).map(|s| (s.0, s.4)),
+            Some((8, false)),
+            "unpipelined; 4 chunks: 288 threads"
+        );
     }
 
     #[test]
