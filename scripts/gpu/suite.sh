@@ -14,8 +14,9 @@
 #   sweep     the norm planner's layouts forced one by one (FERRINFER_NORM_LAYOUT) at the points
 #             that decide them, rmsnorm and fused_add_rmsnorm bf16: $out/sweep.csv; the register
 #             kernels' layouts (SWEEP=register), the wide grid's losses (SWEEP=wide), the fused
-#             ops' rows of narrow vectors (SWEEP=narrow) or, by default, the staged kernel's
-#             chunks and stages against the register kernels (`*:*:*:0`)
+#             ops' rows of narrow vectors (SWEEP=narrow), their chunks at 16-byte vectors
+#             (SWEEP=fusedchunks) or, by default, the staged kernel's chunks and stages against
+#             the register kernels (`*:*:*:0`)
 #   variants  code-generation variants (scripts/gpu/variant.sh) beside the bundle's kernels
 #   ceiling   the copy ceiling: torch's device-to-device copy of the large shapes (TB/s)
 #   actsweep  the activation launch's block and grid y forced one by one
@@ -158,7 +159,8 @@ for step in "$@"; do
         # planner's pipelined 4 chunks (docs/perf/norm.md v9) against 8 unpipelined, its old choice.
         norm fused_add_rmsnorm "*:*:* 8:*:1:0 4:*:2:0 2:*:2:0 4:*:4:0 4:*:1:0" \
           "128:4095 1024:4095 4096:4095 65536:4095 4096:1001 16384:1001 4096:4094 4096:4100 16384:4100"
-        # Fused 2 KB rows (4 KB of input and residual a row): staged again, as in v8.
+        # Fused 2 KB rows (4 KB of input and residual a row): the staged kernel against the
+        # register kernels (docs/perf/norm.md v9: registers, since staged lost at 16384 rows).
         norm fused_add_rmsnorm "*:*:* *:*:*:0 2:*:1:0" "4096:1024 16384:1024"
       elif [ "${SWEEP:-staged}" = fusedchunks ]; then
         # The fused ops' chunks at 16-byte vectors, unpipelined, from 16384 to 65536 rows
