@@ -13,8 +13,8 @@
 #             merge_state_in_place) families, bf16 and f16 (correctness: `tests`)
 #   sweep     the norm planner's layouts forced one by one (FERRINFER_NORM_LAYOUT) at the points
 #             that decide them, rmsnorm and fused_add_rmsnorm bf16: $out/sweep.csv; the register
-#             kernels' layouts (SWEEP=register), the wide grid's losses (SWEEP=wide), the fused
-#             ops' rows of narrow vectors (SWEEP=narrow), their chunks at 16-byte vectors
+#             kernels' layouts (SWEEP=register), the wide grid's losses (SWEEP=wide), rows of
+#             narrow vectors (SWEEP=narrow), rmsnorm's long rows (SWEEP=long), the fused ops' chunks at 16-byte vectors
 #             (SWEEP=fusedchunks) or, by default, the staged kernel's chunks and stages against
 #             the register kernels (`*:*:*:0`)
 #   variants  code-generation variants (scripts/gpu/variant.sh) beside the bundle's kernels
@@ -155,13 +155,22 @@ for step in "$@"; do
         norm fused_add_rmsnorm "$wide" "4096:2048 4096:3000 4096:4095 4096:5120 4096:8192 4096:12288 16384:5120"
         norm rmsnorm "$wide" "4096:1024 4096:2048 16384:2048 4096:4095 1024:4096 4096:5120 4096:12288"
       elif [ "${SWEEP:-staged}" = narrow ]; then
-        # Fused rows of 2-, 4- and 8-byte vectors (odd, 2-mod-4 and 4-mod-8 widths): the
-        # planner's pipelined 4 chunks (docs/perf/norm.md v9) against 8 unpipelined, its old choice.
-        norm fused_add_rmsnorm "*:*:* 8:*:1:0 4:*:2:0 2:*:2:0 4:*:4:0 4:*:1:0" \
+        # Rows of 2-, 4- and 8-byte vectors (odd, 2-mod-4 and 4-mod-8 widths): the planner's
+        # pipelined 4 chunks for the fused op, 8 for rmsnorm (docs/perf/norm.md v9), against
+        # 8 chunks with and without pipelining and fewer chunks over more rows.
+        norm fused_add_rmsnorm "*:*:* 8:*:1:0 8:*:2:0 4:*:2:0 2:*:2:0 4:*:4:0 4:*:1:0" \
           "128:4095 1024:4095 4096:4095 65536:4095 4096:1001 16384:1001 4096:4094 4096:4100 16384:4100"
+        norm rmsnorm "*:*:* 8:*:1:0 8:*:2:0 8:*:4:0 4:*:2:0 4:*:4:0" \
+          "1024:4095 4096:4095 65536:4095 4096:1001 16384:1001 4096:4094 4096:4100"
         # Fused 2 KB rows (4 KB of input and residual a row): the staged kernel against the
         # register kernels (docs/perf/norm.md v9: registers, since staged lost at 16384 rows).
         norm fused_add_rmsnorm "*:*:* *:*:*:0 2:*:1:0" "4096:1024 16384:1024"
+      elif [ "${SWEEP:-staged}" = long ]; then
+        # rmsnorm's long rows (16-32 KB) from 4096 rows up, which the staged kernel takes
+        # (docs/perf/norm.md v9: 12288 staged 61.7 µs at 4096 rows, `8:*:1:0` 54.7): the register
+        # kernels' 8 chunks, plain and pipelined, against 2 and 3 rows staged.
+        norm rmsnorm "*:*:* 8:*:1:0 8:*:2:0 4:*:*:2 4:*:*:3 2:*:*:2" \
+          "4096:8192 16384:8192 65536:8192 4096:12288 16384:12288 4096:16384 16384:16384"
       elif [ "${SWEEP:-staged}" = fusedchunks ]; then
         # The fused ops' chunks at 16-byte vectors, unpipelined, from 16384 to 65536 rows
         # (docs/perf/norm.md v9: 2 or 4 beat the planner's 8 at 4096 rows).

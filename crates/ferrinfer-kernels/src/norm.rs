@@ -170,7 +170,7 @@ mod device_kernels {
     use crate::math::{mul_add, rsqrt};
     #[cfg(target_feature = "sm_90")]
     use crate::vector::Shared;
-    use crate::vector::{Kept, LastRead, Lingering, Load, Once, Packed, Reused};
+    use crate::vector::{Coherent, Kept, LastRead, Lingering, Load, Once, Packed, Reused, Store};
 
     /// Independent partial sums per thread: one FMA chain each, so the adds overlap.
     const ACCUMULATORS: usize = 8;
@@ -233,13 +233,16 @@ mod device_kernels {
         threads_per_row: u32,
         lane: u32,
         vectors: u32,
+        /// The kernel's `K::FUSED_ADD` (a constant LLVM folds): see [`Columns::predicated`].
+        fused: bool,
     }
 
     impl<const VEC: usize, const FULL: bool> Columns<VEC, FULL> {
         /// The columns of `group`'s thread, for rows of `p`.
         #[inline(always)]
-        fn of(p: &NormParams, group: &RowGroup) -> Self {
-            Columns { threads_per_row: p.threads_per_row, lane: group.lane, vectors: p.hidden / VEC as u32 }
+        fn of<K: NormKind>(p: &NormParams, group: &RowGroup) -> Self {
+            let vectors = p.hidden / VEC as u32;
+            Columns { threads_per_row: p.threads_per_row, lane: group.lane, vectors, fused: K::FUSED_ADD }
         }
 
         /// Element offsets of the chunks, computed afresh (see [`opaque`]).
@@ -257,6 +260,51 @@ mod device_kernels {
         #[inline(always)]
         fn valid(&self, c: usize) -> bool {
             FULL || c as u32 * self.threads_per_row + self.lane < self.vectors
+        }
+
+        /// Whether chunks past the row are skipped by predicated accesses (every access issued,
+        /// each under its chunk's predicate) rather than branched around: for a fused add's rows
+        /// of vectors under 8 bytes of `E`, where a branch costs about what the element it
+        /// guards does (three instructions; fused 4095-wide bf16 rows, 8 chunks: 2144 → 1592
+        /// instructions). Elsewhere the predicated kernels took more registers: fused 16-byte
+        /// vectors, 8 chunks, 130 → 167; rmsnorm's 2-byte ones, 8 chunks pipelined, 64 → 72 — one
+        /// block of 512 threads an SM where two fitted (rmsnorm 4096 × 4095 bf16 on an H200:
+        /// 31.0 → 43.6 µs, docs/perf/norm.md v10).
+        #[inline(always)]
+        fn predicated<E>(&self) -> bool {
+            !FULL && self.fused && VEC * core::mem::size_of::<E>() < 8
+        }
+
+        /// Chunk `c`'s vector at `src` as `L`; zeros past the row.
+        #[inline(always)]
+        unsafe fn load<E: Element, L: Load>(&self, c: usize, src: *const E) -> Packed<E, VEC> {
+            let valid = self.valid(c);
+            if self.predicated::<E>() {
+                unsafe { Packed::load_if::<L>(valid, src) }
+            } else if valid {
+                unsafe { Packed::load::<L>(src) }
+            } else {
+                Packed::ZERO
+            }
+        }
+
+        /// Whether chunk `c`'s outputs are computed: where they are written (the row is,
+        /// `row_writes`, and the chunk lies in it), or everywhere when predicated.
+        #[inline(always)]
+        fn computes<E>(&self, c: usize, row_writes: bool) -> bool {
+            self.predicated::<E>() || (row_writes && self.valid(c))
+        }
+
+        /// Writes chunk `c`'s vector at `dst` as `S` if the row is written (`row_writes`) and
+        /// the chunk lies in it.
+        #[inline(always)]
+        unsafe fn store<E: Element, S: Store>(&self, c: usize, row_writes: bool, value: Packed<E, VEC>, dst: *mut E) {
+            let write = row_writes && self.valid(c);
+            if self.predicated::<E>() {
+                unsafe { value.store_if::<S>(write, dst) }
+            } else if write {
+                unsafe { value.store::<S>(dst) }
+            }
         }
     }
 
@@ -284,7 +332,7 @@ mod device_kernels {
         p: &NormParams,
     ) {
         let mut group = RowGroup::of_thread(p.threads_per_row);
-        let columns = Columns::<VEC, FULL>::of(p, &group);
+        let columns = Columns::<VEC, FULL>::of::<K>(p, &group);
         let rows_per_block = group.per_block() as u64;
         let stride = grid_size() as u64 * rows_per_block;
         // Groups smaller than a warp iterate with their warp (their reductions are the warp's
@@ -296,14 +344,17 @@ mod device_kernels {
         if lead < p.rows {
             let weights = unsafe { kept_weights::<W, K, VEC, CHUNKS, FULL>(p, &columns) };
             let inverse_hidden = 1.0 / p.hidden as f32;
-            // An output that is the input (in place) is written by this kernel: then no
-            // non-coherent loads of it, as PTX requires, and its lines kept in L2 for the write.
+            // An output that is the input (in place, and a fused add's rows always) is written by
+            // this kernel: then no non-coherent loads of it, as PTX requires, and where the
+            // vectors are wide enough its lines kept in L2 for the write.
             let read_only = p.output != p.input;
             let load = |row| unsafe {
                 if read_only {
                     load_share::<T, K, Once, VEC, CHUNKS, FULL>(p, row, &columns)
-                } else {
+                } else if VEC * core::mem::size_of::<T>() >= LINGERING_MIN_VECTOR_BYTES {
                     load_share::<T, K, Lingering, VEC, CHUNKS, FULL>(p, row, &columns)
+                } else {
+                    load_share::<T, K, Coherent, VEC, CHUNKS, FULL>(p, row, &columns)
                 }
             };
             let mut share = load(lead + in_warp);
@@ -330,6 +381,12 @@ mod device_kernels {
             }
         }
     }
+
+    /// Narrowest vector whose in-place rows are read as [`Lingering`]: ptxas rebuilds the L2 policy
+    /// before every access (five uniform instructions), an element's worth at 2-byte vectors,
+    /// where the hint lost (fused 4096 × 4095 bf16 on an H200: 88.3 µs with it, 81.7 without;
+    /// 65536 × 4096, 16-byte vectors: 504.3 with, 525.2 without — docs/perf/norm.md v9).
+    const LINGERING_MIN_VECTOR_BYTES: usize = 8;
 
     /// Most bytes of weights (and β) a thread keeps in registers across its rows.
     const RESIDENT_WEIGHT_BYTES: usize = 64;
@@ -362,20 +419,18 @@ mod device_kernels {
         let mut weights = [(Packed::<W, VEC>::ZERO, Packed::<W, VEC>::ZERO); CHUNKS];
         let offsets = columns.offsets::<CHUNKS>();
         for (c, slot) in weights.iter_mut().enumerate() {
-            if columns.valid(c) {
-                slot.0 = unsafe { Packed::load::<Reused>((p.weight as *const W).add(offsets[c])) };
-                if K::CENTERED {
-                    slot.1 = unsafe { Packed::load::<Reused>((p.bias as *const W).add(offsets[c])) };
-                }
+            slot.0 = unsafe { columns.load::<W, Reused>(c, (p.weight as *const W).wrapping_add(offsets[c])) };
+            if K::CENTERED {
+                slot.1 = unsafe { columns.load::<W, Reused>(c, (p.bias as *const W).wrapping_add(offsets[c])) };
             }
         }
         weights
     }
 
-    /// Loads this thread's chunks of `row` (chunks past the row stay zero): the input as `L`;
-    /// a fused add's rows, both written back in place, as [`Lingering`], so the writes find
-    /// their lines in L2 (fused_add_rmsnorm 65536 × 4096 on an H200: 521.5 → 501.7 µs,
-    /// docs/perf/norm.md v8).
+    /// Loads this thread's chunks of `row` as `L` (chunks past the row are zeros: see
+    /// [`Columns::predicated`]); a fused add's input and residual, both written back in place, alike
+    /// ([`Lingering`] where the vectors allow, so the writes find their lines in L2:
+    /// fused_add_rmsnorm 65536 × 4096 on an H200, 521.5 → 501.7 µs, docs/perf/norm.md v8).
     #[inline(always)]
     unsafe fn load_share<T: Element, K: NormKind, L: Load, const VEC: usize, const CHUNKS: usize, const FULL: bool>(
         p: &NormParams,
@@ -390,14 +445,9 @@ mod device_kernels {
         let residual = row_ptr::<T>(p.residual, row, p.residual_row_stride);
         let offsets = columns.offsets::<CHUNKS>();
         for c in 0..CHUNKS {
-            if columns.valid(c) {
-                let at = offsets[c];
-                if K::FUSED_ADD {
-                    share.x[c] = unsafe { Packed::load::<Lingering>(input.add(at)) };
-                    share.residual[c] = unsafe { Packed::load::<Lingering>(residual.add(at)) };
-                } else {
-                    share.x[c] = unsafe { Packed::load::<L>(input.add(at)) };
-                }
+            share.x[c] = unsafe { columns.load::<T, L>(c, input.wrapping_add(offsets[c])) };
+            if K::FUSED_ADD {
+                share.residual[c] = unsafe { columns.load::<T, L>(c, residual.wrapping_add(offsets[c])) };
             }
         }
         share
@@ -455,24 +505,26 @@ mod device_kernels {
         if K::FUSED_ADD {
             let residual = row_ptr::<T>(p.residual, row, p.residual_row_stride);
             for c in 0..CHUNKS {
-                if columns.valid(c) && writes {
+                if columns.computes::<T>(c, writes) {
                     let (x, r) = (share.x[c].to_f32(), share.residual[c].to_f32());
                     let mut sum = [0.0f32; VEC];
                     for i in 0..VEC {
                         sum[i] = x[i] + r[i];
                     }
                     share.x[c] = Packed::from_f32(sum);
-                    unsafe { share.x[c].store::<Kept>(residual.add(offsets[c])) };
+                    unsafe { columns.store::<T, Kept>(c, writes, share.x[c], residual.wrapping_add(offsets[c])) };
                 }
             }
         }
-        let valid = |c| columns.valid(c);
+        // Chunks past the row hold zeros: nothing to Σx or Σx² (predicated, every chunk is summed
+        // rather than each tested), but not to Σ(x − mean)².
+        let (every, valid) = (|c| columns.predicated::<T>() || columns.valid(c), |c| columns.valid(c));
         let stats = if K::CENTERED {
-            let mean = group.sum(thread_sum(&share.x, valid, |x, acc| acc + x)) * inverse_hidden;
+            let mean = group.sum(thread_sum(&share.x, every, |x, acc| acc + x)) * inverse_hidden;
             let centered = thread_sum(&share.x, valid, |x, acc| mul_add(x - mean, x - mean, acc));
             RowScale { shift: mean, scale: rsqrt(mul_add(group.sum(centered), inverse_hidden, p.eps)) }
         } else {
-            let squares = thread_sum(&share.x, valid, |x, acc| mul_add(x, x, acc));
+            let squares = thread_sum(&share.x, every, |x, acc| mul_add(x, x, acc));
             RowScale { shift: 0.0, scale: rsqrt(mul_add(group.sum(squares), inverse_hidden, p.eps)) }
         };
         let output = row_ptr::<T>(p.output, row, p.output_row_stride);
@@ -483,13 +535,14 @@ mod device_kernels {
         };
         let weights = reloaded.as_ref().unwrap_or(weights);
         for c in 0..CHUNKS {
-            if columns.valid(c) && writes {
+            if columns.computes::<T>(c, writes) {
                 let (w, b) = weights[c];
                 let mut y = [0.0f32; VEC];
                 for i in 0..VEC {
                     y[i] = normalized::<K>(share.x[c].get_f32(i), stats, w.get_f32(i), b.get_f32(i));
                 }
-                unsafe { Packed::<T, VEC>::from_f32(y).store::<Kept>(output.add(offsets[c])) };
+                let y = Packed::<T, VEC>::from_f32(y);
+                unsafe { columns.store::<T, Kept>(c, writes, y, output.wrapping_add(offsets[c])) };
             }
         }
     }
@@ -527,7 +580,7 @@ mod device_kernels {
         p: &NormParams,
     ) {
         let mut group = RowGroup::of_thread(p.threads_per_row);
-        let columns = Columns::<VEC, FULL>::of(p, &group);
+        let columns = Columns::<VEC, FULL>::of::<K>(p, &group);
         let row_bytes = p.hidden * core::mem::size_of::<T>() as u32;
         let ring = StagingRing::new(p.stages, row_bytes * (1 + K::FUSED_ADD as u32));
         let (first, step) = (block_index() as u64, grid_size() as u64);

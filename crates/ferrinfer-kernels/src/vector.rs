@@ -14,8 +14,17 @@ use crate::element::Element;
 
 /// How a load may be cached. On the host every kind is a plain read.
 pub trait Load {
+    /// The `BYTES` (2, 4, 8 or 16) bytes at `src` where `read`, else zeros with no access: one
+    /// predicated instruction either way, never a branch (a row's last chunks, past its end).
+    ///
     /// # Safety
-    /// `src` readable and aligned to `BYTES` (2, 4, 8 or 16); the words beyond `BYTES` are 0.
+    /// Where `read`: `src` readable and aligned to `BYTES`. The words beyond `BYTES` are 0.
+    unsafe fn words_if<const BYTES: usize>(read: bool, src: *const u8) -> [u32; 4];
+
+    /// The `BYTES` bytes at `src`, unguarded.
+    ///
+    /// # Safety
+    /// As [`Load::words_if`] reading.
     unsafe fn words<const BYTES: usize>(src: *const u8) -> [u32; 4];
 }
 
@@ -45,83 +54,138 @@ pub struct Lingering;
 /// (`evict_first`).
 pub struct LastRead;
 
+/// The PTX that creates an L2 eviction-priority policy (`evict_last`, `evict_first`) in `p`, and
+/// the operand that hands it to a `.L2::cache_hint` access. (Created in an asm of its own, LLVM
+/// computed it once, but ptxas rebuilt the constant before each access all the same.)
+#[cfg(target_arch = "nvptx64")]
+macro_rules! l2_policy {
+    (setup $priority:literal) => {
+        concat!(".reg .b64 p; createpolicy.fractional.L2::", $priority, ".b64 p, 1.0; ")
+    };
+    (operand $priority:literal) => {
+        ", p"
+    };
+}
+
+/// The PTX guarding an access with `{r}` (a 32-bit operand, nonzero to access): a predicate and
+/// the access's prefix.
+#[cfg(target_arch = "nvptx64")]
+macro_rules! guard {
+    (setup $flag:expr) => {
+        ".reg .pred q; setp.ne.u32 q, {r}, 0; "
+    };
+    (prefix $flag:expr) => {
+        "@q "
+    };
+}
+
+/// One load (`$shape`: the vector and its registers, `$dir` their operand direction), under
+/// `[$read]` if given, with the kind's state space and policy.
+#[cfg(target_arch = "nvptx64")]
+macro_rules! load_access {
+    ([$($read:expr)?], $src:expr, $to_space:literal, $prefix:literal, [$($priority:literal)?], $shape:literal, $($words:tt)*) => {
+        core::arch::asm!(
+            concat!(
+                "{{ .reg .u64 g; ", $(guard!(setup $read),)? $(l2_policy!(setup $priority),)? $to_space, " g, {a}; ",
+                $(guard!(prefix $read),)? $prefix, $shape, " [g]", $(l2_policy!(operand $priority),)? "; }}"
+            ),
+            $(r = in(reg32) $read as u32,)?
+            a = in(reg64) $src,
+            $($words)*
+            options(pure, readonly, nostack),
+        )
+    };
+}
+
+/// Every width of load for `words` (`$dir` `out`) or `words_if` (`inout`: the zeros it holds
+/// where the guard skips the access). A 2-byte load fills a 32-bit register (zero-extended), as
+/// PTX allows.
+#[cfg(target_arch = "nvptx64")]
+macro_rules! load_widths {
+    ($bytes:expr, [$($read:expr)?], $src:expr, $to_space:literal, $prefix:literal, [$($priority:literal)?], $dir:ident) => {{
+        let (mut w0, mut w1, mut w2, mut w3) = (0u32, 0u32, 0u32, 0u32);
+        match $bytes {
+            16 => load_access!([$($read)?], $src, $to_space, $prefix, [$($priority)?], ".v4.u32 {{{w0}, {w1}, {w2}, {w3}}},",
+                w0 = $dir(reg32) w0, w1 = $dir(reg32) w1, w2 = $dir(reg32) w2, w3 = $dir(reg32) w3,),
+            8 => load_access!([$($read)?], $src, $to_space, $prefix, [$($priority)?], ".v2.u32 {{{w0}, {w1}}},",
+                w0 = $dir(reg32) w0, w1 = $dir(reg32) w1,),
+            4 => load_access!([$($read)?], $src, $to_space, $prefix, [$($priority)?], ".u32 {w0},", w0 = $dir(reg32) w0,),
+            _ => load_access!([$($read)?], $src, $to_space, $prefix, [$($priority)?], ".u16 {w0},", w0 = $dir(reg32) w0,),
+        }
+        [w0, w1, w2, w3]
+    }};
+}
+
+/// One store (`$shape`: the vector and its registers), under `[$write]` if given.
+#[cfg(target_arch = "nvptx64")]
+macro_rules! store_access {
+    ([$($write:expr)?], $dst:expr, $to_space:literal, $prefix:literal, $shape:literal, $($words:tt)*) => {
+        core::arch::asm!(
+            concat!("{{ .reg .u64 g; ", $(guard!(setup $write),)? $to_space, " g, {a}; ", $(guard!(prefix $write),)? $prefix, $shape, "; }}"),
+            $(r = in(reg32) $write as u32,)?
+            a = in(reg64) $dst,
+            $($words)*
+            options(nostack),
+        )
+    };
+}
+
+/// Every width of store, under `[$write]` if given. A 2-byte store writes the low half of a
+/// 32-bit register, as PTX allows.
+#[cfg(target_arch = "nvptx64")]
+macro_rules! store_widths {
+    ($bytes:expr, [$($write:expr)?], $dst:expr, $w:expr, $to_space:literal, $prefix:literal) => {{
+        let w: [u32; 4] = $w;
+        match $bytes {
+            16 => store_access!([$($write)?], $dst, $to_space, $prefix, ".v4.u32 [g], {{{w0}, {w1}, {w2}, {w3}}}",
+                w0 = in(reg32) w[0], w1 = in(reg32) w[1], w2 = in(reg32) w[2], w3 = in(reg32) w[3],),
+            8 => store_access!([$($write)?], $dst, $to_space, $prefix, ".v2.u32 [g], {{{w0}, {w1}}}",
+                w0 = in(reg32) w[0], w1 = in(reg32) w[1],),
+            4 => store_access!([$($write)?], $dst, $to_space, $prefix, ".u32 [g], {w0}", w0 = in(reg32) w[0],),
+            _ => store_access!([$($write)?], $dst, $to_space, $prefix, ".u16 [g], {w0}", w0 = in(reg32) w[0],),
+        }
+    }};
+}
+
+/// `impl Load` for a kind: `$to_space` turns the pointer into the access's state space, `$prefix`
+/// is the load instruction (`ld.global.nc`, …), and `policy "evict_last"` adds an L2 policy.
 macro_rules! load_kind {
-    ($kind:ty, $prefix:literal) => {
-        load_kind!($kind, "cvta.to.global.u64", "", $prefix, "");
-    };
-    ($kind:ty, $to_space:literal, $prefix:literal) => {
-        load_kind!($kind, $to_space, "", $prefix, "");
-    };
-    // `$setup` runs first in the access's scope; `$operand` follows the address (a cache policy).
-    ($kind:ty, $to_space:literal, $setup:literal, $prefix:literal, $operand:literal) => {
+    ($kind:ty, $to_space:literal, $prefix:literal $(, policy $priority:literal)?) => {
         impl Load for $kind {
             #[inline(always)]
             unsafe fn words<const BYTES: usize>(src: *const u8) -> [u32; 4] {
                 #[cfg(target_arch = "nvptx64")]
-                unsafe {
-                    let (mut w0, mut w1, mut w2, mut w3) = (0u32, 0u32, 0u32, 0u32);
-                    match BYTES {
-                        16 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; ", $setup, $to_space, " g, {a}; ", $prefix, ".v4.u32 {{{w0}, {w1}, {w2}, {w3}}}, [g]", $operand, "; }}"),
-                            a = in(reg64) src, w0 = out(reg32) w0, w1 = out(reg32) w1, w2 = out(reg32) w2, w3 = out(reg32) w3,
-                            options(pure, readonly, nostack),
-                        ),
-                        8 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; ", $setup, $to_space, " g, {a}; ", $prefix, ".v2.u32 {{{w0}, {w1}}}, [g]", $operand, "; }}"),
-                            a = in(reg64) src, w0 = out(reg32) w0, w1 = out(reg32) w1,
-                            options(pure, readonly, nostack),
-                        ),
-                        4 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; ", $setup, $to_space, " g, {a}; ", $prefix, ".u32 {w0}, [g]", $operand, "; }}"),
-                            a = in(reg64) src, w0 = out(reg32) w0,
-                            options(pure, readonly, nostack),
-                        ),
-                        _ => {
-                            let half: u16;
-                            core::arch::asm!(
-                                concat!("{{ .reg .u64 g; ", $setup, $to_space, " g, {a}; ", $prefix, ".u16 {h}, [g]", $operand, "; }}"),
-                                a = in(reg64) src, h = out(reg16) half,
-                                options(pure, readonly, nostack),
-                            );
-                            w0 = half as u32;
-                        }
-                    }
-                    [w0, w1, w2, w3]
-                }
+                unsafe { load_widths!(BYTES, [], src, $to_space, $prefix, [$($priority)?], out) }
                 #[cfg(not(target_arch = "nvptx64"))]
                 unsafe { host_words::<BYTES>(src) }
+            }
+
+            #[inline(always)]
+            unsafe fn words_if<const BYTES: usize>(read: bool, src: *const u8) -> [u32; 4] {
+                #[cfg(target_arch = "nvptx64")]
+                unsafe { load_widths!(BYTES, [read], src, $to_space, $prefix, [$($priority)?], inout) }
+                #[cfg(not(target_arch = "nvptx64"))]
+                unsafe { if read { host_words::<BYTES>(src) } else { [0; 4] } }
             }
         }
     };
 }
 
-load_kind!(Once, "ld.global.nc.L1::no_allocate");
-load_kind!(Reused, "ld.global.nc");
-load_kind!(Coherent, "ld.global");
+load_kind!(Once, "cvta.to.global.u64", "ld.global.nc.L1::no_allocate");
+load_kind!(Reused, "cvta.to.global.u64", "ld.global.nc");
+load_kind!(Coherent, "cvta.to.global.u64", "ld.global");
 // L2 cache policies (`createpolicy`, `.L2::cache_hint`) need sm_80 and PTX ISA 7.4 (every
 // module's ISA is at least that: crates/ferrinfer-jit/src/builder.rs). They were measured on sm_90
 // only (docs/perf/norm.md, session 19), so sm_90 modules alone use them; elsewhere both kinds are
 // plain coherent loads.
 #[cfg(not(target_feature = "sm_90"))]
-load_kind!(Lingering, "ld.global");
+load_kind!(Lingering, "cvta.to.global.u64", "ld.global");
 #[cfg(not(target_feature = "sm_90"))]
-load_kind!(LastRead, "ld.global");
+load_kind!(LastRead, "cvta.to.global.u64", "ld.global");
 #[cfg(target_feature = "sm_90")]
-load_kind!(
-    Lingering,
-    "cvta.to.global.u64",
-    ".reg .b64 policy; createpolicy.fractional.L2::evict_last.b64 policy, 1.0; ",
-    "ld.global.L2::cache_hint",
-    ", policy"
-);
+load_kind!(Lingering, "cvta.to.global.u64", "ld.global.L2::cache_hint", policy "evict_last");
 #[cfg(target_feature = "sm_90")]
-load_kind!(
-    LastRead,
-    "cvta.to.global.u64",
-    ".reg .b64 policy; createpolicy.fractional.L2::evict_first.b64 policy, 1.0; ",
-    "ld.global.L2::cache_hint",
-    ", policy"
-);
+load_kind!(LastRead, "cvta.to.global.u64", "ld.global.L2::cache_hint", policy "evict_first");
 // A `readonly` read of a slot stays after the stage's wait (asm LLVM must assume writes memory).
 load_kind!(Shared, "mov.b64", "ld.shared");
 
@@ -136,7 +200,14 @@ unsafe fn host_words<const BYTES: usize>(src: *const u8) -> [u32; 4] {
 
 /// How a store may be cached. On the host every kind is a plain write.
 pub trait Store {
-    /// Writes the first `BYTES` (2, 4, 8 or 16) bytes of `w` to `dst` with one access.
+    /// Writes the first `BYTES` (2, 4, 8 or 16) bytes of `w` to `dst` with one access where
+    /// `write`, else nothing: one predicated instruction, never a branch.
+    ///
+    /// # Safety
+    /// Where `write`: `dst` writable and aligned to `BYTES`.
+    unsafe fn words_if<const BYTES: usize>(write: bool, dst: *mut u8, w: [u32; 4]);
+
+    /// Writes the first `BYTES` bytes of `w` to `dst`, unguarded.
     ///
     /// # Safety
     /// `dst` writable and aligned to `BYTES`.
@@ -152,50 +223,44 @@ pub struct Kept;
 pub struct Evicted;
 
 macro_rules! store_kind {
-    ($kind:ty, $prefix:literal) => {
-        store_kind!($kind, "cvta.to.global.u64", $prefix);
-    };
     ($kind:ty, $to_space:literal, $prefix:literal) => {
         impl Store for $kind {
             #[inline(always)]
             unsafe fn words<const BYTES: usize>(dst: *mut u8, w: [u32; 4]) {
                 #[cfg(target_arch = "nvptx64")]
                 unsafe {
-                    match BYTES {
-                        16 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".v4.u32 [g], {{{w0}, {w1}, {w2}, {w3}}}; }}"),
-                            a = in(reg64) dst, w0 = in(reg32) w[0], w1 = in(reg32) w[1], w2 = in(reg32) w[2], w3 = in(reg32) w[3],
-                            options(nostack),
-                        ),
-                        8 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".v2.u32 [g], {{{w0}, {w1}}}; }}"),
-                            a = in(reg64) dst, w0 = in(reg32) w[0], w1 = in(reg32) w[1],
-                            options(nostack),
-                        ),
-                        4 => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".u32 [g], {w0}; }}"),
-                            a = in(reg64) dst, w0 = in(reg32) w[0],
-                            options(nostack),
-                        ),
-                        _ => core::arch::asm!(
-                            concat!("{{ .reg .u64 g; ", $to_space, " g, {a}; ", $prefix, ".u16 [g], {h}; }}"),
-                            a = in(reg64) dst, h = in(reg16) w[0] as u16,
-                            options(nostack),
-                        ),
-                    }
+                    store_widths!(BYTES, [], dst, w, $to_space, $prefix)
                 }
                 #[cfg(not(target_arch = "nvptx64"))]
                 unsafe {
-                    let bytes = [w[0].to_le_bytes(), w[1].to_le_bytes(), w[2].to_le_bytes(), w[3].to_le_bytes()];
-                    core::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<u8>(), dst, BYTES.min(16));
+                    host_store::<BYTES>(dst, w)
+                }
+            }
+
+            #[inline(always)]
+            unsafe fn words_if<const BYTES: usize>(write: bool, dst: *mut u8, w: [u32; 4]) {
+                #[cfg(target_arch = "nvptx64")]
+                unsafe {
+                    store_widths!(BYTES, [write], dst, w, $to_space, $prefix)
+                }
+                #[cfg(not(target_arch = "nvptx64"))]
+                if write {
+                    unsafe { host_store::<BYTES>(dst, w) }
                 }
             }
         }
     };
 }
 
-store_kind!(Kept, "st.global");
-store_kind!(Evicted, "st.global.cs");
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline(always)]
+unsafe fn host_store<const BYTES: usize>(dst: *mut u8, w: [u32; 4]) {
+    let bytes = [w[0].to_le_bytes(), w[1].to_le_bytes(), w[2].to_le_bytes(), w[3].to_le_bytes()];
+    unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<u8>(), dst, BYTES.min(16)) };
+}
+
+store_kind!(Kept, "cvta.to.global.u64", "st.global");
+store_kind!(Evicted, "cvta.to.global.u64", "st.global.cs");
 store_kind!(Shared, "mov.b64", "st.shared");
 
 /// `VEC` elements of `T` (at most 32 bytes) kept as packed 32-bit words and unpacked only where
@@ -218,14 +283,23 @@ impl<T: Element, const VEC: usize> Packed<T, VEC> {
     /// `src..src+VEC` readable, `src` aligned to `min(VEC · size_of::<T>(), 16)` bytes.
     #[inline(always)]
     pub unsafe fn load<K: Load>(src: *const T) -> Self {
+        unsafe { Self::load_if::<K>(true, src) }
+    }
+
+    /// [`Packed::load`] where `read`, else zeros with no access (predicated: no branch).
+    ///
+    /// # Safety
+    /// As [`Packed::load`] where `read`.
+    #[inline(always)]
+    pub unsafe fn load_if<K: Load>(read: bool, src: *const T) -> Self {
         let src = src.cast::<u8>();
         let (low, high) = unsafe {
             match Self::BYTES {
-                32 => (K::words::<16>(src), K::words::<16>(src.add(16))),
-                16 => (K::words::<16>(src), [0; 4]),
-                8 => (K::words::<8>(src), [0; 4]),
-                4 => (K::words::<4>(src), [0; 4]),
-                _ => (K::words::<2>(src), [0; 4]),
+                32 => (K::words_if::<16>(read, src), K::words_if::<16>(read, src.add(16))),
+                16 => (K::words_if::<16>(read, src), [0; 4]),
+                8 => (K::words_if::<8>(read, src), [0; 4]),
+                4 => (K::words_if::<4>(read, src), [0; 4]),
+                _ => (K::words_if::<2>(read, src), [0; 4]),
             }
         };
         let words = [low[0], low[1], low[2], low[3], high[0], high[1], high[2], high[3]];
@@ -238,18 +312,27 @@ impl<T: Element, const VEC: usize> Packed<T, VEC> {
     /// As [`Packed::load`], writable.
     #[inline(always)]
     pub unsafe fn store<S: Store>(&self, dst: *mut T) {
+        unsafe { self.store_if::<S>(true, dst) }
+    }
+
+    /// [`Packed::store`] where `write`, else nothing (predicated: no branch).
+    ///
+    /// # Safety
+    /// As [`Packed::store`] where `write`.
+    #[inline(always)]
+    pub unsafe fn store_if<S: Store>(&self, write: bool, dst: *mut T) {
         let w = self.words;
         let dst = dst.cast::<u8>();
         unsafe {
             match Self::BYTES {
                 32 => {
-                    S::words::<16>(dst, [w[0], w[1], w[2], w[3]]);
-                    S::words::<16>(dst.add(16), [w[4], w[5], w[6], w[7]]);
+                    S::words_if::<16>(write, dst, [w[0], w[1], w[2], w[3]]);
+                    S::words_if::<16>(write, dst.add(16), [w[4], w[5], w[6], w[7]]);
                 }
-                16 => S::words::<16>(dst, [w[0], w[1], w[2], w[3]]),
-                8 => S::words::<8>(dst, [w[0], w[1], 0, 0]),
-                4 => S::words::<4>(dst, [w[0], 0, 0, 0]),
-                _ => S::words::<2>(dst, [w[0], 0, 0, 0]),
+                16 => S::words_if::<16>(write, dst, [w[0], w[1], w[2], w[3]]),
+                8 => S::words_if::<8>(write, dst, [w[0], w[1], 0, 0]),
+                4 => S::words_if::<4>(write, dst, [w[0], 0, 0, 0]),
+                _ => S::words_if::<2>(write, dst, [w[0], 0, 0, 0]),
             }
         }
     }
