@@ -156,19 +156,20 @@ for step in "$@"; do
         norm rmsnorm "$wide" "4096:1024 4096:2048 16384:2048 4096:4095 1024:4096 4096:5120 4096:12288"
       elif [ "${SWEEP:-staged}" = narrow ]; then
         # Rows of 2-, 4- and 8-byte vectors (odd, 2-mod-4 and 4-mod-8 widths): the planner's
-        # pipelined 4 chunks for the fused op, 8 for rmsnorm (docs/perf/norm.md v9), against
-        # 8 chunks with and without pipelining and fewer chunks over more rows.
+        # 4 chunks for the fused op (pipelined below 8-byte vectors), 8 pipelined for rmsnorm
+        # (docs/perf/norm.md v9, v10), against 8 chunks with and without pipelining and fewer
+        # chunks over more rows.
         norm fused_add_rmsnorm "*:*:* 8:*:1:0 8:*:2:0 4:*:2:0 2:*:2:0 4:*:4:0 4:*:1:0" \
-          "128:4095 1024:4095 4096:4095 65536:4095 4096:1001 16384:1001 4096:4094 4096:4100 16384:4100"
+          "128:4095 1024:4095 4096:4095 65536:4095 4096:1001 16384:1001 4096:4094 4096:4100 16384:4100 4096:8196"
         norm rmsnorm "*:*:* 8:*:1:0 8:*:2:0 8:*:4:0 4:*:2:0 4:*:4:0" \
           "1024:4095 4096:4095 65536:4095 4096:1001 16384:1001 4096:4094 4096:4100"
         # Fused 2 KB rows (4 KB of input and residual a row): the staged kernel against the
         # register kernels (docs/perf/norm.md v9: registers, since staged lost at 16384 rows).
         norm fused_add_rmsnorm "*:*:* *:*:*:0 2:*:1:0" "4096:1024 16384:1024"
       elif [ "${SWEEP:-staged}" = long ]; then
-        # rmsnorm's long rows (16-32 KB) from 4096 rows up, which the staged kernel takes
-        # (docs/perf/norm.md v9: 12288 staged 61.7 µs at 4096 rows, `8:*:1:0` 54.7): the register
-        # kernels' 8 chunks, plain and pipelined, against 2 and 3 rows staged.
+        # rmsnorm's long rows (16-32 KB) from 4096 rows up: the staged kernel up to 16 KB, 8
+        # register chunks a thread past it (docs/perf/norm.md v10), against plain and pipelined
+        # register chunks and 2 and 3 rows staged.
         norm rmsnorm "*:*:* 8:*:1:0 8:*:2:0 4:*:*:2 4:*:*:3 2:*:*:2" \
           "4096:8192 16384:8192 65536:8192 4096:12288 16384:12288 4096:16384 16384:16384"
       elif [ "${SWEEP:-staged}" = fusedchunks ]; then

@@ -392,6 +392,11 @@ const STAGED_MAX_ROWS_PER_BLOCK: u64 = 4;
 /// rmsnorm 4096 × 1024 staged 4.95 µs, the register kernels 3.64–3.75; fused 16384 × 1024
 /// staged 38.3, registers 33.1; docs/perf/norm.md v9).
 const STAGED_MIN_ROW_BYTES: u32 = 4096;
+/// Most bytes of a row for the staged kernel to take it unasked: longer rmsnorm rows run 7–13 %
+/// faster on 8 register chunks a thread, one row a group (H200, bf16: 4096 × 12288 54.9 µs
+/// against 62.6 staged, 16384 × 16384 267.6 against 287.3; at 8192 staged wins, 35.5 against
+/// 35.6; docs/perf/norm.md v10). The fused ops' long rows are on registers already.
+const STAGED_MAX_ROW_BYTES: u32 = 16384;
 
 /// Bytes of its row each rmsnorm/layernorm thread holds when rows are many (bandwidth-bound);
 /// measured best on the H200 (docs/perf/norm.md, v4 sweep): 4 vectors of 16 bytes, pipelined.
@@ -400,8 +405,11 @@ const LARGE_BATCH_BYTES_PER_THREAD: u32 = 64;
 /// docs/perf/norm.md v9: 4 matched or beat 8 from 1024 to 65536 rows of 1024–8192, e.g. fused
 /// 16384 × 4096 bf16 126.1 µs against 128.0, 65536 × 8192 992.8 against 1000.5)…
 const FUSED_CHUNKS: u32 = 4;
-/// …unless a row would need more threads than this at 4 (12288: 8 chunks, 96.9 µs at 4096 rows;
-/// 4 chunks, 384 threads, over 101).
+/// …unless a row of 16-byte vectors would need more threads than this at 4 (12288: 8 chunks,
+/// 96.9 µs at 4096 rows; 4 chunks, 384 threads, over 101). Rows of 8-byte vectors keep 4
+/// (4096 × 4100 bf16: 4 chunks, 288 threads, 37.3 µs; 8 chunks 40.1; docs/perf/norm.md v10).
+/// rmsnorm's rows too long for the staged kernel take the same rule (see
+/// [`STAGED_MAX_ROW_BYTES`]).
 const FUSED_MAX_THREADS_PER_ROW: u32 = 256;
 /// Vectors narrower than this (rows of an odd or 2-mod-4 width) leave a fused thread too few bytes
 /// in flight unpipelined: such rows are pipelined, 4 chunks (H200, fused 4096 × 4095 bf16, 2-byte
@@ -519,7 +527,8 @@ impl Plan {
         let rows = self.params.rows;
         let blocks_at_once = sms as u64 * kernels.staged_resident_blocks(chunks, threads, shared_bytes) as u64;
         let from_dram = rows.saturating_mul(slot_bytes as u64) > STAGED_MAX_CACHED_READ_BYTES;
-        let long_rows = self.params.hidden * self.dtype.size() as u32 >= STAGED_MIN_ROW_BYTES;
+        let row_bytes = self.params.hidden * self.dtype.size() as u32;
+        let long_rows = (STAGED_MIN_ROW_BYTES..=STAGED_MAX_ROW_BYTES).contains(&row_bytes);
         let pays = long_rows && if from_dram { !self.is_fused() } else { rows > blocks_at_once };
         if forced.stages.is_none() && !pays {
             return None;
@@ -557,17 +566,23 @@ impl Plan {
         let threads_for = |chunks: u32| group_threads(vectors.div_ceil(chunks)).max(line_threads);
         let most_chunks = (vectors / line_threads).max(1);
         let narrow_fused = self.is_fused() && vector_bytes < FUSED_MIN_UNPIPELINED_VECTOR_BYTES;
-        let wide = match (self.is_fused(), narrow_fused) {
-            (true, true) => FUSED_CHUNKS,
-            (true, false) => CHUNK_COUNTS
+        // Rows of the staged kernel's vectors (16 bytes) too long for it.
+        let past_staged = vector_bytes == 16 && self.params.hidden * self.dtype.size() as u32 > STAGED_MAX_ROW_BYTES;
+        // The fused ops' rows of 8- and 16-byte vectors, and rmsnorm's past the staged kernel.
+        let unpipelined = (self.is_fused() && !narrow_fused) || (!self.is_fused() && past_staged);
+        let wide = if self.is_fused() && vector_bytes < 16 {
+            FUSED_CHUNKS
+        } else if unpipelined {
+            CHUNK_COUNTS
                 .into_iter()
                 .filter(|&c| c >= FUSED_CHUNKS)
                 .find(|&c| threads_for(c) <= FUSED_MAX_THREADS_PER_ROW)
-                .unwrap_or(8),
-            (false, _) => LARGE_BATCH_BYTES_PER_THREAD / vector_bytes,
+                .unwrap_or(8)
+        } else {
+            LARGE_BATCH_BYTES_PER_THREAD / vector_bytes
         };
         let wide = wide.clamp(1, 8).min(most_chunks.next_power_of_two());
-        let large_pipelined = !self.is_fused() || narrow_fused;
+        let large_pipelined = !unpipelined;
         let deep_rows_per_group = if narrow_fused {
             (FUSED_NARROW_GROUP_VECTOR_BYTES / vector_bytes) as u64
         } else {
@@ -906,10 +921,24 @@ mod tests {
         );
         assert_eq!(shape(4096, 4094, 2, F16, true).map(|s| (s.0, s.3, s.4)), Some((4, 2, true)), "4-byte: 2 rows");
         assert_eq!(
-            shape(4096, 4100, 4, Bf16, true).map(|s| (s.0, s.4)),
-            Some((8, false)),
-            "unpipelined; 4 chunks: 288 threads"
+            shape(4096, 4100, 4, Bf16, true).map(|s| (s.0, s.1, s.4)),
+            Some((4, 288, false)),
+            "8-byte vectors: unpipelined, 4 chunks even at 288 threads"
         );
+        assert_eq!(shape(4096, 12288, 8, Bf16, false), Some((8, 192, 1, 1, false)), "24 KB rows: the fused rule");
+        assert_eq!(shape(16384, 16384, 8, Bf16, false), Some((8, 256, 1, 1, false)), "32 KB rows");
+        assert_eq!(shape(4096, 8192, 4, F32, false), Some((8, 256, 1, 1, false)), "f32, 32 KB rows");
+    }
+
+    #[test]
+    fn norm_rows_past_16_kb_are_not_staged_unasked() {
+        use DType::*;
+        let none = LayoutOverride::default();
+        assert!(staged(4096, 8192, 8, Bf16, false, none).is_some(), "16 KB rows: staged");
+        assert_eq!(staged(4096, 8200, 8, Bf16, false, none), None, "past 16 KB: registers");
+        assert_eq!(staged(65536, 12288, 8, Bf16, false, none), None, "even streamed from DRAM");
+        let forced = LayoutOverride { stages: Some(2), ..none };
+        assert!(staged(4096, 12288, 8, Bf16, false, forced).is_some(), "asked for: staged");
     }
 
     #[test]
