@@ -22,6 +22,13 @@ pub const CHUNK_COUNTS: [u32; 4] = [1, 2, 4, 8];
 /// row's threads a warp or more), where a few vectors per thread suffice.
 pub const STAGED_CHUNK_COUNTS: [u32; 2] = [2, 4];
 
+/// Register cap of rmsnorm's pipelined 8-chunk entries at vectors under 8 bytes, whose chunks
+/// are predicated (crates/ferrinfer-kernels/src/norm.rs, `Columns::predicated`), on sm_90: ptxas
+/// gave them 72 registers uncapped, one 512-thread block an SM instead of two (4096 × 4095 bf16
+/// on an H200: 43.6 µs; capped, no spills, 29.8: docs/perf/norm.md v11). sm_80 and sm_89 spill
+/// under it (f16, 4-byte vectors: 8 bytes), so there ptxas's own count stands (not measured).
+const NARROW_RMS_C8P_REGISTERS: u32 = 64;
+
 /// The norm kernels (`NormKind` types of `ferrinfer-kernels`), one per op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NormKernel {
@@ -114,6 +121,15 @@ impl NormModule {
         arch >= CudaArch::HOPPER && self.vec as usize * self.dtype.size() == 16
     }
 
+    /// The register cap on `arch` of the entry holding `chunks` vectors a thread, pipelined or
+    /// not.
+    fn register_cap(&self, arch: CudaArch, chunks: u32, pipelined: bool) -> Option<u32> {
+        let rms = matches!(self.kernel, NormKernel::Rms | NormKernel::GemmaRms);
+        let narrow = (self.vec as usize * self.dtype.size()) < 8;
+        let capped = arch >= CudaArch::HOPPER && rms && narrow && pipelined && chunks == 8;
+        capped.then_some(NARROW_RMS_C8P_REGISTERS)
+    }
+
     /// The module's spec for `arch`.
     pub fn spec(&self, arch: CudaArch, debug: bool) -> JitSpec {
         let weight_suffix = if self.weight == self.dtype { String::new() } else { format!("_w{}", self.weight.name()) };
@@ -125,7 +141,7 @@ impl NormModule {
             kernel: "norm::norm_rows".into(),
             params: "norm::NormParams".into(),
             generics: [types.to_vec(), vec![self.vec.to_string(), chunks.to_string(), pipelined.to_string()]].concat(),
-            max_registers: None,
+            max_registers: self.register_cap(arch, chunks, pipelined),
             stores: None,
         });
         let stream = EntrySpec {

@@ -233,8 +233,9 @@ mod device_kernels {
         threads_per_row: u32,
         lane: u32,
         vectors: u32,
-        /// The kernel's `K::FUSED_ADD` (a constant LLVM folds): see [`Columns::predicated`].
-        fused: bool,
+        /// Whether the kernel predicates its rows of narrow vectors (a constant LLVM folds): see
+        /// [`Columns::predicated`].
+        predicates_narrow: bool,
     }
 
     impl<const VEC: usize, const FULL: bool> Columns<VEC, FULL> {
@@ -242,7 +243,7 @@ mod device_kernels {
         #[inline(always)]
         fn of<K: NormKind>(p: &NormParams, group: &RowGroup) -> Self {
             let vectors = p.hidden / VEC as u32;
-            Columns { threads_per_row: p.threads_per_row, lane: group.lane, vectors, fused: K::FUSED_ADD }
+            Columns { threads_per_row: p.threads_per_row, lane: group.lane, vectors, predicates_narrow: !K::CENTERED }
         }
 
         /// Element offsets of the chunks, computed afresh (see [`opaque`]).
@@ -263,16 +264,17 @@ mod device_kernels {
         }
 
         /// Whether chunks past the row are skipped by predicated accesses (every access issued,
-        /// each under its chunk's predicate) rather than branched around: for a fused add's rows
-        /// of vectors under 8 bytes of `E`, where a branch costs about what the element it
-        /// guards does (three instructions; fused 4095-wide bf16 rows, 8 chunks: 2144 → 1592
-        /// instructions). Elsewhere the predicated kernels took more registers: fused 16-byte
-        /// vectors, 8 chunks, 130 → 167; rmsnorm's 2-byte ones, 8 chunks pipelined, 64 → 72 — one
-        /// block of 512 threads an SM where two fitted (rmsnorm 4096 × 4095 bf16 on an H200:
-        /// 31.0 → 43.6 µs, docs/perf/norm.md v10).
+        /// each under its chunk's predicate) rather than branched around: for rows of vectors
+        /// under 8 bytes of `E`, where a branch costs about what the element it guards does
+        /// (three instructions; fused 4095-wide bf16 rows, 8 chunks: 2144 → 1592 instructions),
+        /// in every kernel but layernorm's. rmsnorm's predicated 8-chunk pipelined entries need
+        /// a 64-register cap (crates/ferrinfer-jit/src/norm.rs) to keep two 512-thread blocks an
+        /// SM (uncapped, 72 registers: 4096 × 4095 bf16 31.0 → 43.6 µs; capped, 30.8 → 29.8:
+        /// docs/perf/norm.md v10, v11); layernorm's spill under that cap. Wider vectors keep the
+        /// branch: predicated, fused 16-byte vectors, 8 chunks, took 130 → 167 registers.
         #[inline(always)]
         fn predicated<E>(&self) -> bool {
-            !FULL && self.fused && VEC * core::mem::size_of::<E>() < 8
+            !FULL && self.predicates_narrow && VEC * core::mem::size_of::<E>() < 8
         }
 
         /// Chunk `c`'s vector at `src` as `L`; zeros past the row.

@@ -417,8 +417,10 @@ const FUSED_MAX_THREADS_PER_ROW: u32 = 256;
 /// gain nothing: docs/perf/norm.md v9)…
 const FUSED_MIN_UNPIPELINED_VECTOR_BYTES: u32 = 8;
 /// …each group working through rows totalling this many bytes of a vector (2-byte vectors: 4
-/// rows, 59.9 µs at 4096 × 4095; 4-byte: 2 rows, 40.7 µs at 4096 × 4094, 4 rows 43.5).
-const FUSED_NARROW_GROUP_VECTOR_BYTES: u32 = 8;
+/// rows, 59.9 µs at 4096 × 4095; 4-byte: 2 rows, 40.7 µs at 4096 × 4094, 4 rows 43.5). rmsnorm's
+/// (and layernorm's) pipelined groups of rows that deep take the same rows (rmsnorm 4096 × 4095
+/// bf16, 8 chunks: 4 rows 25.8 µs, 2 rows 29.8; docs/perf/norm.md v11).
+const NARROW_GROUP_VECTOR_BYTES: u32 = 8;
 /// Most threads per row when rows are few (latency-bound: more threads load a row sooner, but a
 /// longer reduction follows).
 const SMALL_BATCH_THREADS_PER_ROW: u32 = 256;
@@ -583,8 +585,8 @@ impl Plan {
         };
         let wide = wide.clamp(1, 8).min(most_chunks.next_power_of_two());
         let large_pipelined = !unpipelined;
-        let deep_rows_per_group = if narrow_fused {
-            (FUSED_NARROW_GROUP_VECTOR_BYTES / vector_bytes) as u64
+        let deep_rows_per_group = if vector_bytes < FUSED_MIN_UNPIPELINED_VECTOR_BYTES {
+            (NARROW_GROUP_VECTOR_BYTES / vector_bytes) as u64
         } else {
             LARGE_BATCH_ROWS_PER_GROUP
         };
@@ -925,6 +927,8 @@ mod tests {
             Some((4, 288, false)),
             "8-byte vectors: unpipelined, 4 chunks even at 288 threads"
         );
+        assert_eq!(shape(4096, 1001, 1, Bf16, false), Some((8, 128, 2, 4, true)), "rmsnorm, 2-byte vectors: 4 rows");
+        assert_eq!(shape(4096, 1002, 2, Bf16, false).map(|s| s.3), Some(2), "4-byte vectors: 2 rows");
         assert_eq!(shape(4096, 12288, 8, Bf16, false), Some((8, 192, 1, 1, false)), "24 KB rows: the fused rule");
         assert_eq!(shape(16384, 16384, 8, Bf16, false), Some((8, 256, 1, 1, false)), "32 KB rows");
         assert_eq!(shape(4096, 8192, 4, F32, false), Some((8, 256, 1, 1, false)), "f32, 32 KB rows");
