@@ -147,9 +147,13 @@ macro_rules! store_widths {
     }};
 }
 
-/// `impl Load` for a kind: `$to_space` turns the pointer into the access's state space, `$prefix`
-/// is the load instruction (`ld.global.nc`, …), and `policy "evict_last"` adds an L2 policy.
+/// `impl Load` for a kind: `$to_space` turns the pointer into the access's state space (global
+/// when left out), `$prefix` is the load instruction (`ld.global.nc`, …), and `policy
+/// "evict_last"` adds an L2 policy.
 macro_rules! load_kind {
+    ($kind:ty, $prefix:literal $(, policy $priority:literal)?) => {
+        load_kind!($kind, "cvta.to.global.u64", $prefix $(, policy $priority)?);
+    };
     ($kind:ty, $to_space:literal, $prefix:literal $(, policy $priority:literal)?) => {
         impl Load for $kind {
             #[inline(always)]
@@ -171,21 +175,21 @@ macro_rules! load_kind {
     };
 }
 
-load_kind!(Once, "cvta.to.global.u64", "ld.global.nc.L1::no_allocate");
-load_kind!(Reused, "cvta.to.global.u64", "ld.global.nc");
-load_kind!(Coherent, "cvta.to.global.u64", "ld.global");
+load_kind!(Once, "ld.global.nc.L1::no_allocate");
+load_kind!(Reused, "ld.global.nc");
+load_kind!(Coherent, "ld.global");
 // L2 cache policies (`createpolicy`, `.L2::cache_hint`) need sm_80 and PTX ISA 7.4 (every
 // module's ISA is at least that: crates/ferrinfer-jit/src/builder.rs). They were measured on sm_90
 // only (docs/perf/norm.md, session 19), so sm_90 modules alone use them; elsewhere both kinds are
 // plain coherent loads.
 #[cfg(not(target_feature = "sm_90"))]
-load_kind!(Lingering, "cvta.to.global.u64", "ld.global");
+load_kind!(Lingering, "ld.global");
 #[cfg(not(target_feature = "sm_90"))]
-load_kind!(LastRead, "cvta.to.global.u64", "ld.global");
+load_kind!(LastRead, "ld.global");
 #[cfg(target_feature = "sm_90")]
-load_kind!(Lingering, "cvta.to.global.u64", "ld.global.L2::cache_hint", policy "evict_last");
+load_kind!(Lingering, "ld.global.L2::cache_hint", policy "evict_last");
 #[cfg(target_feature = "sm_90")]
-load_kind!(LastRead, "cvta.to.global.u64", "ld.global.L2::cache_hint", policy "evict_first");
+load_kind!(LastRead, "ld.global.L2::cache_hint", policy "evict_first");
 // A `readonly` read of a slot stays after the stage's wait (asm LLVM must assume writes memory).
 load_kind!(Shared, "mov.b64", "ld.shared");
 
@@ -223,6 +227,9 @@ pub struct Kept;
 pub struct Evicted;
 
 macro_rules! store_kind {
+    ($kind:ty, $prefix:literal) => {
+        store_kind!($kind, "cvta.to.global.u64", $prefix);
+    };
     ($kind:ty, $to_space:literal, $prefix:literal) => {
         impl Store for $kind {
             #[inline(always)]
@@ -259,8 +266,8 @@ unsafe fn host_store<const BYTES: usize>(dst: *mut u8, w: [u32; 4]) {
     unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<u8>(), dst, BYTES.min(16)) };
 }
 
-store_kind!(Kept, "cvta.to.global.u64", "st.global");
-store_kind!(Evicted, "cvta.to.global.u64", "st.global.cs");
+store_kind!(Kept, "st.global");
+store_kind!(Evicted, "st.global.cs");
 store_kind!(Shared, "mov.b64", "st.shared");
 
 /// `VEC` elements of `T` (at most 32 bytes) kept as packed 32-bit words and unpacked only where
