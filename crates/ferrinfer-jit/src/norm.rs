@@ -3,9 +3,11 @@
 //! width, holding register-resident kernels per chunk count ([`CHUNK_COUNTS`]), each plain and
 //! pipelined (the next row loaded during the current one's reduction), a streaming kernel (rows of
 //! any length) and, on sm_90 with 16-byte vectors, staged kernels per [`STAGED_CHUNK_COUNTS`]
-//! (rows copied ahead into shared memory). Small modules keep a cold JIT build short; the
-//! launcher picks the entry by [`NormModule::register_entry`] / [`NormModule::STREAM_ENTRY`] /
-//! [`NormModule::staged_entry`].
+//! (rows copied ahead into shared memory); with vectors of 2 bytes (4 for the fused ops: rows off
+//! 16-byte boundaries), peeled register kernels per [`PEELED_CHUNK_COUNTS`] instead (rows read in
+//! 16-byte vectors past a per-row head). Small modules keep a cold JIT build short; the launcher picks the
+//! entry by [`NormModule::register_entry`] / [`NormModule::STREAM_ENTRY`] /
+//! [`NormModule::staged_entry`] / [`NormModule::peeled_entry`].
 
 use ferrinfer_kernels::element::DType;
 
@@ -21,6 +23,20 @@ pub const CHUNK_COUNTS: [u32; 4] = [1, 2, 4, 8];
 /// Chunk counts of the staged kernels (sm_90): the rows they take are long (many rows, each
 /// row's threads a warp or more), where a few vectors per thread suffice.
 pub const STAGED_CHUNK_COUNTS: [u32; 2] = [2, 4];
+
+/// Chunk counts of the peeled register kernels (16-byte vectors, up to 4 a thread: weights of 64
+/// bytes stay in registers across rows, rows to 16384 2-byte elements in 512 threads). Each
+/// plain and pipelined.
+pub const PEELED_CHUNK_COUNTS: [u32; 2] = [2, 4];
+
+/// Widest vector, in bytes, of a module with peeled kernels: rows of 2-byte vectors lose most to
+/// their narrow accesses (4096 × 4095 bf16 rmsnorm on an H200, 25.9 µs read narrow, 20.9 peeled;
+/// fused 50.8 → 37.6)…
+const PEELED_MAX_VECTOR_BYTES: usize = 2;
+/// …and the fused ops' rows of 4-byte vectors too (4096 × 4094 bf16 38.4 → 37.6 µs, f32 4096 ×
+/// 4095 79.9 → 65.4), not rmsnorm's or layernorm's (bf16 4096 × 4094 rmsnorm 19.1 → 20.8;
+/// docs/perf/norm.md v12).
+const PEELED_MAX_FUSED_VECTOR_BYTES: usize = 4;
 
 /// Register cap of rmsnorm's pipelined 8-chunk entries at vectors under 8 bytes, whose chunks
 /// are predicated (crates/ferrinfer-kernels/src/norm.rs, `Columns::predicated`), on sm_90: ptxas
@@ -115,17 +131,41 @@ impl NormModule {
         STAGED_CHUNK_COUNTS.iter().position(|&c| c == chunks).map(|i| Self::STREAM_ENTRY + 1 + i)
     }
 
+    /// The entry index of the peeled register kernel holding `chunks` 16-byte vectors per
+    /// thread, pipelined or not; the module has it only where [`NormModule::has_peeled`] (never
+    /// beside staged kernels, whose place after the streaming kernel it takes).
+    pub fn peeled_entry(chunks: u32, pipelined: bool) -> Option<usize> {
+        let index = PEELED_CHUNK_COUNTS.iter().position(|&c| c == chunks)?;
+        Some(Self::STREAM_ENTRY + 1 + 2 * index + pipelined as usize)
+    }
+
     /// Whether the module for `arch` has staged kernels: bulk copies need sm_90 and move rows
     /// whose addresses and lengths are multiples of 16 bytes (the vector).
     pub fn has_staged(&self, arch: CudaArch) -> bool {
-        arch >= CudaArch::HOPPER && self.vec as usize * self.dtype.size() == 16
+        arch >= CudaArch::HOPPER && self.vector_bytes() == 16
+    }
+
+    /// Whether the module has peeled register kernels (16-byte vectors after a per-row head):
+    /// for rows whose own vectors are narrow (see [`PEELED_MAX_VECTOR_BYTES`]).
+    pub fn has_peeled(&self) -> bool {
+        let widest = if self.kernel.is_fused() { PEELED_MAX_FUSED_VECTOR_BYTES } else { PEELED_MAX_VECTOR_BYTES };
+        self.vector_bytes() <= widest
+    }
+
+    /// Elements of a peeled kernel's vector: 16 bytes.
+    pub fn peeled_vec(&self) -> u32 {
+        16 / self.dtype.size() as u32
+    }
+
+    fn vector_bytes(&self) -> usize {
+        self.vec as usize * self.dtype.size()
     }
 
     /// The register cap on `arch` of the entry holding `chunks` vectors a thread, pipelined or
     /// not.
     fn register_cap(&self, arch: CudaArch, chunks: u32, pipelined: bool) -> Option<u32> {
         let rms = matches!(self.kernel, NormKernel::Rms | NormKernel::GemmaRms);
-        let narrow = (self.vec as usize * self.dtype.size()) < 8;
+        let narrow = self.vector_bytes() < 8;
         let capped = arch >= CudaArch::HOPPER && rms && narrow && pipelined && chunks == 8;
         capped.then_some(NARROW_RMS_C8P_REGISTERS)
     }
@@ -160,7 +200,19 @@ impl NormModule {
             max_registers: None,
             stores: None,
         });
-        FAMILY.spec(format!("norm_{base}"), arch, debug, register.chain([stream]).chain(staged).collect())
+        let peeled = PEELED_CHUNK_COUNTS.into_iter().filter(|_| self.has_peeled());
+        let peeled = peeled.flat_map(|chunks| [false, true].map(|pipelined| (chunks, pipelined)));
+        let peeled = peeled.map(|(chunks, pipelined)| EntrySpec {
+            name: format!("ferrinfer_{base}_c{chunks}{}_peeled", if pipelined { "p" } else { "" }),
+            kernel: "norm::norm_rows_peeled".into(),
+            params: "norm::NormParams".into(),
+            generics: [types.to_vec(), vec![self.peeled_vec().to_string(), chunks.to_string(), pipelined.to_string()]]
+                .concat(),
+            max_registers: None,
+            stores: None,
+        });
+        let entries = register.chain([stream]).chain(staged).chain(peeled).collect();
+        FAMILY.spec(format!("norm_{base}"), arch, debug, entries)
     }
 }
 
@@ -201,9 +253,34 @@ mod tests {
         let ampere = module.spec(CudaArch { major: 8, minor: 0 }, false);
         assert_eq!(ampere.entry_points.len(), NormModule::STREAM_ENTRY + 1, "bulk copies need sm_90");
         let narrow = NormModule { vec: 4, ..module }.spec(CudaArch::HOPPER, false);
-        assert_eq!(narrow.entry_points.len(), NormModule::STREAM_ENTRY + 1, "8-byte vectors: not staged");
+        assert_eq!(narrow.entry_points.len(), NormModule::STREAM_ENTRY + 1, "8-byte vectors: not staged, not peeled");
         let f32_widths: Vec<u32> = vector_widths(DType::F32).collect();
         assert_eq!(f32_widths, [4, 2, 1]);
+    }
+
+    #[test]
+    fn modules_of_narrow_vectors_hold_peeled_kernels_after_the_streaming_one() {
+        for vec in [1, 2] {
+            let module = NormModule { kernel: NormKernel::FusedAddRms, dtype: DType::F16, weight: DType::F16, vec };
+            let spec = module.spec(CudaArch::HOPPER, false);
+            assert_eq!(spec.entry_points.len(), NormModule::STREAM_ENTRY + 1 + 2 * PEELED_CHUNK_COUNTS.len());
+            let c4p = &spec.entry_points[NormModule::peeled_entry(4, true).unwrap()];
+            assert_eq!(c4p.name, format!("ferrinfer_fused_add_rmsnorm_f16_v{vec}_c4p_peeled"));
+            assert_eq!(c4p.kernel, "norm::norm_rows_peeled");
+            assert_eq!(c4p.generics, ["element::F16", "element::F16", "norm::FusedAddRms", "8", "4", "true"]);
+            assert_eq!(spec.entry_points[NormModule::peeled_entry(2, false).unwrap()].generics[4], "2");
+        }
+        assert_eq!(NormModule::peeled_entry(8, false), None);
+        // Staged and peeled kernels take the same places: a module never has both.
+        for spec in declared_specs(CudaArch::HOPPER, false) {
+            let peeled = spec.entry_points.iter().any(|e| e.kernel == "norm::norm_rows_peeled");
+            let staged = spec.entry_points.iter().any(|e| e.kernel == "norm::norm_staged");
+            assert!(!(peeled && staged), "{}", spec.name);
+        }
+        let f32_odd = NormModule { kernel: NormKernel::FusedAddRms, dtype: DType::F32, weight: DType::F32, vec: 1 };
+        assert_eq!(f32_odd.spec(CudaArch::HOPPER, false).entry_points.last().unwrap().generics[3], "4");
+        let rms = |dtype, vec| NormModule { kernel: NormKernel::Rms, dtype, weight: dtype, vec }.has_peeled();
+        assert!(rms(DType::Bf16, 1) && !rms(DType::Bf16, 2) && !rms(DType::F32, 1), "rmsnorm: 2-byte vectors only");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! host's CPU backend ([`norm_row`], exact and portable); and two device kernels, generic over the
 //! norm, the element and weight types and the vector width: [`norm_rows`] keeps rows in registers
 //! (one pass over global memory; `CHUNKS` vectors per thread, `threads_per_row` threads per row,
-//! the next row loaded while the current one is reduced), [`norm_staged`] (sm_90) has whole rows
+//! the next row loaded while the current one is reduced; [`norm_rows_peeled`] the same for rows not
+//! 16-byte aligned, read in 16-byte vectors past a per-row head), [`norm_staged`] (sm_90) has whole rows
 //! copied ahead into shared memory by the copy engine, and [`norm_stream`] re-reads rows too long
 //! for registers. The device code uses the GPU's arithmetic (FMA, reduction trees, `rsqrt.approx`,
 //! packed conversions), so its results differ from the CPU backend's by rounding only.
@@ -159,7 +160,7 @@ pub unsafe fn norm_row<K: NormKind, T: Element, W: Element>(params: &NormParams,
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
 pub use device_kernels::norm_staged;
 #[cfg(target_arch = "nvptx64")]
-pub use device_kernels::{norm_rows, norm_stream};
+pub use device_kernels::{norm_rows, norm_rows_peeled, norm_stream};
 
 #[cfg(target_arch = "nvptx64")]
 mod device_kernels {
@@ -202,10 +203,39 @@ mod device_kernels {
         // Rows that fill every chunk of every lane (the common case) need no per-chunk bounds
         // test: a separate copy without them.
         if fills_every_chunk::<VEC, CHUNKS>(p) {
-            unsafe { norm_rows_of::<T, W, K, VEC, CHUNKS, true, PIPELINED>(p) }
+            unsafe { norm_rows_of::<T, W, K, VEC, CHUNKS, true, PIPELINED, false>(p) }
         } else {
-            unsafe { norm_rows_of::<T, W, K, VEC, CHUNKS, false, PIPELINED>(p) }
+            unsafe { norm_rows_of::<T, W, K, VEC, CHUNKS, false, PIPELINED, false>(p) }
         }
+    }
+
+    /// [`norm_rows`] for rows whose width (or stride, or address) leaves them off 16-byte
+    /// boundaries (an odd width: one row in eight aligned): each row's *head*, the elements
+    /// before its first 16-byte boundary, and its *tail* past the last whole vector are read one
+    /// element a lane (the group's first lanes); the *body* between them in `VEC`-element
+    /// vectors of 16 bytes, as `norm_rows` reads an aligned row. Narrow vectors cost an access
+    /// each: 4096 × 4095 bf16 rmsnorm moved 2.6 TB/s read an element at a time, 3.9 at 4096
+    /// (docs/perf/norm.md v11, v12). The weights (and β) of a body vector start at the row's
+    /// head, off their own alignment: each thread gathers them an element at a time, once if
+    /// they stay in its registers across rows.
+    /// Launcher's guarantees, beyond `norm_rows`' (but `hidden`, strides and the weights'
+    /// address need only element alignment): `VEC · size_of::<T>()` = 16; every row of every
+    /// row tensor has the head of the group's first row (the same address mod 16: a group takes
+    /// one row, or rows a multiple of 16 bytes apart, and the tensors' addresses and row strides
+    /// agree mod 16 bytes); `threads_per_row ≥ 2 · VEC` (head and tail, under `VEC`
+    /// elements each, take a lane an element); `hidden ≤ CHUNKS · threads_per_row · VEC`.
+    #[inline(always)]
+    pub unsafe fn norm_rows_peeled<
+        T: Element,
+        W: Element,
+        K: NormKind,
+        const VEC: usize,
+        const CHUNKS: usize,
+        const PIPELINED: bool,
+    >(
+        p: &NormParams,
+    ) {
+        unsafe { norm_rows_of::<T, W, K, VEC, CHUNKS, false, PIPELINED, true>(p) }
     }
 
     /// Whether a row fills every chunk of every thread of its group exactly.
@@ -219,10 +249,18 @@ mod device_kernels {
     struct Share<T, const VEC: usize, const CHUNKS: usize> {
         x: [Packed<T, VEC>; CHUNKS],
         residual: [Packed<T, VEC>; CHUNKS],
+        /// A peeled row's head or tail element this thread holds ([`Columns::edge`]; else zero).
+        edge: Packed<T, 1>,
+        edge_residual: Packed<T, 1>,
     }
 
     impl<T: Element, const VEC: usize, const CHUNKS: usize> Share<T, VEC, CHUNKS> {
-        const ZERO: Self = Share { x: [Packed::ZERO; CHUNKS], residual: [Packed::ZERO; CHUNKS] };
+        const ZERO: Self = Share {
+            x: [Packed::ZERO; CHUNKS],
+            residual: [Packed::ZERO; CHUNKS],
+            edge: Packed::ZERO,
+            edge_residual: Packed::ZERO,
+        };
     }
 
     /// Where one thread's chunks lie in a row. Offsets are 32-bit (a register row has far fewer
@@ -236,6 +274,12 @@ mod device_kernels {
         /// Whether the kernel predicates its rows of narrow vectors (a constant LLVM folds): see
         /// [`Columns::predicated`].
         predicates_narrow: bool,
+        /// Peeled rows ([`norm_rows_peeled`]; a constant LLVM folds): the weights are gathered.
+        peeled: bool,
+        /// Elements before the first vector: a peeled row's head, else 0.
+        head: u32,
+        /// The head or tail element this thread holds, if any (peeled rows only).
+        edge: Option<u32>,
     }
 
     impl<const VEC: usize, const FULL: bool> Columns<VEC, FULL> {
@@ -243,14 +287,38 @@ mod device_kernels {
         #[inline(always)]
         fn of<K: NormKind>(p: &NormParams, group: &RowGroup) -> Self {
             let vectors = p.hidden / VEC as u32;
-            Columns { threads_per_row: p.threads_per_row, lane: group.lane, vectors, predicates_narrow: !K::CENTERED }
+            Columns {
+                threads_per_row: p.threads_per_row,
+                lane: group.lane,
+                vectors,
+                predicates_narrow: !K::CENTERED,
+                peeled: false,
+                head: 0,
+                edge: None,
+            }
+        }
+
+        /// The columns of `group`'s thread for peeled rows of `p` whose first element lies at
+        /// `first` (any row the group takes: they share its alignment).
+        #[inline(always)]
+        fn peeled<K: NormKind, T>(p: &NormParams, group: &RowGroup, first: *const T) -> Self {
+            let vector_bytes = (VEC * core::mem::size_of::<T>()) as u32;
+            let head =
+                (vector_bytes - (first as u64 as u32) % vector_bytes) % vector_bytes / core::mem::size_of::<T>() as u32;
+            let head = head.min(p.hidden);
+            let vectors = (p.hidden - head) / VEC as u32;
+            // Lanes [0, head) take the head; the next ones the tail, after the body.
+            let edges = p.hidden - vectors * VEC as u32;
+            let lane = group.lane;
+            let edge = (lane < edges).then_some(if lane < head { lane } else { lane + vectors * VEC as u32 });
+            Columns { vectors, peeled: true, head, edge, ..Self::of::<K>(p, group) }
         }
 
         /// Element offsets of the chunks, computed afresh (see [`opaque`]).
         #[inline(always)]
         fn offsets<const CHUNKS: usize>(&self) -> [usize; CHUNKS] {
             let stride = opaque(self.threads_per_row * VEC as u32);
-            let first = self.lane * VEC as u32;
+            let first = self.head + self.lane * VEC as u32;
             let mut at = [0; CHUNKS];
             for (c, at) in at.iter_mut().enumerate() {
                 *at = (first + c as u32 * stride) as usize;
@@ -330,6 +398,7 @@ mod device_kernels {
         const CHUNKS: usize,
         const FULL: bool,
         const PIPELINED: bool,
+        const PEELED: bool,
     >(
         p: &NormParams,
     ) {
@@ -342,6 +411,11 @@ mod device_kernels {
         // computes on zeros and stores nothing.
         let mut lead = block_index() as u64 * rows_per_block + group.first_of_warp() as u64;
         let in_warp = (group.group - group.first_of_warp()) as u64;
+        let columns = if PEELED {
+            Columns::<VEC, FULL>::peeled::<K, T>(p, &group, row_ptr::<T>(p.input, lead + in_warp, p.input_row_stride))
+        } else {
+            columns
+        };
         chain_after_prior_grids();
         if lead < p.rows {
             let weights = unsafe { kept_weights::<W, K, VEC, CHUNKS, FULL>(p, &columns) };
@@ -398,33 +472,61 @@ mod device_kernels {
         CHUNKS * VEC * core::mem::size_of::<W>() * (1 + K::CENTERED as usize) <= RESIDENT_WEIGHT_BYTES
     }
 
+    /// A thread's weights and β (zeros where the op has none): one pair per chunk, and the pair
+    /// of its head or tail element (peeled rows).
+    #[derive(Clone, Copy)]
+    struct Weights<W, const VEC: usize, const CHUNKS: usize> {
+        chunks: [(Packed<W, VEC>, Packed<W, VEC>); CHUNKS],
+        edge: (Packed<W, 1>, Packed<W, 1>),
+    }
+
+    impl<W: Element, const VEC: usize, const CHUNKS: usize> Weights<W, VEC, CHUNKS> {
+        const ZERO: Self =
+            Weights { chunks: [(Packed::ZERO, Packed::ZERO); CHUNKS], edge: (Packed::ZERO, Packed::ZERO) };
+    }
+
     /// The weights (and β) a thread keeps across its rows: its chunks where they are few enough
     /// ([`resident_weights`]), else zeros (each row reads them again).
     #[inline(always)]
     unsafe fn kept_weights<W: Element, K: NormKind, const VEC: usize, const CHUNKS: usize, const FULL: bool>(
         p: &NormParams,
         columns: &Columns<VEC, FULL>,
-    ) -> [(Packed<W, VEC>, Packed<W, VEC>); CHUNKS] {
+    ) -> Weights<W, VEC, CHUNKS> {
         if resident_weights::<W, K, VEC, CHUNKS>() {
             unsafe { load_weights::<W, K, VEC, CHUNKS, FULL>(p, columns) }
         } else {
-            [(Packed::ZERO, Packed::ZERO); CHUNKS]
+            Weights::ZERO
         }
     }
 
     /// This thread's chunks of the weights (and β): read-only, shared by every row, kept in L1.
+    /// A peeled row's start at the row's head, off their own alignment: gathered an element at a
+    /// time (aligned 16-byte blocks shifted into place measured slower: 65536 × 4095 bf16
+    /// rmsnorm 296.8 → 301.5 µs, f32 4096 × 4095 37.0 → 39.4; docs/perf/norm.md v12).
     #[inline(always)]
     unsafe fn load_weights<W: Element, K: NormKind, const VEC: usize, const CHUNKS: usize, const FULL: bool>(
         p: &NormParams,
         columns: &Columns<VEC, FULL>,
-    ) -> [(Packed<W, VEC>, Packed<W, VEC>); CHUNKS] {
-        let mut weights = [(Packed::<W, VEC>::ZERO, Packed::<W, VEC>::ZERO); CHUNKS];
+    ) -> Weights<W, VEC, CHUNKS> {
+        let mut weights = Weights::<W, VEC, CHUNKS>::ZERO;
         let offsets = columns.offsets::<CHUNKS>();
-        for (c, slot) in weights.iter_mut().enumerate() {
-            slot.0 = unsafe { columns.load::<W, Reused>(c, (p.weight as *const W).wrapping_add(offsets[c])) };
-            if K::CENTERED {
-                slot.1 = unsafe { columns.load::<W, Reused>(c, (p.bias as *const W).wrapping_add(offsets[c])) };
+        let load = |c: usize, tensor: u64| unsafe {
+            let at = (tensor as *const W).wrapping_add(offsets[c]);
+            match columns.peeled {
+                true if columns.valid(c) => Packed::gather::<Reused>(at),
+                true => Packed::ZERO,
+                false => columns.load::<W, Reused>(c, at),
             }
+        };
+        for (c, slot) in weights.chunks.iter_mut().enumerate() {
+            slot.0 = load(c, p.weight);
+            if K::CENTERED {
+                slot.1 = load(c, p.bias);
+            }
+        }
+        if let Some(at) = columns.edge {
+            let load = |tensor: u64| unsafe { Packed::load::<Reused>((tensor as *const W).wrapping_add(at as usize)) };
+            weights.edge = (load(p.weight), if K::CENTERED { load(p.bias) } else { Packed::ZERO });
         }
         weights
     }
@@ -452,17 +554,28 @@ mod device_kernels {
                 share.residual[c] = unsafe { columns.load::<T, L>(c, residual.wrapping_add(offsets[c])) };
             }
         }
+        if let Some(at) = columns.edge {
+            share.edge = unsafe { Packed::load::<L>(input.wrapping_add(at as usize)) };
+            if K::FUSED_ADD {
+                share.edge_residual = unsafe { Packed::load::<L>(residual.wrapping_add(at as usize)) };
+            }
+        }
         share
     }
 
-    /// Sum over the thread's values of `f`, in `ACCUMULATORS` FMA chains and a tree.
+    /// Sum over the thread's values of `f` (its chunks, and its head or tail element `edge`), in
+    /// `ACCUMULATORS` FMA chains and a tree.
     #[inline(always)]
     fn thread_sum<T: Element, const VEC: usize, const CHUNKS: usize>(
         x: &[Packed<T, VEC>; CHUNKS],
+        edge: Option<f32>,
         valid: impl Fn(usize) -> bool,
         term: impl Fn(f32, f32) -> f32,
     ) -> f32 {
         let mut acc = [0.0f32; ACCUMULATORS];
+        if let Some(x) = edge {
+            acc[ACCUMULATORS - 1] = term(x, 0.0);
+        }
         for c in 0..CHUNKS {
             if valid(c) {
                 for i in 0..VEC {
@@ -497,7 +610,7 @@ mod device_kernels {
         p: &NormParams,
         row: u64,
         mut share: Share<T, VEC, CHUNKS>,
-        weights: &[(Packed<W, VEC>, Packed<W, VEC>); CHUNKS],
+        weights: &Weights<W, VEC, CHUNKS>,
         columns: &Columns<VEC, FULL>,
         group: &mut RowGroup,
         inverse_hidden: f32,
@@ -517,16 +630,21 @@ mod device_kernels {
                     unsafe { columns.store::<T, Kept>(c, writes, share.x[c], residual.wrapping_add(offsets[c])) };
                 }
             }
+            if let Some(at) = columns.edge.filter(|_| writes) {
+                share.edge = Packed::from_f32([share.edge.get_f32(0) + share.edge_residual.get_f32(0)]);
+                unsafe { share.edge.store::<Kept>(residual.wrapping_add(at as usize)) };
+            }
         }
         // Chunks past the row hold zeros: nothing to Σx or Σx² (predicated, every chunk is summed
         // rather than each tested), but not to Σ(x − mean)².
         let (every, valid) = (|c| columns.predicated::<T>() || columns.valid(c), |c| columns.valid(c));
+        let edge = columns.edge.map(|_| share.edge.get_f32(0));
         let stats = if K::CENTERED {
-            let mean = group.sum(thread_sum(&share.x, every, |x, acc| acc + x)) * inverse_hidden;
-            let centered = thread_sum(&share.x, valid, |x, acc| mul_add(x - mean, x - mean, acc));
+            let mean = group.sum(thread_sum(&share.x, edge, every, |x, acc| acc + x)) * inverse_hidden;
+            let centered = thread_sum(&share.x, edge, valid, |x, acc| mul_add(x - mean, x - mean, acc));
             RowScale { shift: mean, scale: rsqrt(mul_add(group.sum(centered), inverse_hidden, p.eps)) }
         } else {
-            let squares = thread_sum(&share.x, every, |x, acc| mul_add(x, x, acc));
+            let squares = thread_sum(&share.x, edge, every, |x, acc| mul_add(x, x, acc));
             RowScale { shift: 0.0, scale: rsqrt(mul_add(group.sum(squares), inverse_hidden, p.eps)) }
         };
         let output = row_ptr::<T>(p.output, row, p.output_row_stride);
@@ -536,9 +654,14 @@ mod device_kernels {
             Some(unsafe { load_weights::<W, K, VEC, CHUNKS, FULL>(p, columns) })
         };
         let weights = reloaded.as_ref().unwrap_or(weights);
+        if let (Some(at), Some(x), true) = (columns.edge, edge, writes) {
+            let (w, b) = weights.edge;
+            let y = Packed::<T, 1>::from_f32([normalized::<K>(x, stats, w.get_f32(0), b.get_f32(0))]);
+            unsafe { y.store::<Kept>(output.wrapping_add(at as usize)) };
+        }
         for c in 0..CHUNKS {
             if columns.computes::<T>(c, writes) {
-                let (w, b) = weights[c];
+                let (w, b) = weights.chunks[c];
                 let mut y = [0.0f32; VEC];
                 for i in 0..VEC {
                     y[i] = normalized::<K>(share.x[c].get_f32(i), stats, w.get_f32(i), b.get_f32(i));
@@ -619,6 +742,12 @@ mod device_kernels {
                 norm_share::<T, W, K, VEC, CHUNKS, FULL>(p, row, share, &weights, &columns, &mut group, inverse_hidden)
             };
             // Every thread has read the slot: the reduction in `norm_share` waited for them all.
+            // A one-warp block's reduction is shuffles alone, which order the reads by their data
+            // but no barrier: racecheck reported the refill's copy racing them
+            // (docs/perf/gpu-correctness.md, session 25), so such a block meets at one.
+            if p.threads_per_row <= 32 {
+                block_barrier();
+            }
             let ahead = row + p.stages as u64 * step;
             if leader && ahead < p.rows {
                 fill(stage, ahead);

@@ -313,6 +313,24 @@ impl<T: Element, const VEC: usize> Packed<T, VEC> {
         Packed { words, _element: PhantomData }
     }
 
+    /// Reads `VEC` elements at `src` an element at a time: for a vector off its alignment (a
+    /// peeled row's weights), at `VEC` accesses' cost.
+    ///
+    /// # Safety
+    /// `src..src+VEC` readable, `src` aligned to `size_of::<T>()`.
+    #[inline(always)]
+    pub unsafe fn gather<K: Load>(src: *const T) -> Self {
+        let mut words = [0u32; 8];
+        for i in 0..VEC {
+            let bits = unsafe { Packed::<T, 1>::load::<K>(src.add(i)) }.words[0];
+            match size_of::<T>() {
+                4 => words[i & 7] = bits,
+                _ => words[(i / 2) & 7] |= bits << (16 * (i % 2)),
+            }
+        }
+        Packed { words, _element: PhantomData }
+    }
+
     /// Writes the `VEC` elements at `dst`, cached as `S` says.
     ///
     /// # Safety

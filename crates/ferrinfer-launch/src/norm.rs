@@ -11,11 +11,12 @@
 //! - `eps`: finite, ≥ 0; `stream`: [`Stream::Cpu`] for host tensors or the CUDA stream to launch
 //!   on (ferrinfer never picks one) for tensors on its device;
 //! - addresses need only element alignment: the vector width narrows (to 1) until every address
-//!   and row stride allows it.
+//!   and row stride allows it; rows left with vectors of at most 4 bytes are read in 16-byte
+//!   vectors past a per-row head where every row tensor is aligned alike (the peeled kernels).
 
 use std::sync::OnceLock;
 
-use ferrinfer_jit::norm::{CHUNK_COUNTS, NormKernel, NormModule, STAGED_CHUNK_COUNTS};
+use ferrinfer_jit::norm::{CHUNK_COUNTS, NormKernel, NormModule, PEELED_CHUNK_COUNTS, STAGED_CHUNK_COUNTS};
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
 use ferrinfer_kernels::norm::{FusedAddRms, GemmaFusedAddRms, GemmaRms, Layer, NormKind, NormParams, Rms, norm_row};
@@ -79,9 +80,10 @@ impl FamilyOp for NormKernel {
                 NormCall { weight: ("gamma", gamma), bias: Some(("beta", beta)), ..norm }
             }
         };
-        let Some(plan) = norm.plan(&call.stream)? else { return Ok(()) };
+        let Some(mut plan) = norm.plan(&call.stream)? else { return Ok(()) };
         // A bad tuning override fails every call, CPU ones too, rather than being ignored.
         let forced = layout_override()?;
+        plan.peel &= forced.peel != Some(false);
         logging::input_statistics(call);
         match call.stream {
             Stream::Cpu => {
@@ -180,7 +182,24 @@ impl<'c, 'v> NormCall<'c, 'v> {
             &row_strides.into_iter().flatten().collect::<Vec<_>>(),
             &self.addresses(),
         );
-        Ok(Some(Plan { params: self.params(x, y, r), dtype, weight_dtype, vec }))
+        let module = NormModule { kernel: self.kernel, dtype, weight: weight_dtype, vec };
+        let peel = module.has_peeled()
+            && x.hidden >= PEELED_MIN_VECTORS as u64 * module.peeled_vec() as u64
+            && self.rows_aligned_alike([Some(x), Some(y), r]);
+        Ok(Some(Plan { params: self.params(x, y, r), dtype, weight_dtype, vec, peel }))
+    }
+
+    /// Whether every row of every row tensor (`input`, `out`, `residual`: their layouts in that
+    /// order) starts at the same offset from a 16-byte boundary, as the peeled kernels need.
+    fn rows_aligned_alike(&self, layouts: [Option<RowLayout>; 3]) -> bool {
+        let size = self.input.dtype().size() as u64;
+        let views = [Some(self.input), Some(self.output.1), self.residual];
+        let phases = views.into_iter().zip(layouts).filter_map(|(view, layout)| {
+            let (view, layout) = (view?, layout?);
+            Some((view.address() % 16, layout.row_stride * size % 16))
+        });
+        let phases: Vec<_> = phases.collect();
+        phases.windows(2).all(|pair| pair[0] == pair[1])
     }
 
     /// The weight dtype: the input's, or (layernorm) f32; β must match γ.
@@ -293,12 +312,15 @@ fn cpu_rows(kernel: NormKernel, dtype: DType, weight: DType, params: &NormParams
     }))
 }
 
-/// A validated call: kernel parameters, dtypes and vector width.
+/// A validated call: kernel parameters, dtypes and vector width (the module's), and whether the
+/// rows may be peeled (read in 16-byte vectors past a per-row head: [`Plan::row_vec`]).
+#[derive(Clone, Copy)]
 struct Plan {
     params: NormParams,
     dtype: DType,
     weight_dtype: DType,
     vec: u32,
+    peel: bool,
 }
 
 /// How a register kernel's launch spreads rows: vectors per thread, threads per row, rows per
@@ -311,14 +333,16 @@ struct Layout {
     rows_per_block: u32,
     rows_per_group: u64,
     pipelined: bool,
+    /// At least one wave of groups: bandwidth-bound.
+    many_rows: bool,
 }
 
 /// What the planner needs to know of the kernels on a device: the most threads a block of each
 /// can have (registers permitting; 0 where the module lacks it), how many blocks of a size fit on
 /// a multiprocessor, and the most dynamic shared memory a block may have.
 trait RegisterKernels {
-    fn max_threads(&self, chunks: u32, pipelined: bool) -> u32;
-    fn resident_blocks(&self, chunks: u32, pipelined: bool, block: u32) -> u32;
+    fn max_threads(&self, chunks: u32, pipelined: bool, peeled: bool) -> u32;
+    fn resident_blocks(&self, chunks: u32, pipelined: bool, peeled: bool, block: u32) -> u32;
     fn staged_max_threads(&self, chunks: u32) -> u32;
     fn staged_resident_blocks(&self, chunks: u32, block: u32, shared_bytes: u32) -> u32;
     fn stream_max_threads(&self) -> u32;
@@ -327,12 +351,12 @@ trait RegisterKernels {
 }
 
 impl RegisterKernels for Limits<'_> {
-    fn max_threads(&self, chunks: u32, pipelined: bool) -> u32 {
-        NormModule::register_entry(chunks, pipelined).map_or(0, |e| Limits::max_threads(self, e))
+    fn max_threads(&self, chunks: u32, pipelined: bool, peeled: bool) -> u32 {
+        register_entry(chunks, pipelined, peeled).map_or(0, |e| Limits::max_threads(self, e))
     }
 
-    fn resident_blocks(&self, chunks: u32, pipelined: bool, block: u32) -> u32 {
-        NormModule::register_entry(chunks, pipelined).map_or(1, |e| Limits::resident_blocks(self, e, block, 0))
+    fn resident_blocks(&self, chunks: u32, pipelined: bool, peeled: bool, block: u32) -> u32 {
+        register_entry(chunks, pipelined, peeled).map_or(1, |e| Limits::resident_blocks(self, e, block, 0))
     }
 
     fn staged_max_threads(&self, chunks: u32) -> u32 {
@@ -366,6 +390,18 @@ struct Staged {
     shared_bytes: u32,
     grid: u32,
 }
+
+/// The entry index of the register kernel (peeled or not) holding `chunks` vectors a thread.
+fn register_entry(chunks: u32, pipelined: bool, peeled: bool) -> Option<usize> {
+    if peeled { NormModule::peeled_entry(chunks, pipelined) } else { NormModule::register_entry(chunks, pipelined) }
+}
+
+/// Fewest 16-byte vectors of a row for the peeled kernels to take it (a guess, not measured:
+/// below, a row is a few vectors beside a head and a tail read an element a lane).
+const PEELED_MIN_VECTORS: u32 = 32;
+/// Most blocks a peeled launch adds so that each row group's rows lie a multiple of a vector
+/// apart ([`Plan::register_launch`]).
+const PEELED_MAX_EXTRA_BLOCKS: u64 = 16;
 
 /// Rows a staged block has in flight by default (H200 sweep, docs/perf/norm.md v5: 2 beat 4 at
 /// every mid-size point).
@@ -444,7 +480,9 @@ const MAX_ROWS_PER_GROUP: u64 = 4;
 /// `chunks` 0 takes the streaming kernel (a statistics pass over each row, two for layernorm,
 /// then an output pass): `threads_per_row` threads a block (≥ 32; default: the planner's),
 /// `rows_per_group` rows a block (default: as many blocks as the device holds at once, striding
-/// over the rows); no `stages`.
+/// over the rows); no `stages`. A fifth field, `peel`: 0 keeps rows of narrow vectors off the
+/// peeled kernels, 1 peels them wherever the module has peeled kernels (`*`: where rows are
+/// many).
 /// A value that names no kernel makes every norm call a configuration error naming the variable.
 pub const LAYOUT_VAR: &str = "FERRINFER_NORM_LAYOUT";
 
@@ -454,29 +492,32 @@ struct LayoutOverride {
     threads_per_row: Option<u32>,
     rows_per_group: Option<u64>,
     stages: Option<u32>,
+    peel: Option<bool>,
 }
 
 fn layout_override() -> Result<LayoutOverride, Error> {
     static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
     tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
         format!(
-            "chunks:threads_per_row:rows_per_group:stages, each a number or *, chunks one of {CHUNK_COUNTS:?} or 0 (the streaming kernel: threads ≥ 32, no stages), threads a power of two below 32 or a multiple of 32 ≤ 1024, stages ≤ {MAX_STAGING_STAGES}"
+            "chunks:threads_per_row:rows_per_group:stages[:peel], each a number or *, chunks one of {CHUNK_COUNTS:?} or 0 (the streaming kernel: threads ≥ 32, no stages), threads a power of two below 32 or a multiple of 32 ≤ 1024, stages ≤ {MAX_STAGING_STAGES}, peel 0 or 1"
         )
     })
 }
 
 fn parse_layout(value: &str) -> Option<LayoutOverride> {
-    let [chunks, threads, rows, stages] = tuning::fields(value)?;
+    let [chunks, threads, rows, stages, peel] = tuning::fields(value)?;
     let chunks_ok = chunks.is_none_or(|c| u32::try_from(c).is_ok_and(|c| c == 0 || CHUNK_COUNTS.contains(&c)));
     let threads_ok = threads.is_none_or(|t| t <= MAX_BLOCK as u64 && group_threads(t as u32) as u64 == t);
     let stages_ok = stages.is_none_or(|s| s <= MAX_STAGING_STAGES as u64);
     // The streaming kernel's block is its row group: a warp at least; it stages nothing.
     let streaming_ok = chunks != Some(0) || (threads.is_none_or(|t| t >= 32) && stages.is_none());
-    (chunks_ok && threads_ok && stages_ok && streaming_ok && rows != Some(0)).then_some(LayoutOverride {
+    let peel_ok = peel.is_none_or(|p| p <= 1);
+    (chunks_ok && threads_ok && stages_ok && streaming_ok && peel_ok && rows != Some(0)).then_some(LayoutOverride {
         chunks: chunks.map(|c| c as u32),
         threads_per_row: threads.map(|t| t as u32),
         rows_per_group: rows,
         stages: stages.map(|s| s as u32),
+        peel: peel.map(|p| p == 1),
     })
 }
 
@@ -499,10 +540,29 @@ impl Plan {
         if let Some(staged) = self.staged(limits.multiprocessors, forced, limits) {
             return self.staged_launch(staged);
         }
-        match self.layout(limits.multiprocessors, forced, limits) {
-            Some(layout) => self.register_launch(layout),
+        match self.register_layout(limits.multiprocessors, forced, limits) {
+            Some((plan, layout)) => plan.register_launch(layout),
             None => self.streaming(limits.multiprocessors, forced, limits),
         }
+    }
+
+    /// The register layout, and the plan it is for: peeled where rows are many (bandwidth-bound)
+    /// or the override asks for it, else read in the module's own vectors. Fewer rows are
+    /// latency-bound, and gathering a peeled row's weights costs its threads more than the
+    /// narrow accesses it saves (H200, bf16: rmsnorm 1 × 1001 1.04 µs narrow, 1.34 peeled; 128 ×
+    /// 1001 1.38, 1.74; docs/perf/norm.md v12).
+    fn register_layout(
+        &self,
+        sms: u32,
+        forced: LayoutOverride,
+        kernels: &impl RegisterKernels,
+    ) -> Option<(Plan, Layout)> {
+        let peeled = self.peel.then(|| self.layout(sms, forced, kernels)).flatten();
+        if let Some(layout) = peeled.filter(|l| l.many_rows || forced.peel == Some(true)) {
+            return Some((*self, layout));
+        }
+        let plain = Plan { peel: false, ..*self };
+        plain.layout(sms, forced, kernels).map(|layout| (plain, layout))
     }
 
     /// The staged kernel's launch on a device of `sms` multiprocessors, if the module has it
@@ -510,7 +570,9 @@ impl Plan {
     /// fits in shared memory, and it pays (or the override asks for it): each block works through
     /// a few rows, `stages` of them in flight (see [`STAGED_ROWS_PER_BLOCK`]).
     fn staged(&self, sms: u32, forced: LayoutOverride, kernels: &impl RegisterKernels) -> Option<Staged> {
-        if forced.stages == Some(0) {
+        // Only 16-byte vectors' modules have staged kernels (a narrow one's peeled kernels take
+        // their entry indices).
+        if forced.stages == Some(0) || self.vec * self.dtype.size() as u32 != 16 {
             return None;
         }
         let vectors = self.params.hidden / self.vec;
@@ -560,12 +622,17 @@ impl Plan {
     /// each thread gets its share of bytes in flight (pipelined groups, two rows each, or as many
     /// as make one wave). Fewer rows are latency-bound: more threads per row, one row per group.
     fn layout(&self, sms: u32, forced: LayoutOverride, kernels: &impl RegisterKernels) -> Option<Layout> {
-        let vectors = (self.params.hidden / self.vec).max(1);
+        let vec = self.row_vec();
+        let vectors = (self.params.hidden / vec).max(1);
         let rows = self.params.rows;
-        let vector_bytes = self.vec * self.dtype.size() as u32;
-        // A chunk of a row spans a cache line where the row is that long.
+        let vector_bytes = vec * self.dtype.size() as u32;
+        let chunk_counts: &[u32] = if self.peel { &PEELED_CHUNK_COUNTS } else { &CHUNK_COUNTS };
+        let max_threads = |c: u32, pipelined: bool| kernels.max_threads(c, pipelined, self.peel);
+        // A chunk of a row spans a cache line where the row is that long; a peeled row's head
+        // and tail take a lane an element.
         let line_threads = (LINE_BYTES / vector_bytes).clamp(1, vectors.next_power_of_two());
-        let threads_for = |chunks: u32| group_threads(vectors.div_ceil(chunks)).max(line_threads);
+        let least_threads = if self.peel { line_threads.max(2 * vec) } else { line_threads };
+        let threads_for = |chunks: u32| group_threads(vectors.div_ceil(chunks)).max(least_threads);
         let most_chunks = (vectors / line_threads).max(1);
         let narrow_fused = self.is_fused() && vector_bytes < FUSED_MIN_UNPIPELINED_VECTOR_BYTES;
         // Rows of the staged kernel's vectors (16 bytes) too long for it.
@@ -575,8 +642,9 @@ impl Plan {
         let wide = if self.is_fused() && vector_bytes < 16 {
             FUSED_CHUNKS
         } else if unpipelined {
-            CHUNK_COUNTS
-                .into_iter()
+            chunk_counts
+                .iter()
+                .copied()
                 .filter(|&c| c >= FUSED_CHUNKS)
                 .find(|&c| threads_for(c) <= FUSED_MAX_THREADS_PER_ROW)
                 .unwrap_or(8)
@@ -590,11 +658,11 @@ impl Plan {
         } else {
             LARGE_BATCH_ROWS_PER_GROUP
         };
-        let fits = |c: u32, pipelined: bool| threads_for(c) <= kernels.max_threads(c, pipelined).min(MAX_BLOCK);
+        let fits = |c: u32, pipelined: bool| threads_for(c) <= max_threads(c, pipelined).min(MAX_BLOCK);
         let slots = |c: u32, pipelined: bool| {
             let (threads, block) = (threads_for(c), BLOCK_THREADS.max(threads_for(c)));
             let rows_per_block = (block / threads).max(1) as u64;
-            sms as u64 * kernels.resident_blocks(c, pipelined, block) as u64 * rows_per_block
+            sms as u64 * kernels.resident_blocks(c, pipelined, self.peel, block) as u64 * rows_per_block
         };
         let large = fits(wide, large_pipelined) && rows >= slots(wide, large_pipelined);
         let (preferred, rows_per_group) = if large {
@@ -606,7 +674,7 @@ impl Plan {
             };
             (wide, rows_per_group)
         } else {
-            let small = CHUNK_COUNTS.into_iter().find(|&c| threads_for(c) <= SMALL_BATCH_THREADS_PER_ROW);
+            let small = chunk_counts.iter().copied().find(|&c| threads_for(c) <= SMALL_BATCH_THREADS_PER_ROW);
             (small.unwrap_or(8), 1)
         };
         let rows_per_group = forced.rows_per_group.unwrap_or(rows_per_group);
@@ -614,25 +682,32 @@ impl Plan {
         // No more chunks than vectors. If a row needs more threads than a block of that many
         // chunks can have (registers), more chunks; failing that, fewer.
         let preferred = forced.chunks.unwrap_or(preferred).min(vectors.next_power_of_two()).max(1);
-        let more = CHUNK_COUNTS.into_iter().filter(|&c| c >= preferred);
-        let fewer = CHUNK_COUNTS.into_iter().rev().filter(|&c| c < preferred);
+        let more = chunk_counts.iter().copied().filter(|&c| c >= preferred);
+        let fewer = chunk_counts.iter().copied().rev().filter(|&c| c < preferred);
         let (chunks, threads_per_row) = more
             .chain(fewer)
             .map(|c| {
-                let fit = group_threads(vectors.div_ceil(c));
+                let fit = group_threads(vectors.div_ceil(c)).max(least_threads);
                 (c, forced.threads_per_row.filter(|&t| t >= fit).unwrap_or(threads_for(c)))
             })
-            .find(|&(c, t)| t <= kernels.max_threads(c, pipelined).min(MAX_BLOCK))?;
-        let block = BLOCK_THREADS.max(threads_per_row).min(kernels.max_threads(chunks, pipelined));
+            .find(|&(c, t)| t <= max_threads(c, pipelined).min(MAX_BLOCK))?;
+        let block = BLOCK_THREADS.max(threads_per_row).min(max_threads(chunks, pipelined));
         let rows_per_block = (block / threads_per_row).max(1);
-        // The grid holds at most 2^31 − 1 blocks: beyond that, groups take more rows (pipelined
-        // or not, as chosen: the kernel loops over any number).
-        let rows_per_group = rows_per_group.max(rows.div_ceil(rows_per_block as u64 * i32::MAX as u64));
-        Some(Layout { chunks, threads_per_row, rows_per_block, rows_per_group, pipelined })
+        // The grid holds at most 2^31 − 1 blocks (less the few a peeled launch may add): beyond
+        // that, groups take more rows (pipelined or not, as chosen: the kernel loops over any
+        // number).
+        let most_blocks = i32::MAX as u64 - PEELED_MAX_EXTRA_BLOCKS;
+        let rows_per_group = rows_per_group.max(rows.div_ceil(rows_per_block as u64 * most_blocks));
+        Some(Layout { chunks, threads_per_row, rows_per_block, rows_per_group, pipelined, many_rows: large })
     }
 
     fn is_fused(&self) -> bool {
         self.params.residual != 0
+    }
+
+    /// Elements of a register kernel's vector: 16 bytes' worth for peeled rows, else the module's.
+    fn row_vec(&self) -> u32 {
+        if self.peel { 16 / self.dtype.size() as u32 } else { self.vec }
     }
 
     fn register_launch(&self, layout: Layout) -> Launch<NormParams> {
@@ -646,8 +721,18 @@ impl Plan {
         } else {
             grid
         };
+        // A peeled group's rows must share their head: whole vectors of rows apart (the grid's
+        // groups times the row stride, in elements, a multiple of the vector) unless it has one.
+        let one_row_a_group = grid as u64 * rows_per_block as u64 >= self.params.rows;
+        let grid = if self.peel && !one_row_a_group {
+            let vec = self.row_vec() as u64;
+            let apart = rows_per_block as u64 * self.params.input_row_stride % vec;
+            grid.next_multiple_of((vec / gcd(vec, apart)) as u32)
+        } else {
+            grid
+        };
         Launch {
-            entry: NormModule::register_entry(layout.chunks, layout.pipelined).unwrap_or(NormModule::STREAM_ENTRY),
+            entry: register_entry(layout.chunks, layout.pipelined, self.peel).unwrap_or(NormModule::STREAM_ENTRY),
             params: NormParams { threads_per_row: layout.threads_per_row, ..self.params },
             grid: (grid.max(1), 1),
             block,
@@ -673,6 +758,11 @@ impl Plan {
         let params = NormParams { threads_per_row: block, ..self.params };
         Launch { entry, params, grid: (grid, 1), block, shared_bytes: 0, cluster: 1 }
     }
+}
+
+/// Greatest common divisor (`gcd(a, 0) = a`).
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// rmsnorm in f64 of `[input, weight, out]`.
@@ -747,7 +837,12 @@ mod tests {
             threads_per_row: 1,
             stages: 0,
         };
-        Plan { params, dtype, weight_dtype: dtype, vec }
+        Plan { params, dtype, weight_dtype: dtype, vec, peel: false }
+    }
+
+    /// As [`plan`], rows of narrow vectors read peeled.
+    fn peeled(rows: u64, hidden: u32, vec: u32, dtype: DType, fused: bool) -> Plan {
+        Plan { peel: true, ..plan(rows, hidden, vec, dtype, fused) }
     }
 
     /// The H200 (132 SMs, 64K registers and 2048 threads per SM) with the kernels' registers as
@@ -776,12 +871,16 @@ mod tests {
     const SHARED_PER_SM: u32 = 228 * 1024;
     const SHARED_PER_BLOCK: u32 = 227 * 1024;
 
+    /// Peeled kernels only of [`PEELED_CHUNK_COUNTS`], with the registers of the others.
     impl RegisterKernels for H200 {
-        fn max_threads(&self, chunks: u32, pipelined: bool) -> u32 {
+        fn max_threads(&self, chunks: u32, pipelined: bool, peeled: bool) -> u32 {
+            if peeled && !PEELED_CHUNK_COUNTS.contains(&chunks) {
+                return 0;
+            }
             (65536 / (registers(chunks, pipelined) * 32) * 32).min(1024)
         }
 
-        fn resident_blocks(&self, chunks: u32, pipelined: bool, block: u32) -> u32 {
+        fn resident_blocks(&self, chunks: u32, pipelined: bool, _: bool, block: u32) -> u32 {
             (65536 / (registers(chunks, pipelined) * block)).min(2048 / block).clamp(1, 32)
         }
 
@@ -812,12 +911,12 @@ mod tests {
     struct NoStaged;
 
     impl RegisterKernels for NoStaged {
-        fn max_threads(&self, chunks: u32, pipelined: bool) -> u32 {
-            H200.max_threads(chunks, pipelined)
+        fn max_threads(&self, chunks: u32, pipelined: bool, peeled: bool) -> u32 {
+            H200.max_threads(chunks, pipelined, peeled)
         }
 
-        fn resident_blocks(&self, chunks: u32, pipelined: bool, block: u32) -> u32 {
-            H200.resident_blocks(chunks, pipelined, block)
+        fn resident_blocks(&self, chunks: u32, pipelined: bool, peeled: bool, block: u32) -> u32 {
+            H200.resident_blocks(chunks, pipelined, peeled, block)
         }
 
         fn staged_max_threads(&self, _: u32) -> u32 {
@@ -935,6 +1034,84 @@ mod tests {
     }
 
     #[test]
+    fn norm_peeled_rows_take_16_byte_vectors_past_their_head() {
+        use DType::*;
+        // (chunks, threads per row, rows per group, pipelined, grid, entry) on an H200.
+        let peeled_launch = |rows, hidden, vec, dtype, fused| {
+            let plan = peeled(rows, hidden, vec, dtype, fused);
+            let l = plan.layout(132, LayoutOverride::default(), &H200).unwrap();
+            let launch = plan.register_launch(l);
+            (l.chunks, l.threads_per_row, l.rows_per_group, l.pipelined, launch.grid.0, launch.entry)
+        };
+        let entry = |chunks, pipelined| NormModule::peeled_entry(chunks, pipelined).unwrap();
+        // 511 vectors past the head: 4 a thread, as an aligned 4096-wide row.
+        assert_eq!(peeled_launch(4096, 4095, 1, Bf16, false), (4, 128, 2, true, 1024, entry(4, true)));
+        assert_eq!(peeled_launch(4096, 4095, 1, Bf16, true), (4, 128, 1, false, 2048, entry(4, false)));
+        assert_eq!(peeled_launch(4096, 4094, 2, F16, false).0, 4, "4-byte vectors peeled alike");
+        assert_eq!(peeled_launch(4096, 4095, 1, F32, false).1, 256, "f32: 4 elements a vector");
+        assert_eq!(peeled_launch(1, 4095, 1, Bf16, false), (2, 256, 1, false, 1, entry(2, false)), "T = 1");
+        assert_eq!(peeled_launch(1, 16383, 1, Bf16, false).0, 4, "no 8-chunk peeled kernel: 4 at 512 threads");
+        assert_eq!(peeled_launch(4096, 1001, 1, Bf16, true).1, 32, "125 vectors: a warp");
+        assert_eq!(peeled_launch(7, 300, 1, Bf16, false).1, 32, "head and tail: at least 16 lanes");
+        // Rows a group takes lie whole vectors of rows apart: 2 groups a block of rows 4095
+        // elements long, so the grid is a multiple of 4 (grid · 2 · 4095 ≡ 0 mod 8).
+        let grid = |rows| peeled_launch(rows, 4095, 1, Bf16, false).4;
+        assert_eq!((grid(1_000_001), grid(4097)), (250_004, 1028));
+        for rows in [5_000u64, 99_999, 1_000_001, 5_000_000_000] {
+            for hidden in [333u32, 1001, 4095, 4094, 12287] {
+                let plan = peeled(rows, hidden, 1, Bf16, rows % 2 == 0);
+                let Some(l) = plan.layout(132, LayoutOverride::default(), &H200) else { panic!("{rows} × {hidden}") };
+                let launch = plan.register_launch(l);
+                let groups = (launch.block / l.threads_per_row) as u64;
+                let one_row_a_group = launch.grid.0 as u64 * groups >= rows;
+                let apart = launch.grid.0 as u64 * groups * hidden as u64;
+                assert!(one_row_a_group || apart.is_multiple_of(8), "{rows} × {hidden}: rows a vector apart");
+                assert!(launch.grid.0 as u64 * groups * l.rows_per_group >= rows, "{rows} × {hidden}: every row");
+                assert!(l.threads_per_row >= 16 && l.chunks * l.threads_per_row * 8 >= hidden, "{rows} × {hidden}");
+            }
+        }
+        // Peeled where rows are many; latency-bound batches read narrow, unless asked.
+        let peels =
+            |rows, forced| peeled(rows, 1001, 1, Bf16, false).register_layout(132, forced, &H200).unwrap().0.peel;
+        let asked = LayoutOverride { peel: Some(true), ..LayoutOverride::default() };
+        assert!(peels(4096, LayoutOverride::default()) && peels(1, asked));
+        assert!(!peels(1, LayoutOverride::default()) && !peels(128, LayoutOverride::default()));
+        let plain = LayoutOverride { peel: Some(false), ..LayoutOverride::default() };
+        assert_eq!(parse_layout("*:*:*:*:0"), Some(plain), "the override can keep rows off the peeled kernels");
+        assert_eq!(
+            staged(4096, 4096, 1, Bf16, false, LayoutOverride { stages: Some(2), ..plain }),
+            None,
+            "narrow: never staged"
+        );
+    }
+
+    #[test]
+    fn norm_rows_are_peeled_only_where_every_row_tensor_is_aligned_alike() {
+        // bf16 rows of 4095 in buffers at `offset` bytes, rows `stride` elements apart.
+        let view = |offset: u64, stride: i64| unsafe {
+            TensorView::from_raw_parts(4096 as *mut _, offset, DType::Bf16, &[8, 4095], &[stride, 1], Device::Cpu)
+                .unwrap()
+        };
+        let weight =
+            unsafe { TensorView::from_raw_parts(4096 as *mut _, 2, DType::Bf16, &[4095], &[1], Device::Cpu).unwrap() };
+        let alike = |input: &TensorView, out: &TensorView| {
+            let call = NormCall::new(NormKernel::Rms, input, &weight, ("out", out), 1e-6);
+            let rows = |name, v| layout::row_layout(name, v).unwrap();
+            call.rows_aligned_alike([Some(rows("input", input)), Some(rows("out", out)), None])
+        };
+        let input = view(0, 4095);
+        assert!(alike(&input, &view(1 << 20, 4095)), "same offset mod 16 and stride: alike");
+        assert!(alike(&input, &view(32, 4103)), "strides 8 apart: every row alike");
+        assert!(!alike(&input, &view(2, 4095)), "2 bytes further: each row's head differs");
+        assert!(!alike(&input, &view(0, 4096)), "another stride: the rows drift apart");
+        let plan =
+            |out: &TensorView| NormCall::new(NormKernel::Rms, &input, &weight, ("out", out), 1e-6).plan(&Stream::Cpu);
+        let (aligned, shifted) =
+            (plan(&view(1 << 20, 4095)).unwrap().unwrap(), plan(&view((1 << 20) + 2, 4095)).unwrap().unwrap());
+        assert!(aligned.peel && !shifted.peel && aligned.vec == 1, "the weight's own alignment does not matter");
+    }
+
+    #[test]
     fn norm_rows_past_16_kb_are_not_staged_unasked() {
         use DType::*;
         let none = LayoutOverride::default();
@@ -952,6 +1129,7 @@ mod tests {
             threads_per_row: threads,
             rows_per_group: rows,
             stages: None,
+            peel: None,
         };
         let layout = |rows, hidden, o| plan(rows, hidden, 8, DType::Bf16, false).layout(132, o, &H200).unwrap();
         let l = layout(65536, 4096, forced(Some(8), None, Some(4)));
@@ -968,7 +1146,9 @@ mod tests {
         assert_eq!(parse_layout("0:512:1"), Some(forced(Some(0), Some(512), Some(1))), "0: the streaming kernel");
         assert_eq!(parse_layout("*:*:*:3"), Some(LayoutOverride { stages: Some(3), ..forced(None, None, None) }));
         assert_eq!(parse_layout("4:160"), Some(forced(Some(4), Some(160), None)), "whole warps");
-        for bad in ["3", "4:100", "4:128:0", "4:128:2:17", "4:128:2:1:1", "x", "4294967297", "0:16", "0:*:*:1"] {
+        for bad in
+            ["3", "4:100", "4:128:0", "4:128:2:17", "4:128:2:1:2", "4:1:1:1:1:1", "x", "4294967297", "0:16", "0:*:*:1"]
+        {
             assert_eq!(parse_layout(bad), None, "{bad}");
         }
     }
@@ -980,6 +1160,7 @@ mod tests {
             threads_per_row: threads,
             rows_per_group: rows,
             stages: None,
+            peel: None,
         };
         let stream = |rows, hidden, o| plan(rows, hidden, 8, DType::Bf16, true).streaming(132, o, &H200);
         let launch = stream(65536, 4096, forced(None, Some(2)));
@@ -1019,7 +1200,7 @@ mod tests {
                         let threads = launch.params.threads_per_row;
                         let whole = if threads < 32 { threads.is_power_of_two() } else { threads.is_multiple_of(32) };
                         assert!(whole && launch.block.is_multiple_of(threads), "{what}: groups share warps evenly");
-                        let most = H200.max_threads(layout.chunks, layout.pipelined);
+                        let most = H200.max_threads(layout.chunks, layout.pipelined, false);
                         assert!(launch.block.is_multiple_of(32) && launch.block <= most, "{what}");
                         assert!(layout.chunks * threads * vec >= hidden, "{what}: the row is covered");
                         let groups = launch.block / threads;

@@ -49,3 +49,14 @@ fn norm_staged_gpu_sanitizer() {
     ];
     run_cases(&gpu, &family("norm"), 9_500_000, &cases);
 }
+
+/// What compute-sanitizer's racecheck can finish with the staged kernel on (it instruments every
+/// shared-memory access, the copies' barrier waits included: `norm_staged_gpu_sanitizer` ran
+/// past 540 s under it, docs/perf/gpu-correctness.md): one block wrapping its two-stage ring
+/// (3 and 9 rows, 7 a block), a partial chunk, the fused ops' two-tensor slots.
+#[test]
+fn norm_staged_gpu_racecheck() {
+    force_staged_layout();
+    let Some(gpu) = Gpu::get("norm_staged_gpu_racecheck") else { return };
+    run_cases(&gpu, &family("norm"), 9_700_000, &[Case::contiguous(3, 1024), Case::strided(9, 4104)]);
+}
