@@ -10,6 +10,7 @@
 //! [`NormModule::staged_entry`] / [`NormModule::peeled_entry`].
 
 use ferrinfer_kernels::element::DType;
+use ferrinfer_kernels::norm::NARROW_VECTOR_BYTES;
 
 use crate::spec::{EntrySpec, JitSpec, element_type, vector_widths};
 use crate::{CudaArch, Family};
@@ -165,7 +166,7 @@ impl NormModule {
     /// not.
     fn register_cap(&self, arch: CudaArch, chunks: u32, pipelined: bool) -> Option<u32> {
         let rms = matches!(self.kernel, NormKernel::Rms | NormKernel::GemmaRms);
-        let narrow = self.vector_bytes() < 8;
+        let narrow = self.vector_bytes() < NARROW_VECTOR_BYTES;
         let capped = arch >= CudaArch::HOPPER && rms && narrow && pipelined && chunks == 8;
         capped.then_some(NARROW_RMS_C8P_REGISTERS)
     }

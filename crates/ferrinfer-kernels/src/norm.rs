@@ -79,6 +79,13 @@ norm_kinds! {
     Layer: fused false, centered true, unit_offset false;
 }
 
+/// Vectors narrower than this many bytes (rows of an odd or 2-mod-4 width, or strides and
+/// addresses that allow no wider) are *narrow*: the register kernels predicate their chunks past
+/// a row's end, the JIT caps rmsnorm's pipelined 8-chunk entries of them
+/// (crates/ferrinfer-jit/src/norm.rs), and the launcher pipelines every op's rows of them
+/// (crates/ferrinfer-launch/src/norm.rs).
+pub const NARROW_VECTOR_BYTES: usize = 8;
+
 /// How a row's values map to outputs: `y = (x − shift) · scale · w' (+ b)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RowScale {
@@ -332,8 +339,8 @@ mod device_kernels {
         }
 
         /// Whether chunks past the row are skipped by predicated accesses (every access issued,
-        /// each under its chunk's predicate) rather than branched around: for rows of vectors
-        /// under 8 bytes of `E`, where a branch costs about what the element it guards does
+        /// each under its chunk's predicate) rather than branched around: for rows of narrow
+        /// vectors of `E` ([`NARROW_VECTOR_BYTES`]), where a branch costs about what the element it guards does
         /// (three instructions; fused 4095-wide bf16 rows, 8 chunks: 2144 → 1592 instructions),
         /// in every kernel but layernorm's. rmsnorm's predicated 8-chunk pipelined entries need
         /// a 64-register cap (crates/ferrinfer-jit/src/norm.rs) to keep two 512-thread blocks an
@@ -342,7 +349,7 @@ mod device_kernels {
         /// branch: predicated, fused 16-byte vectors, 8 chunks, took 130 → 167 registers.
         #[inline(always)]
         fn predicated<E>(&self) -> bool {
-            !FULL && self.predicates_narrow && VEC * core::mem::size_of::<E>() < 8
+            !FULL && self.predicates_narrow && VEC * core::mem::size_of::<E>() < NARROW_VECTOR_BYTES
         }
 
         /// Chunk `c`'s vector at `src` as `L`; zeros past the row.

@@ -19,7 +19,9 @@ use std::sync::OnceLock;
 use ferrinfer_jit::norm::{CHUNK_COUNTS, NormKernel, NormModule, PEELED_CHUNK_COUNTS, STAGED_CHUNK_COUNTS};
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
-use ferrinfer_kernels::norm::{FusedAddRms, GemmaFusedAddRms, GemmaRms, Layer, NormKind, NormParams, Rms, norm_row};
+use ferrinfer_kernels::norm::{
+    FusedAddRms, GemmaFusedAddRms, GemmaRms, Layer, NARROW_VECTOR_BYTES, NormKind, NormParams, Rms, norm_row,
+};
 use ferrinfer_kernels::{MAX_STAGING_STAGES, STAGING_HEADER_BYTES};
 
 use crate::cuda::{self, KernelModule, Launch, Limits, MAX_BLOCK, ModuleCache};
@@ -447,12 +449,11 @@ const FUSED_CHUNKS: u32 = 4;
 /// rmsnorm's rows too long for the staged kernel take the same rule (see
 /// [`STAGED_MAX_ROW_BYTES`]).
 const FUSED_MAX_THREADS_PER_ROW: u32 = 256;
-/// Vectors narrower than this (rows of an odd or 2-mod-4 width) leave a fused thread too few bytes
-/// in flight unpipelined: such rows are pipelined, 4 chunks (H200, fused 4096 × 4095 bf16, 2-byte
-/// vectors: 90.7 µs unpipelined, 71.6 pipelined two rows a group, 59.9 four rows; 8-byte vectors
-/// gain nothing: docs/perf/norm.md v9)…
-const FUSED_MIN_UNPIPELINED_VECTOR_BYTES: u32 = 8;
-/// …each group working through rows totalling this many bytes of a vector (2-byte vectors: 4
+/// Narrow vectors ([`NARROW_VECTOR_BYTES`]) leave a fused thread too few bytes in flight
+/// unpipelined: such rows are pipelined, 4 chunks (H200, fused 4096 × 4095 bf16, 2-byte vectors:
+/// 90.7 µs unpipelined, 71.6 pipelined two rows a group, 59.9 four rows; 8-byte vectors gain
+/// nothing: docs/perf/norm.md v9), each group working through rows totalling this many bytes of a
+/// vector (2-byte vectors: 4
 /// rows, 59.9 µs at 4096 × 4095; 4-byte: 2 rows, 40.7 µs at 4096 × 4094, 4 rows 43.5). rmsnorm's
 /// (and layernorm's) pipelined groups of rows that deep take the same rows (rmsnorm 4096 × 4095
 /// bf16, 8 chunks: 4 rows 25.8 µs, 2 rows 29.8; docs/perf/norm.md v11).
@@ -634,7 +635,8 @@ impl Plan {
         let least_threads = if self.peel { line_threads.max(2 * vec) } else { line_threads };
         let threads_for = |chunks: u32| group_threads(vectors.div_ceil(chunks)).max(least_threads);
         let most_chunks = (vectors / line_threads).max(1);
-        let narrow_fused = self.is_fused() && vector_bytes < FUSED_MIN_UNPIPELINED_VECTOR_BYTES;
+        let narrow = vector_bytes < NARROW_VECTOR_BYTES as u32;
+        let narrow_fused = self.is_fused() && narrow;
         // Rows of the staged kernel's vectors (16 bytes) too long for it.
         let past_staged = vector_bytes == 16 && self.params.hidden * self.dtype.size() as u32 > STAGED_MAX_ROW_BYTES;
         // The fused ops' rows of 8- and 16-byte vectors, and rmsnorm's past the staged kernel.
@@ -653,11 +655,8 @@ impl Plan {
         };
         let wide = wide.clamp(1, 8).min(most_chunks.next_power_of_two());
         let large_pipelined = !unpipelined;
-        let deep_rows_per_group = if vector_bytes < FUSED_MIN_UNPIPELINED_VECTOR_BYTES {
-            (NARROW_GROUP_VECTOR_BYTES / vector_bytes) as u64
-        } else {
-            LARGE_BATCH_ROWS_PER_GROUP
-        };
+        let deep_rows_per_group =
+            if narrow { (NARROW_GROUP_VECTOR_BYTES / vector_bytes) as u64 } else { LARGE_BATCH_ROWS_PER_GROUP };
         let fits = |c: u32, pipelined: bool| threads_for(c) <= max_threads(c, pipelined).min(MAX_BLOCK);
         let slots = |c: u32, pipelined: bool| {
             let (threads, block) = (threads_for(c), BLOCK_THREADS.max(threads_for(c)));
