@@ -25,9 +25,10 @@ pub const CHUNK_COUNTS: [u32; 4] = [1, 2, 4, 8];
 /// row's threads a warp or more), where a few vectors per thread suffice.
 pub const STAGED_CHUNK_COUNTS: [u32; 2] = [2, 4];
 
-/// Chunk counts of the peeled register kernels (16-byte vectors, up to 4 a thread: weights of 64
-/// bytes stay in registers across rows, rows to 16384 2-byte elements in 512 threads). Each
-/// plain and pipelined.
+/// Chunk counts of the peeled register kernels (16-byte vectors, up to 4 a thread: the weights
+/// of rmsnorm's 16-bit rows, 64 bytes, stay in registers across rows — layernorm's γ and β, or f32
+/// weights, are gathered again per row — and rows to 16384 2-byte elements fit 512 threads).
+/// Each plain and pipelined.
 pub const PEELED_CHUNK_COUNTS: [u32; 2] = [2, 4];
 
 /// Widest vector, in bytes, of a module with peeled kernels: rows of 2-byte vectors lose most to

@@ -81,7 +81,7 @@ norm_kinds! {
 
 /// Vectors narrower than this many bytes (rows of an odd or 2-mod-4 width, or strides and
 /// addresses that allow no wider) are *narrow*: the register kernels predicate their chunks past
-/// a row's end, the JIT caps rmsnorm's pipelined 8-chunk entries of them
+/// a row's end (but layernorm's), the JIT caps rmsnorm's pipelined 8-chunk entries of them
 /// (crates/ferrinfer-jit/src/norm.rs), and the launcher pipelines every op's rows of them
 /// (crates/ferrinfer-launch/src/norm.rs).
 pub const NARROW_VECTOR_BYTES: usize = 8;

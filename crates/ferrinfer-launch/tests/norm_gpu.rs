@@ -19,8 +19,9 @@ fn norm_gpu_grid() {
 
 /// Hidden sizes from 64 to 16384, odd ones too, and many short rows (a per-head norm): every
 /// layout the planner picks, row groups of whole warps that are not a power of two among them
-/// (3000, 5120, 6144, 12288), peeled rows of every head (odd widths and 2 mod 4: 333, 1002, 2049,
-/// 4094, 4095, 12287, 16383; 2500 rows, so a group takes rows 8 apart).
+/// (3000, 5120, 6144, 12288), odd and 2-mod-4 widths (333, 1002, 2049, 4094, 4095, 12287, 16383:
+/// peeled where 2500 rows are many for the kernel, read narrow otherwise; `norm_peeled_gpu` forces
+/// every batch onto the peeled kernels).
 #[test]
 fn norm_gpu_layouts_across_hidden_sizes() {
     let Some(gpu) = Gpu::get("norm_gpu_layouts_across_hidden_sizes") else { return };

@@ -48,7 +48,8 @@ pub fn grid() -> Vec<Case> {
 /// kernel, grids that stride — sized for compute-sanitizer, which slows kernels ~1000×.
 pub fn sanitizer_cases() -> Vec<Case> {
     let mut cases = vec![Case::contiguous(2113, 1024), Case::strided(2113, 4096), Case::strided(5, 200_000)];
-    // 1001 and 4094: rows of 2- and 4-byte vectors, peeled (16-byte vectors past a head).
+    // 1001 and 4094: rows of 2- and 4-byte vectors (few rows: read narrow; norm_peeled_gpu has
+    // the peeled kernels' own list).
     for hidden in [8, 64, 111, 128, 1001, 1004, 3000, 4094, 4096, 5120, 8192, 16384] {
         cases.extend([Case::contiguous(3, hidden), Case::strided(40, hidden)]);
     }
