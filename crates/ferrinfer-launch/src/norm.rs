@@ -197,12 +197,13 @@ impl<'c, 'v> NormCall<'c, 'v> {
     fn rows_aligned_alike(&self, layouts: [Option<RowLayout>; 3]) -> bool {
         let size = self.input.dtype().size() as u64;
         let views = [Some(self.input), Some(self.output.1), self.residual];
-        let phases = views.into_iter().zip(layouts).filter_map(|(view, layout)| {
+        let mut phases = views.into_iter().zip(layouts).filter_map(|(view, layout)| {
             let (view, layout) = (view?, layout?);
             Some((view.address() % 16, layout.row_stride * size % 16))
         });
-        let phases: Vec<_> = phases.collect();
-        phases.windows(2).all(|pair| pair[0] == pair[1])
+        // Compared with the first rather than collected: this runs on every call's host path.
+        let first = phases.next();
+        phases.all(|phase| Some(phase) == first)
     }
 
     /// The weight dtype: the input's, or (layernorm) f32; β must match γ.

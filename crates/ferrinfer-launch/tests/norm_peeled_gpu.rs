@@ -10,15 +10,10 @@
 
 mod support;
 
-use std::sync::Once;
-
-use support::{Case, Gpu, family, run_cases};
+use support::{Case, Gpu, family, force_env, run_cases};
 
 fn force_peeled_rows() {
-    static FORCE: Once = Once::new();
-    // SAFETY: every test of this binary calls this first and waits on the `Once`; nothing reads
-    // the environment meanwhile.
-    FORCE.call_once(|| unsafe { std::env::set_var("FERRINFER_NORM_LAYOUT", "*:*:*:*:1") });
+    force_env("FERRINFER_NORM_LAYOUT", "*:*:*:*:1");
 }
 
 #[test]

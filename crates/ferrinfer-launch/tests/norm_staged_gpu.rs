@@ -9,17 +9,12 @@
 
 mod support;
 
-use std::sync::Once;
-
-use support::{Case, Gpu, family, run_cases};
+use support::{Case, Gpu, family, force_env, run_cases};
 
 /// Two stages and 7 rows a block: a block wraps its ring after two rows, so the cases below reuse
 /// every slot (and flip every mbarrier's phase) three times, and most tensors end inside a block.
 fn force_staged_layout() {
-    static FORCE: Once = Once::new();
-    // SAFETY: every test of this binary calls this first and waits on the `Once`; nothing reads
-    // the environment meanwhile.
-    FORCE.call_once(|| unsafe { std::env::set_var("FERRINFER_NORM_LAYOUT", "*:*:7:2") });
+    force_env("FERRINFER_NORM_LAYOUT", "*:*:7:2");
 }
 
 #[test]

@@ -12,6 +12,20 @@ use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, TensorArg};
 use ferrinfer_launch::reference::{self, Agreement};
 use ferrinfer_launch::{DType, Device, Error, HostElement, Stream, TensorView, cuda_device_count, with_host_element};
 
+/// Sets the environment variable `name` to `value` once in this process, before any test reads
+/// it: for the test binaries that force a layout override (read once per process), which call
+/// this first in every test. One binary forces one value; a second would be a test bug.
+pub fn force_env(name: &'static str, value: &'static str) {
+    static FORCED: std::sync::OnceLock<(&str, &str)> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| {
+        // SAFETY: the first caller sets the variable inside `get_or_init`, which every other
+        // test thread waits on; nothing reads the environment meanwhile.
+        unsafe { std::env::set_var(name, value) };
+        (name, value)
+    });
+    assert_eq!(*forced, (name, value), "a test binary forces one override");
+}
+
 pub const BATCHES: [usize; 4] = [1, 19, 99, 989];
 pub const HIDDENS: [usize; 9] = [111, 500, 1004, 1024, 3072, 3584, 4096, 8192, 16384];
 
@@ -169,12 +183,27 @@ pub fn run_case(
     case: &Case,
     seed: u64,
 ) -> Result<Agreement, String> {
+    let label = format!("{} {case:?} {dtype}{}", op.name, if wide { " (f32 weights)" } else { "" });
+    let context = |e: String| format!("{label}: {e}");
+    // FERRINFER_TEST_TRACE=1 (with --nocapture): each case's start, then the time its call took
+    // and the whole case's (inputs, call, checks), to tell a slow sanitizer run from a stuck one.
+    let trace = std::env::var_os("FERRINFER_TEST_TRACE").is_some();
+    let started = std::time::Instant::now();
+    if trace {
+        eprintln!("case start: {label}");
+    }
     let before = buffers(op, dtype, wide, case, seed);
     let mut after = before.clone();
     let scalars: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
-    let context = |e: String| format!("{} {case:?} {dtype}{}: {e}", op.name, if wide { " (f32 weights)" } else { "" });
+    let call_started = std::time::Instant::now();
     runner.run(op, &mut after, &scalars).map_err(|e| context(e.to_string()))?;
-    check(op, dtype, case, &before, &after, &scalars).map_err(context)
+    let call = call_started.elapsed();
+    let checked = check(op, dtype, case, &before, &after, &scalars).map_err(context);
+    if trace {
+        let whole = started.elapsed().as_secs_f64();
+        eprintln!("case done in {whole:.3} s (call {:.3} s): {label}", call.as_secs_f64());
+    }
+    checked
 }
 
 /// The checks of [`run_case`], on buffers before and after a call.
