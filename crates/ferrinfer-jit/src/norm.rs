@@ -47,6 +47,20 @@ const PEELED_MAX_FUSED_VECTOR_BYTES: usize = 4;
 /// under it (f16, 4-byte vectors: 8 bytes), so there ptxas's own count stands (not measured).
 const NARROW_RMS_C8P_REGISTERS: u32 = 64;
 
+/// Register cap of rmsnorm's (and Gemma's) staged entries of 4 vectors a thread on sm_90: ptxas
+/// gave them 89 registers, two 256-thread blocks an SM (ncu: 25 % occupancy at 4096 × 8192 bf16,
+/// where FlashInfer's rmsnorm runs 9 blocks of 128); at 80, no spills, three. H200, bf16, µs:
+/// 16384 × 8192 134.2 → 132.1, 65536 × 8192 527.9 → 521.4, f16 16384 × 8192 133.1 → 132.1;
+/// 1024 × 8192 5.87 → 6.12, a wave of blocks taking 3 rows where they took 4 (the planner's rows
+/// a block follow the blocks an SM holds); elsewhere within 1 % (docs/perf/norm.md v13).
+const RMS_STAGED_C4_REGISTERS: u32 = 80;
+/// Register cap of rmsnorm's (and Gemma's) unpipelined 8-chunk entries of 16-byte vectors on
+/// sm_90: 125 uncapped, two 192-thread blocks an SM for a 12288-wide bf16 row; at 112, no spills
+/// (104 spilled f16's), three. H200, bf16: 4096 × 12288 55.0 → 54.5 µs, 16384 × 12288 210.4 →
+/// 208.7; elsewhere within 0.5 % (docs/perf/norm.md v13). Not on 8-byte vectors: ptxas, given
+/// 112, took 102 registers for entries it gives 72 uncapped.
+const RMS_WIDE_C8_REGISTERS: u32 = 112;
+
 /// The norm kernels (`NormKind` types of `ferrinfer-kernels`), one per op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NormKernel {
@@ -167,9 +181,19 @@ impl NormModule {
     /// not.
     fn register_cap(&self, arch: CudaArch, chunks: u32, pipelined: bool) -> Option<u32> {
         let rms = matches!(self.kernel, NormKernel::Rms | NormKernel::GemmaRms);
-        let narrow = self.vector_bytes() < NARROW_VECTOR_BYTES;
-        let capped = arch >= CudaArch::HOPPER && rms && narrow && pipelined && chunks == 8;
-        capped.then_some(NARROW_RMS_C8P_REGISTERS)
+        let vector_bytes = self.vector_bytes();
+        match (arch >= CudaArch::HOPPER && rms && chunks == 8, pipelined) {
+            (true, true) if vector_bytes < NARROW_VECTOR_BYTES => Some(NARROW_RMS_C8P_REGISTERS),
+            (true, false) if vector_bytes == 16 => Some(RMS_WIDE_C8_REGISTERS),
+            _ => None,
+        }
+    }
+
+    /// The register cap on `arch` of the staged entry holding `chunks` vectors a thread (16-byte
+    /// vectors: the only staged ones).
+    fn staged_cap(&self, arch: CudaArch, chunks: u32) -> Option<u32> {
+        let rms = matches!(self.kernel, NormKernel::Rms | NormKernel::GemmaRms);
+        (arch >= CudaArch::HOPPER && rms && chunks == 4).then_some(RMS_STAGED_C4_REGISTERS)
     }
 
     /// The module's spec for `arch`.
@@ -199,7 +223,7 @@ impl NormModule {
             kernel: "norm::norm_staged".into(),
             params: "norm::NormParams".into(),
             generics: [types.to_vec(), vec![self.vec.to_string(), chunks.to_string()]].concat(),
-            max_registers: None,
+            max_registers: self.staged_cap(arch, chunks),
             stores: None,
         });
         let peeled = PEELED_CHUNK_COUNTS.into_iter().filter(|_| self.has_peeled());
