@@ -48,17 +48,18 @@ const PEELED_MAX_FUSED_VECTOR_BYTES: usize = 4;
 const NARROW_RMS_C8P_REGISTERS: u32 = 64;
 
 /// Register cap of rmsnorm's (and Gemma's) staged entries of 4 vectors a thread on sm_90: ptxas
-/// gave them 89 registers, two 256-thread blocks an SM (ncu: 25 % occupancy at 4096 × 8192 bf16,
-/// where FlashInfer's rmsnorm runs 9 blocks of 128); at 80, no spills, three. H200, bf16, µs:
-/// 16384 × 8192 134.2 → 132.1, 65536 × 8192 527.9 → 521.4, f16 16384 × 8192 133.1 → 132.1;
-/// 1024 × 8192 5.87 → 6.12, a wave of blocks taking 3 rows where they took 4 (the planner's rows
-/// a block follow the blocks an SM holds); elsewhere within 1 % (docs/perf/norm.md v13).
+/// gave the 16-bit ones 89 registers (f32's 71), two 256-thread blocks an SM (ncu: 25 %
+/// occupancy at 4096 × 8192 bf16, where FlashInfer's rmsnorm runs 9 blocks of 128); at 80, no
+/// spills, three. H200, bf16, µs: 16384 × 8192 134.2 → 132.1, 65536 × 8192 527.9 → 521.4, f16
+/// 16384 × 8192 133.1 → 132.1; 1024 × 8192 5.87 → 6.12, a wave of blocks taking 3 rows where they
+/// took 4 (the planner's rows a block follow the blocks an SM holds); elsewhere within 1 %
+/// (docs/perf/norm.md v13).
 const RMS_STAGED_C4_REGISTERS: u32 = 80;
 /// Register cap of rmsnorm's (and Gemma's) unpipelined 8-chunk entries of 16-byte vectors on
-/// sm_90: 125 uncapped, two 192-thread blocks an SM for a 12288-wide bf16 row; at 112, no spills
-/// (104 spilled f16's), three. H200, bf16: 4096 × 12288 55.0 → 54.5 µs, 16384 × 12288 210.4 →
-/// 208.7; elsewhere within 0.5 % (docs/perf/norm.md v13). Not on 8-byte vectors: ptxas, given
-/// 112, took 102 registers for entries it gives 72 uncapped.
+/// sm_90: 125 uncapped in bf16/f16 (f32's 109), two 192-thread blocks an SM for a 12288-wide bf16
+/// row; at 112, no spills (104 spilled f16's), three. H200, bf16: 4096 × 12288 55.0 → 54.5 µs,
+/// 16384 × 12288 210.4 → 208.7; elsewhere within 0.5 % (docs/perf/norm.md v13). Not on 8-byte
+/// vectors: ptxas, given 112, took 102 registers for entries it gives 72 uncapped.
 const RMS_WIDE_C8_REGISTERS: u32 = 112;
 
 /// The norm kernels (`NormKind` types of `ferrinfer-kernels`), one per op.
