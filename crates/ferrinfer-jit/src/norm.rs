@@ -181,9 +181,8 @@ impl NormModule {
     /// The register cap on `arch` of the entry holding `chunks` vectors a thread, pipelined or
     /// not.
     fn register_cap(&self, arch: CudaArch, chunks: u32, pipelined: bool) -> Option<u32> {
-        let rms = matches!(self.kernel, NormKernel::Rms | NormKernel::GemmaRms);
         let vector_bytes = self.vector_bytes();
-        match (arch >= CudaArch::HOPPER && rms && chunks == 8, pipelined) {
+        match (self.capped_on(arch) && chunks == 8, pipelined) {
             (true, true) if vector_bytes < NARROW_VECTOR_BYTES => Some(NARROW_RMS_C8P_REGISTERS),
             (true, false) if vector_bytes == 16 => Some(RMS_WIDE_C8_REGISTERS),
             _ => None,
@@ -193,8 +192,13 @@ impl NormModule {
     /// The register cap on `arch` of the staged entry holding `chunks` vectors a thread (16-byte
     /// vectors: the only staged ones).
     fn staged_cap(&self, arch: CudaArch, chunks: u32) -> Option<u32> {
-        let rms = matches!(self.kernel, NormKernel::Rms | NormKernel::GemmaRms);
-        (arch >= CudaArch::HOPPER && rms && chunks == 4).then_some(RMS_STAGED_C4_REGISTERS)
+        (self.capped_on(arch) && chunks == 4).then_some(RMS_STAGED_C4_REGISTERS)
+    }
+
+    /// Whether some of the module's entries carry a register cap on `arch`: rmsnorm's and
+    /// Gemma's on sm_90 and later, where the caps were measured.
+    fn capped_on(&self, arch: CudaArch) -> bool {
+        arch >= CudaArch::HOPPER && matches!(self.kernel, NormKernel::Rms | NormKernel::GemmaRms)
     }
 
     /// The module's spec for `arch`.
