@@ -9,8 +9,10 @@
 #   racecheck compute-sanitizer racecheck, likewise (SANITIZER_TIMEOUT seconds each, default 240)
 #   bench     ferrinfer-bench --grid for every routine of the norm (rmsnorm, fused_add_rmsnorm),
 #             activation (silu/gelu/gelu_tanh_and_mul) and sampling (softmax, top_k_mask_logits,
-#             top_k_renorm_probs, top_p_renorm_probs and the sampling ops) and cascade (merge_state,
-#             merge_state_in_place) families, bf16 and f16 (correctness: `tests`)
+#             top_k_renorm_probs, top_p_renorm_probs and the sampling ops), cascade (merge_state,
+#             merge_state_in_place) and rope (apply_rope_pos_ids, in place too, apply_rope,
+#             apply_llama31_rope_pos_ids) families, bf16 and
+#             f16 (correctness: `tests`)
 #   sweep     the norm planner's layouts forced one by one (FERRINFER_NORM_LAYOUT) at the points
 #             that decide them, rmsnorm and fused_add_rmsnorm bf16: $out/sweep.csv; the register
 #             kernels' layouts (SWEEP=register), the wide grid's losses (SWEEP=wide), rows of
@@ -19,6 +21,8 @@
 #             the register kernels (`*:*:*:0`)
 #   variants  code-generation variants (scripts/gpu/variant.sh) beside the bundle's kernels
 #   ceiling   the copy ceiling: torch's device-to-device copy of the large shapes (TB/s)
+#   layouts   any family's layout override swept at chosen points (LAYOUT_VAR, LAYOUT_ROUTINE,
+#             LAYOUTS, LAYOUT_CASES): $out/layouts.csv
 #   actsweep  the activation launch's block and grid y forced one by one
 #             (FERRINFER_ACTIVATION_LAYOUT=block:grid_y:stream), silu_and_mul and gelu_tanh_and_mul bf16,
 #             T ∈ {128 … 16384} × d ∈ {4096, 14336}: $out/actsweep.csv (≈ 140 bench runs, ~3 min);
@@ -32,8 +36,8 @@
 #   python    the Python wheel's tests (crates/ferrinfer-py/tests) on torch CUDA tensors: every op,
 #             the current-stream rule, torch.cuda.graph capture, the adapters.md CUDA snippet
 #   pybench   crates/ferrinfer-py/bench/ops.py: the Python module beside torch eager, torch.compile
-#             and FlashInfer in one process, norm and activation grids (PYBENCH_FAMILIES: sampling, cascade
-#             too), and --eager (FlashInfer only if importable: source .peers/b/install.sh)
+#             and FlashInfer in one process, norm and activation grids (PYBENCH_FAMILIES: sampling, cascade,
+#             rope too), and --eager (FlashInfer only if importable: source .peers/b/install.sh)
 #   candle    the candle adapter's GPU tests and its benchmark against candle's own rms_norm
 #             (needs .bundle/candle: bash scripts/gpu/bundle.sh --adapters)
 #   torch     the tch adapter's GPU tests, against the machine's torch 2.11 (needs .bundle/torch)
@@ -128,7 +132,7 @@ for step in "$@"; do
     bench)
       # BENCH_DTYPES, BENCH_ROUTINES: narrow the grid (default: both dtypes, every routine).
       for dtype in ${BENCH_DTYPES:-bf16 f16}; do
-        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul softmax top_k_mask_logits top_k_renorm_probs top_p_renorm_probs sampling_from_probs top_k_sampling_from_probs top_p_sampling_from_probs min_p_sampling_from_probs top_k_top_p_sampling_from_probs top_k_top_p_sampling_from_logits merge_state merge_state_in_place}; do
+        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul softmax top_k_mask_logits top_k_renorm_probs top_p_renorm_probs sampling_from_probs top_k_sampling_from_probs top_p_sampling_from_probs min_p_sampling_from_probs top_k_top_p_sampling_from_probs top_k_top_p_sampling_from_logits merge_state merge_state_in_place apply_rope_pos_ids apply_rope_pos_ids_inplace apply_rope apply_llama31_rope_pos_ids}; do
           run bench .bundle/ferrinfer-bench --routine $routine --dtype $dtype --grid --output-path "$out/ferrinfer.csv" \
             --warmup-seconds 1
         done
@@ -190,6 +194,12 @@ for step in "$@"; do
         norm fused_add_rmsnorm "$staged" "65536:4096 16384:4096 4096:4096 65536:8192"
       fi
       sort -t, -k2,2 -k4,4n -k5,5n -k7,7n "$out/sweep.csv" ;;
+    layouts)
+      # Any family's layout override swept (LAYOUT_VAR, e.g. FERRINFER_ROPE_LAYOUT): LAYOUT_ROUTINE
+      # (POINT_DTYPE) with every value of LAYOUTS at every T:H of LAYOUT_CASES: $out/layouts.csv.
+      [ -f "$out/layouts.csv" ] || echo "layout,op,dtype,T,H,impl,us,tbps" > "$out/layouts.csv"
+      sweep "$LAYOUT_VAR" "$out/layouts.csv" "$LAYOUT_ROUTINE" "$LAYOUTS" "$LAYOUT_CASES"
+      sort -t, -k2,2 -k4,4n -k5,5n -k7,7n "$out/layouts.csv" ;;
     actsweep)
       # block:grid_y; `*` the planner's. Grid y = T is a row a thread; T/4 and T/8 rows a step (4 a step).
       echo "layout,op,dtype,T,H,impl,us,tbps" > "$out/actsweep.csv"
@@ -306,7 +316,7 @@ for step in "$@"; do
       rm -rf /tmp/ferrinfer-nv-cache
       for i in 1 2; do run firstcall env CUDA_CACHE_DISABLE=1 "${first[@]}"; done
       for i in 1 2; do run firstcall env CUDA_CACHE_PATH=/tmp/ferrinfer-nv-cache "${first[@]}"; done ;;
-    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, sweep, variants, ceiling, actsweep, eager, ncu, ncupeers, python, pybench, candle, torch, wheel, firstcall)"; exit 2 ;;
+    *) echo "unknown step $step (info, tests, memcheck, racecheck, bench, sweep, layouts, variants, ceiling, actsweep, eager, ncu, ncupeers, python, pybench, candle, torch, wheel, firstcall)"; exit 2 ;;
   esac
 done
 exit $status

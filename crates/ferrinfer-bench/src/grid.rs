@@ -10,6 +10,9 @@ pub fn peers(family: &str) -> Option<Vec<(usize, usize)>> {
         // The cascade issue's points: 32 heads of head_dim 128, seq ∈ {1, 128, 2048, 16384} —
         // rows are (token, head) pairs.
         "cascade" => (&[128], &[32, 128 * 32, 2048 * 32, 16384 * 32]),
+        // The rope issue's points: head_dim 128, tokens ∈ {1, 128, 2048, 16384} (q's 32 heads,
+        // k's 8: `op::QUERY_HEADS`, `op::KV_HEADS`).
+        "rope" => (&[128], &[1, 128, 2048, 16384]),
         _ => return None,
     };
     Some(hidden.iter().flat_map(|&h| tokens.iter().map(move |&t| (t, h))).collect())

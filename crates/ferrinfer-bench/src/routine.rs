@@ -5,7 +5,7 @@
 //! reference.
 
 use ferrinfer_launch::cudarc::driver::{CudaSlice, DevicePtrMut};
-use ferrinfer_launch::op::{Extent, OpInfo, Role, TensorArg};
+use ferrinfer_launch::op::{Domain, Extent, OpInfo, Role, TensorArg};
 use ferrinfer_launch::reference::{self, Agreement};
 use ferrinfer_launch::{DType, Device, Error, Stream, TensorView, with_host_element};
 
@@ -59,11 +59,11 @@ impl Setup {
                 let bytes = with_host_element!(dtype, T => {
                     let values: Vec<T> = match arg.role {
                         Role::Out => vec![<T as ferrinfer_launch::HostElement>::from_f64(f64::NAN); len],
-                        _ if arg.nonnegative => {
-                            let values: Vec<T> = reference::random_input(arg, len, seeds[i % seeds.len()]);
+                        _ if arg.domain == Domain::Nonnegative => {
+                            let values: Vec<T> = reference::random_input(arg, len, self.tokens, seeds[i % seeds.len()]);
                             rows_summing_to_one(values, self.hidden)
                         }
-                        _ => reference::random_input(arg, len, seeds[i % seeds.len()]),
+                        _ => reference::random_input(arg, len, self.tokens, seeds[i % seeds.len()]),
                     };
                     bytemuck::cast_slice::<T, u8>(&values).to_vec()
                 });

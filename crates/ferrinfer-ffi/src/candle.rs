@@ -42,7 +42,7 @@ use candle_core::{
     CpuStorage, CustomOp1, CustomOp2, CustomOp3, InplaceOp1, InplaceOp2, InplaceOp3, Layout, Result, Shape, Storage,
     Tensor, WithDType,
 };
-use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role};
+use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, ScalarValue};
 use ferrinfer_launch::{DType, Device, Error, Stream, TensorView};
 
 #[cfg(feature = "candle-cuda")]
@@ -94,12 +94,14 @@ impl Op {
     /// A new contiguous output for an op with one `Out` argument, from its inputs' storages.
     fn new_output<S: Backend>(&self, operands: &[(&S, &Layout)]) -> Result<(S, Shape)> {
         let out_arg = self.output_arg()?;
-        let (first, first_layout) = operands[0];
+        let first = operands[0].0;
         let exec = first.exec();
         let inputs = self.info.tensors.iter().zip(operands);
         let inputs =
             inputs.map(|(arg, (storage, layout))| storage.view(arg.name, layout, &exec)).collect::<Result<Vec<_>>>()?;
-        let shape = output_shape(first_layout.shape(), self.info.tensors[0].extent, out_arg.extent);
+        let input_shapes: Vec<(Extent, &Shape)> =
+            self.info.tensors.iter().zip(operands).map(|(arg, (_, layout))| (arg.extent, layout.shape())).collect();
+        let shape = output_shape(&input_shapes, out_arg.extent);
         let mut out = first.alloc_like(shape.elem_count(), out_arg.dtype)?;
         {
             // Scoped: the view (and its CUDA guard) must end before `out` is returned.
@@ -138,10 +140,11 @@ impl Op {
     }
 }
 
-/// The output's shape, by [`Extent::output_shape`].
-fn output_shape(first: &Shape, first_extent: Extent, extent: Extent) -> Shape {
-    let dims: Vec<i64> = first.dims().iter().map(|&d| d as i64).collect();
-    Shape::from(extent.output_shape(first_extent, &dims).into_iter().map(|d| d as usize).collect::<Vec<_>>())
+/// The output's shape, by [`Extent::output_shape`] from the inputs' `(extent, shape)`.
+fn output_shape(inputs: &[(Extent, &Shape)], extent: Extent) -> Shape {
+    let dims: Vec<Vec<i64>> = inputs.iter().map(|(_, s)| s.dims().iter().map(|&d| d as i64).collect()).collect();
+    let inputs: Vec<(Extent, &[i64])> = inputs.iter().zip(&dims).map(|((e, _), d)| (*e, d.as_slice())).collect();
+    Shape::from(extent.output_shape(&inputs).into_iter().map(|d| d as usize).collect::<Vec<_>>())
 }
 
 /// One helper per op of a family's table (`ferrinfer_launch::norm_ops!(candle_functions)`):
@@ -153,14 +156,15 @@ macro_rules! candle_functions {
             $(#[doc = $doc:literal])*
             fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(as $input_fixed:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : $kind:tt $(= $default:literal)? $((example $example:literal))?),+)?
+                $(; $($scalar:ident : $kind:tt $(<$inner:ident>)? $(= $default:literal)? $((example $example:literal))?),+)?
                 => $op:expr, reference $reference:path;
         )+
     ) => {
         $(
             $(#[doc = $doc])*
-            pub fn $name($($tensor: &Tensor,)+ $($($scalar: ferrinfer_launch::__scalar_value!($kind),)+)?) -> Result<returns_of!($($($out)+)?)> {
-                let op = Op::of(&ferrinfer_launch::$family::$name::INFO, &[$($($scalar as f64),+)?])?;
+            #[allow(clippy::too_many_arguments)]
+            pub fn $name($($tensor: &Tensor,)+ $($($scalar: ferrinfer_launch::__scalar_value!($kind $(<$inner>)?),)+)?) -> Result<returns_of!($($($out)+)?)> {
+                let op = Op::of(&ferrinfer_launch::$family::$name::INFO, &[$($(ScalarValue::to_f64($scalar)),+)?])?;
                 Produced::run(&op, &[$($tensor),+])
             }
         )+
@@ -171,6 +175,7 @@ ferrinfer_launch::norm_ops!(candle_functions);
 ferrinfer_launch::activation_ops!(candle_functions);
 ferrinfer_launch::sampling_ops!(candle_functions);
 ferrinfer_launch::cascade_ops!(candle_functions);
+ferrinfer_launch::rope_ops!(candle_functions);
 
 /// How a helper runs its op, by what it returns.
 trait Produced: Sized {
@@ -196,17 +201,18 @@ impl Produced for () {
     }
 }
 
-/// Ops with two outputs (`merge_state`'s values and scores): both allocated like the first
-/// input, then written under the nested locks.
+/// Ops with two outputs (`merge_state`'s values and scores, rope's `q_rope` and `k_rope`): both
+/// allocated like the inputs, then written under the nested locks.
 impl Produced for (Tensor, Tensor) {
     fn run(op: &Op, tensors: &[&Tensor]) -> Result<Self> {
         let first = tensors[0];
-        let first_extent = op.info.tensors[0].extent;
+        let inputs: Vec<(Extent, &Shape)> =
+            op.info.tensors.iter().zip(tensors).map(|(a, t)| (a.extent, t.shape())).collect();
         let outputs = op.info.tensors[tensors.len()..]
             .iter()
             .map(|arg| {
                 let dtype = if arg.dtype == DTypeRule::F32 { candle_core::DType::F32 } else { first.dtype() };
-                Tensor::zeros(output_shape(first.shape(), first_extent, arg.extent), dtype, first.device())
+                Tensor::zeros(output_shape(&inputs, arg.extent), dtype, first.device())
             })
             .collect::<Result<Vec<_>>>()?;
         let [v, s] = <[Tensor; 2]>::try_from(outputs)
@@ -435,7 +441,7 @@ impl Backend for CpuStorage {
     fn alloc_like(&self, len: usize, rule: DTypeRule) -> Result<Self> {
         match rule {
             DTypeRule::F32 => return Ok(CpuStorage::F32(vec![0.0; len])),
-            DTypeRule::I32 => return Ok(CpuStorage::I32(vec![0; len])),
+            DTypeRule::I32 | DTypeRule::Index => return Ok(CpuStorage::I32(vec![0; len])),
             DTypeRule::Same | DTypeRule::SameOrF32 => {}
         }
         let candle_dtype = self.dtype();
@@ -624,7 +630,7 @@ mod cuda {
                 DTypeRule::F32 => {
                     return Ok(CudaStorage::wrap_cuda_slice(unsafe { device.alloc::<f32>(len) }?, device));
                 }
-                DTypeRule::I32 => {
+                DTypeRule::I32 | DTypeRule::Index => {
                     return Ok(CudaStorage::wrap_cuda_slice(unsafe { device.alloc::<i32>(len) }?, device));
                 }
                 DTypeRule::Same | DTypeRule::SameOrF32 => {}

@@ -21,7 +21,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use ferrinfer_launch::cudarc::driver::CudaStream;
-use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, TensorArg};
+use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, ScalarKind, TensorArg};
 use ferrinfer_launch::{DType, Device, Error, MAX_DIMS, Stream, TensorView, borrowed_stream};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
@@ -75,11 +75,18 @@ fn signature(op: &OpInfo) -> String {
         .into_iter()
         .map(|p| match p {
             Parameter::Tensor(i) if op.tensors[i].role == Role::Out => format!("{}=None", parameter_name(op, p)),
-            Parameter::Scalar(i) => match op.scalars[i].default {
-                Some(default) if op.scalars[i].integer => format!("{}={default}", op.scalars[i].name),
-                Some(default) => format!("{}={default:?}", op.scalars[i].name),
-                None => op.scalars[i].name.into(),
-            },
+            Parameter::Scalar(i) => {
+                let (name, kind) = (op.scalars[i].name, op.scalars[i].kind);
+                match op.scalars[i].default {
+                    Some(default) if default.is_nan() => format!("{name}=None"),
+                    Some(default) if kind == ScalarKind::Bool => {
+                        format!("{name}={}", if default != 0.0 { "True" } else { "False" })
+                    }
+                    Some(default) if kind.integer() => format!("{name}={default}"),
+                    Some(default) => format!("{name}={default:?}"),
+                    None => name.into(),
+                }
+            }
             Parameter::EnablePdl => "enable_pdl=None".into(),
             Parameter::Tensor(_) => parameter_name(op, p).into(),
         })
@@ -87,12 +94,18 @@ fn signature(op: &OpInfo) -> String {
     format!("{}({})", op.name, parameters.join(", "))
 }
 
-/// Scalar `i`'s value: the one given (a number; an `int` for an integer scalar), else its
-/// default; a required one missing is a `TypeError`, as Python's own.
+/// Scalar `i`'s value: the one given (a number; an `int` for an integer scalar, a `bool` for a
+/// flag, an `int` or None for an optional one), else its default; a required one missing is a
+/// `TypeError`, as Python's own.
 fn scalar(op: &OpInfo, i: usize, given: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
     let arg = &op.scalars[i];
     match given {
-        Some(value) if arg.integer => value
+        Some(value) if arg.kind == ScalarKind::OptionalI32 && value.is_none() => Ok(f64::NAN),
+        Some(value) if arg.kind == ScalarKind::Bool => value
+            .extract::<bool>()
+            .map(|v| if v { 1.0 } else { 0.0 })
+            .map_err(|_| PyTypeError::new_err(format!("`{}` must be a bool; got {}", arg.name, type_name(value)))),
+        Some(value) if arg.kind.integer() => value
             .extract::<i64>()
             .map(|v| v as f64)
             .map_err(|_| PyTypeError::new_err(format!("`{}` must be an int; got {}", arg.name, type_name(value)))),
@@ -131,11 +144,16 @@ fn call<'py>(
         .ok_or_else(|| PyTypeError::new_err(format!("{}: missing `{}`", op.name, op.tensors[0].name)))?;
     let target = Target::of(&first)?;
     let mut objects = Vec::with_capacity(op.tensors.len());
+    let mut input_shapes: Vec<(Extent, Vec<i64>)> = Vec::new();
     for (i, arg) in op.tensors.iter().enumerate() {
-        objects.push(match tensor_object(i) {
+        let object = match tensor_object(i) {
             Some(object) => object,
-            None => allocate_like(&first, arg, op.tensors[0].extent)?,
-        });
+            None => allocate_like(&first, arg, &input_shapes)?,
+        };
+        if arg.role != Role::Out {
+            input_shapes.push((arg.extent, object.getattr(intern!(py, "shape"))?.extract()?));
+        }
+        objects.push(object);
     }
     let imported = op
         .tensors
@@ -393,17 +411,22 @@ fn current_stream(input: &Bound<'_, PyAny>, torch: Option<&Torch>, ordinal: usiz
     Ok(None)
 }
 
-/// A new array for `Out` argument `arg`, from the first tensor (of `first_extent`): its shape
-/// by [`Extent::output_shape`], its device and (unless the output's dtype is fixed) dtype, from
-/// its own framework.
-fn allocate_like<'py>(first: &Bound<'py, PyAny>, arg: &TensorArg, first_extent: Extent) -> PyResult<Bound<'py, PyAny>> {
+/// A new array for `Out` argument `arg`, from the first tensor: its shape by
+/// [`Extent::output_shape`] of the inputs' `(extent, shape)`, its device and (unless the output's
+/// dtype is fixed) dtype, from its own framework.
+fn allocate_like<'py>(
+    first: &Bound<'py, PyAny>,
+    arg: &TensorArg,
+    inputs: &[(Extent, Vec<i64>)],
+) -> PyResult<Bound<'py, PyAny>> {
     let py = first.py();
     let shape: Vec<i64> = first.getattr(intern!(py, "shape"))?.extract()?;
-    let out_shape = arg.extent.output_shape(first_extent, &shape);
+    let shapes: Vec<(Extent, &[i64])> = inputs.iter().map(|(e, s)| (*e, s.as_slice())).collect();
+    let out_shape = arg.extent.output_shape(&shapes);
     // The output's own dtype where the table fixes it (the framework's name for it).
     let fixed = match arg.dtype {
         DTypeRule::F32 => Some("float32"),
-        DTypeRule::I32 => Some("int32"),
+        DTypeRule::I32 | DTypeRule::Index => Some("int32"),
         DTypeRule::Same | DTypeRule::SameOrF32 => None,
     };
     let same = out_shape == shape && fixed.is_none();

@@ -67,7 +67,7 @@ macro_rules! tch_functions {
             $(#[doc = $doc:literal])*
             fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(as $input_fixed:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : $kind:tt $(= $default:literal)? $((example $example:literal))?),+)?
+                $(; $($scalar:ident : $kind:tt $(<$inner:ident>)? $(= $default:literal)? $((example $example:literal))?),+)?
                 => $op:expr, reference $reference:path;
         )+
     ) => {
@@ -77,11 +77,11 @@ macro_rules! tch_functions {
             pub fn $name(
                 $($tensor: tch_param!($role),)+
                 $($($out: Option<&mut Tensor>,)+)?
-                $($($scalar: ferrinfer_launch::__scalar_value!($kind),)+)?
+                $($($scalar: ferrinfer_launch::__scalar_value!($kind $(<$inner>)?),)+)?
                 stream: &TorchStream,
             ) -> Result<returns_of!($($($out)+)?), TchError> {
                 let outputs: Vec<Option<&Tensor>> = vec![$($($out.map(|t| &*t)),+)?];
-                let scalars = [$($($scalar as f64),+)?];
+                let scalars = [$($(ferrinfer_launch::op::ScalarValue::to_f64($scalar)),+)?];
                 let produced = call(&ferrinfer_launch::$family::$name::INFO, &[$(&*$tensor),+], outputs, &scalars, stream)?;
                 Produced::take(produced)
             }
@@ -103,6 +103,7 @@ ferrinfer_launch::norm_ops!(tch_functions);
 ferrinfer_launch::activation_ops!(tch_functions);
 ferrinfer_launch::sampling_ops!(tch_functions);
 ferrinfer_launch::cascade_ops!(tch_functions);
+ferrinfer_launch::rope_ops!(tch_functions);
 
 /// The outputs an op produced, as its function returns them.
 trait Produced: Sized {
@@ -143,7 +144,7 @@ pub fn call(
     scalars: &[f64],
     stream: &TorchStream,
 ) -> Result<Vec<Tensor>, TchError> {
-    let (names, first) = (op.tensors.iter().map(|a| a.name), inputs[0]);
+    let names = op.tensors.iter().map(|a| a.name);
     let mut views = inputs.iter().zip(names.clone()).map(|(t, name)| view(name, t)).collect::<Result<Vec<_>, _>>()?;
     // Allocated only once the inputs are known to be tensors we can read; `empty_like` keeps
     // `input`'s device (and, for dense inputs, its strides).
@@ -152,7 +153,7 @@ pub fn call(
         .zip(&op.tensors[inputs.len()..])
         .map(|(given, arg)| match given {
             Some(tensor) => Ok(tensor.shallow_clone()),
-            None => allocate_like(first, op.tensors[0].extent, arg),
+            None => allocate_like(op, inputs, arg),
         })
         .collect::<Result<_, TchError>>()?;
     for (tensor, name) in outputs.iter().zip(names.skip(inputs.len())) {
@@ -163,15 +164,18 @@ pub fn call(
     Ok(outputs)
 }
 
-/// A new tensor for output `arg`, like `first` (of `first_extent`): its device, its kind unless
+/// A new tensor for output `arg` of `op`, like its `inputs`: the first's device, its kind unless
 /// the output's is fixed (f32, int32), its shape by [`Extent::output_shape`].
-fn allocate_like(first: &Tensor, first_extent: Extent, arg: &TensorArg) -> Result<Tensor, TchError> {
+fn allocate_like(op: &ferrinfer_launch::OpInfo, inputs: &[&Tensor], arg: &TensorArg) -> Result<Tensor, TchError> {
+    let first = inputs[0];
     let kind = match arg.dtype {
         DTypeRule::F32 => Kind::Float,
-        DTypeRule::I32 => Kind::Int,
+        DTypeRule::I32 | DTypeRule::Index => Kind::Int,
         DTypeRule::Same | DTypeRule::SameOrF32 => first.f_kind()?,
     };
-    let shape = arg.extent.output_shape(first_extent, &first.size());
+    let sizes: Vec<Vec<i64>> = inputs.iter().map(|t| t.size()).collect();
+    let shapes: Vec<(Extent, &[i64])> = op.tensors.iter().zip(&sizes).map(|(a, s)| (a.extent, s.as_slice())).collect();
+    let shape = arg.extent.output_shape(&shapes);
     if shape == first.size() && kind == first.f_kind()? {
         return first.f_empty_like();
     }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use ferrinfer_ffi::torch::{self as ft, TorchStream};
 use ferrinfer_launch::cudarc::driver::{CudaContext, CudaStream};
-use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role};
+use ferrinfer_launch::op::{DTypeRule, Domain, Extent, OpInfo, Role};
 use ferrinfer_launch::reference::{self, random_normal};
 use ferrinfer_launch::{DType, cuda_device_count};
 use tch::{Device, Kind, TchError, Tensor};
@@ -107,7 +107,9 @@ fn tensors(op: &OpInfo, kind: Kind, narrow: bool, seed: u64, device: Device) -> 
             let weight_kind = if arg.dtype == DTypeRule::SameOrF32 { Kind::Float } else { kind };
             match arg.extent {
                 Extent::Row => tensor(weight_kind, 1, HIDDEN, false, seed, device).0.view([HIDDEN]),
-                Extent::Rows if arg.nonnegative => tensor(kind, ROWS, HIDDEN, narrow, seed, device).0.abs_(),
+                Extent::Rows if arg.domain == Domain::Nonnegative => {
+                    tensor(kind, ROWS, HIDDEN, narrow, seed, device).0.abs_()
+                }
                 Extent::Rows => tensor(kind, ROWS, HIDDEN, narrow, seed, device).0,
                 Extent::DoubleRows => tensor(kind, ROWS, 2 * HIDDEN, narrow, seed, device).0,
                 // One value a row (attention states' scores, always f32).
@@ -118,6 +120,9 @@ fn tensors(op: &OpInfo, kind: Kind, narrow: bool, seed: u64, device: Device) -> 
                 }
                 Extent::StackedBatch => {
                     tensor(Kind::Float, ROWS * STACKED, 1, false, seed, device).0.reshape([ROWS, STACKED])
+                }
+                Extent::Heads | Extent::KvHeads | Extent::SegmentBounds | Extent::Segments => {
+                    unreachable!("rope's ops are tested on their own")
                 }
             }
         })
@@ -179,7 +184,9 @@ fn torch_gpu_every_op_on_a_cudarc_stream_and_the_default_stream() {
     // SAFETY: 0 is the legacy default stream of device 0 (PyTorch's default), always alive.
     let default_stream = unsafe { TorchStream::cuda(0, 0) }.unwrap();
     let streams = [("cudarc stream", TorchStream::Cuda(cudarc_stream)), ("default stream", default_stream)];
-    for (i, op) in ferrinfer_launch::ops().enumerate() {
+    // Rope's heads and positions are not made here yet: its adapter paths have tests of their
+    // own below (issue 14 tracks folding them in).
+    for (i, op) in ferrinfer_launch::ops().filter(|op| op.family != "rope").enumerate() {
         for (j, kind) in [Kind::Float, Kind::Half, Kind::BFloat16].into_iter().enumerate() {
             for narrow in [false, true] {
                 let seed = 10_000 * i as u64 + 1_000 * j as u64 + 100 * narrow as u64;

@@ -28,6 +28,7 @@ pub mod key;
 pub mod lock;
 pub mod norm;
 pub mod ptxas;
+pub mod rope;
 pub mod sampling;
 pub mod sass;
 pub mod sources;
@@ -72,7 +73,7 @@ impl Family {
 
 /// Every op family. Each kernel source file is a core file or belongs to one of these (a test
 /// checks it, so no file can change without changing the keys that depend on it).
-pub const FAMILIES: &[Family] = &[norm::FAMILY, activation::FAMILY, sampling::FAMILY, cascade::FAMILY];
+pub const FAMILIES: &[Family] = &[norm::FAMILY, activation::FAMILY, sampling::FAMILY, cascade::FAMILY, rope::FAMILY];
 
 /// Why a module could not be had.
 #[derive(Debug, thiserror::Error)]

@@ -23,6 +23,7 @@ pub mod element;
 pub mod math;
 pub mod norm;
 pub mod random;
+pub mod rope;
 pub mod sampling;
 pub mod vector;
 

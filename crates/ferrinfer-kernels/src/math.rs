@@ -218,3 +218,72 @@ pub fn erf(x: f32) -> f32 {
     }
     x * p * reciprocal(q)
 }
+
+/// `(sin a, cos a)` of an f32 angle, each within two ulp of the exact value for every |a| <
+/// 2^30 — an angle of a position times a frequency, which reaches 10^5 and beyond, where the
+/// GPU's `sin.approx` (FlashInfer's `__sincosf`) loses its accuracy. The angle is reduced by the
+/// nearest multiple `k` of π/2 in f64 (Cody–Waite, π/2 in three parts, the first two of 23
+/// significant bits so that `k` times either is exact for every `k < 2^30`), the remainder
+/// |r| ≤ π/4 rounded to f32 and given to Cephes' single-precision polynomials, the quadrant
+/// `k mod 4` (read from the rounding's bits: no conversion, no branch) choosing and signing
+/// them. On the GPU: nine f64 operations, eight FMAs.
+#[inline(always)]
+pub fn sin_cos(a: f32) -> (f32, f32) {
+    const FRAC_2_PI: f64 = core::f64::consts::FRAC_2_PI;
+    const PIO2_1: f64 = 1.570_796_251_296_997; // π/2 to 23 bits (0x1.921fb4p0)
+    const PIO2_2: f64 = 7.549_789_415_861_596e-8; // the next 23 bits (0x1.4442dp-24)
+    const PIO2_3: f64 = 5.390_302_858_158_119e-15; // π/2 − PIO2_1 − PIO2_2, rounded
+    // 1.5 · 2^52: adding it rounds to an integer kept in the low bits of the sum (|x| < 2^51).
+    const ROUNDER: f64 = 6_755_399_441_055_744.0;
+    let x = a as f64;
+    let rounded = x * FRAC_2_PI + ROUNDER;
+    let k = rounded - ROUNDER;
+    let r = (((x - k * PIO2_1) - k * PIO2_2) - k * PIO2_3) as f32;
+    let quadrant = rounded.to_bits() as u32 & 3;
+    let z = r * r;
+    // Cephes' sinf and cosf on [−π/4, π/4].
+    let s = mul_add(mul_add(mul_add(-1.951_529_6e-4, z, 8.332_161e-3), z, -1.666_665_5e-1), z * r, r);
+    let c = mul_add(mul_add(mul_add(mul_add(2.443_315_7e-5, z, -1.388_731_6e-3), z, 4.166_664_6e-2), z, -0.5), z, 1.0);
+    // a = k·π/2 + r: (sin, cos) a = (s, c), (c, −s), (−s, −c), (−c, s) for k mod 4 = 0, 1, 2, 3.
+    let odd = quadrant & 1 == 1;
+    let (sin, cos) = (choose(odd, c, s), choose(odd, s, c));
+    let negate = |v: f32, yes: bool| f32::from_bits(v.to_bits() ^ ((yes as u32) << 31));
+    let (sin, cos) = (negate(sin, quadrant & 2 != 0), negate(cos, (quadrant + 1) & 2 != 0));
+    if a.is_finite() { (sin, cos) } else { (f32::NAN, f32::NAN) }
+}
+
+/// 2^x in f64 for |x| ≤ 1000, relative error below 10^-13: x split into its nearest integer `n`
+/// and `f` (|f| ≤ 1/2), a degree-11 Taylor polynomial of e^(f ln 2), times 2^n built from its
+/// bits (results below 2^-1022 flush to 0). IEEE operations alone, as [`sin_cos`]: the host and
+/// the GPU agree bit for bit, and rounded to f32 it is the correctly rounded 2^x but within
+/// 10^-13 of a tie. Rope's frequencies are its only user.
+#[inline(always)]
+pub fn exp2_f64(x: f64) -> f64 {
+    const ROUNDER: f64 = 6_755_399_441_055_744.0;
+    let n = (x + ROUNDER) - ROUNDER;
+    let f = (x - n) * core::f64::consts::LN_2;
+    // e^f = Σ fᵏ/k!, Horner from k = 11 (1/k! as constants: no f64 division on the GPU).
+    const INVERSE_FACTORIALS: [f64; 12] = [
+        1.0,
+        1.0,
+        1.0 / 2.0,
+        1.0 / 6.0,
+        1.0 / 24.0,
+        1.0 / 120.0,
+        1.0 / 720.0,
+        1.0 / 5_040.0,
+        1.0 / 40_320.0,
+        1.0 / 362_880.0,
+        1.0 / 3_628_800.0,
+        1.0 / 39_916_800.0,
+    ];
+    let mut p = INVERSE_FACTORIALS[11];
+    for c in INVERSE_FACTORIALS[..11].iter().rev() {
+        p = p * f + c;
+    }
+    let n = n as i64;
+    if n < -1022 {
+        return 0.0;
+    }
+    p * f64::from_bits(((n + 1023) as u64) << 52)
+}

@@ -129,3 +129,39 @@ fn log2_is_close_to_f64_over_the_whole_range() {
     assert_eq!(log2(f32::INFINITY), f32::INFINITY);
     assert!(log2(-1.0).is_nan() && log2(f32::NAN).is_nan());
 }
+
+/// Within two ulp of f64's sin and cos (of the same f32 angle) for every angle below 2^30 (rope's
+/// positions to 2^30 at frequencies up to 1).
+#[test]
+fn sin_cos_is_within_two_ulp_of_f64_for_every_rope_angle() {
+    use ferrinfer_kernels::math::sin_cos;
+    let ulp = |v: f32| (f32::from_bits(v.abs().to_bits() + 1) - v.abs()) as f64;
+    let mut worst = 0.0f64;
+    for a in sampled_f32().filter(|a| a.is_finite() && a.abs() < (1u32 << 30) as f32) {
+        let (s, c) = sin_cos(a);
+        let (want_s, want_c) = ((a as f64).sin(), (a as f64).cos());
+        for (got, want) in [(s, want_s), (c, want_c)] {
+            let off = (got as f64 - want).abs() / ulp(want as f32).max(f32::MIN_POSITIVE as f64);
+            worst = worst.max(off);
+            assert!(off <= 2.0, "sin_cos({a:e}): {got:e}, want {want:e} ({off} ulp)");
+        }
+    }
+    assert!(worst > 0.0, "compared something");
+    assert_eq!(sin_cos(0.0), (0.0, 1.0));
+    let (s, c) = sin_cos(f32::NAN);
+    assert!(s.is_nan() && c.is_nan());
+}
+
+/// Within 10^-13 of f64's `exp2` over the exponents rope's frequencies use, exact at integers.
+#[test]
+fn exp2_f64_is_within_1e13_of_std() {
+    use ferrinfer_kernels::math::exp2_f64;
+    let mut x = -60.0;
+    while x <= 60.0 {
+        let (got, want) = (exp2_f64(x), x.exp2());
+        assert!((got - want).abs() <= 1e-13 * want, "exp2_f64({x}) = {got:e}, want {want:e}");
+        x += 0.000_731;
+    }
+    assert_eq!(exp2_f64(0.0), 1.0);
+    assert_eq!(exp2_f64(-3.0), 0.125);
+}

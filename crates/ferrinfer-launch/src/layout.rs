@@ -165,6 +165,33 @@ pub(crate) fn overlaps(a: &TensorView, b: &TensorView) -> bool {
     a.device() == b.device() && a.numel() > 0 && b.numel() > 0 && a0 < b1 && b0 < a1
 }
 
+/// Every element of a view written by a kernel at an address of its own: its dimensions of more
+/// than one element, taken by stride, each step past everything the smaller ones span (a stride
+/// of 0, or heads laid over each other, would have two threads write one element).
+pub(crate) fn check_distinct_elements(argument: &'static str, view: &TensorView) -> Result<(), Error> {
+    let mut dims: Vec<(u64, u64)> = view
+        .shape()
+        .iter()
+        .zip(view.strides())
+        .filter(|&(&size, _)| size > 1)
+        .map(|(&size, &stride)| (size as u64, stride.max(0) as u64))
+        .collect();
+    dims.sort_by_key(|&(_, stride)| stride);
+    let mut span = 1u64;
+    for (size, stride) in dims {
+        if stride < span {
+            let reason = format!(
+                "strides {:?} over shape {:?} make elements share memory; a written tensor needs an address an element",
+                view.strides(),
+                view.shape()
+            );
+            return Err(Error::UnsupportedLayout { argument, reason });
+        }
+        span = span.saturating_add((size - 1).saturating_mul(stride));
+    }
+    Ok(())
+}
+
 /// The identical view: same device, address, dtype, shape and strides.
 pub(crate) fn same_view(a: &TensorView, b: &TensorView) -> bool {
     (a.device(), a.address(), a.dtype(), a.shape(), a.strides())
@@ -284,6 +311,17 @@ mod tests {
         assert_eq!(vector_width(DType::Bf16, 4096, &[4100], &[0]), 4, "row stride");
         assert_eq!(vector_width(DType::Bf16, 4096, &[4096], &[2]), 1, "address");
         assert_eq!(vector_width(DType::Bf16, 4096, &[4096], &[8]), 4, "address");
+    }
+
+    #[test]
+    fn written_elements_must_not_share_memory() {
+        assert!(check_distinct_elements("o", &view(&[4, 2, 8], &[16, 8, 1])).is_ok());
+        assert!(check_distinct_elements("o", &view(&[4, 2, 8], &[40, 8, 1])).is_ok(), "padded heads");
+        assert!(check_distinct_elements("o", &view(&[4, 1, 8], &[8, 0, 1])).is_ok(), "one head: its stride unused");
+        assert!(check_distinct_elements("o", &view(&[4, 2, 8], &[16, 0, 1])).is_err(), "stride 0");
+        assert!(check_distinct_elements("o", &view(&[4, 2, 8], &[16, 4, 1])).is_err(), "heads overlap");
+        assert!(check_distinct_elements("o", &view(&[4, 2, 8], &[8, 8, 1])).is_err(), "tokens overlap");
+        assert!(check_distinct_elements("o", &view(&[2, 8], &[1, 2])).is_ok(), "interleaved, disjoint");
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //!
 //! Shared files (`op`, `cuda`, `cpu`, `layout`, `tensor`, `tuning`, `error`, `logging`, `reference`)
 //! know no op family; each family's vocabulary stays in its own file (`norm.rs`, `activation.rs`,
-//! `sampling.rs`, `cascade.rs`).
+//! `sampling.rs`, `cascade.rs`, `rope.rs`).
 //!
 //! This crate never names a framework (candle, torch, Python live in `ferrinfer-ffi`, above it),
 //! and nothing needs CUDA installed to build it: without a driver
@@ -32,6 +32,7 @@ pub mod logging;
 pub mod norm;
 pub mod op;
 pub mod reference;
+pub mod rope;
 pub mod sampling;
 mod tensor;
 mod tuning;
@@ -43,6 +44,10 @@ pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
 pub use norm::{fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm};
 pub use op::{OpInfo, PerRow};
+pub use rope::{
+    apply_llama31_rope, apply_llama31_rope_inplace, apply_llama31_rope_pos_ids, apply_llama31_rope_pos_ids_inplace,
+    apply_rope, apply_rope_inplace, apply_rope_pos_ids, apply_rope_pos_ids_inplace,
+};
 pub use sampling::{
     min_p_sampling_from_probs, sampling_from_probs, softmax, top_k_mask_logits, top_k_renorm_probs,
     top_k_sampling_from_probs, top_k_top_p_sampling_from_logits, top_k_top_p_sampling_from_probs, top_p_renorm_probs,
@@ -55,7 +60,7 @@ pub use {cudarc, half};
 
 /// Every op of every family, family by family in table order: one line per family.
 pub fn ops() -> impl Iterator<Item = &'static OpInfo> {
-    norm::OPS.iter().chain(activation::OPS).chain(sampling::OPS).chain(cascade::OPS).copied()
+    norm::OPS.iter().chain(activation::OPS).chain(sampling::OPS).chain(cascade::OPS).chain(rope::OPS).copied()
 }
 
 /// The op FlashInfer calls `name`.

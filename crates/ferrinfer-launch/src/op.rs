@@ -44,7 +44,25 @@ pub enum Extent {
     Stacked,
     /// `[T, S]`: one value for each of `Stacked`'s rows (their scores; `[seq, S, heads…]`).
     StackedBatch,
+    /// `[T, QH, H]`: [`QUERY_HEADS`] heads of `H` a row (rope's queries; calls take any number).
+    Heads,
+    /// `[T, KH, H]`: [`KV_HEADS`] heads of `H` a row (rope's keys, fewer than the queries').
+    KvHeads,
+    /// `[S + 1]`: where each of [`SEGMENTS`] segments of the rows starts, and the last ends
+    /// (FlashInfer's ragged `indptr`; calls take any number of segments).
+    SegmentBounds,
+    /// `[S]`: one value a segment (rope's `offsets`).
+    Segments,
 }
+
+/// The segments of [`Extent::SegmentBounds`] in the problems the benchmark and the tests make
+/// (their rows split at random, empty segments included).
+pub const SEGMENTS: usize = 3;
+
+/// The heads of [`Extent::Heads`] and [`Extent::KvHeads`] in the problems the benchmark and the
+/// tests make: a grouped-query layer's 32 query heads and 8 key heads.
+pub const QUERY_HEADS: usize = 32;
+pub const KV_HEADS: usize = 8;
 
 /// The `S` of [`Extent::Stacked`] in the problems the benchmark and the tests make (and their
 /// references assume); calls take any number.
@@ -60,14 +78,23 @@ impl Extent {
             Extent::Batch => vec![rows],
             Extent::Stacked => vec![rows, STACKED_STATES, hidden],
             Extent::StackedBatch => vec![rows, STACKED_STATES],
+            Extent::Heads => vec![rows, QUERY_HEADS, hidden],
+            Extent::KvHeads => vec![rows, KV_HEADS, hidden],
+            Extent::SegmentBounds => vec![SEGMENTS + 1],
+            Extent::Segments => vec![SEGMENTS],
         }
     }
 
-    /// The shape of a new output of this extent, made for a call whose first tensor (of extent
-    /// `first`) has shape `first_shape`: that tensor's row dimensions (its states dimension
-    /// dropped) and, for a row output, the row length. What adapters allocate when the caller
-    /// passes no output; the op's own checks judge the shapes it is then given.
-    pub fn output_shape(self, first: Extent, first_shape: &[i64]) -> Vec<i64> {
+    /// The shape of a new output of this extent, made for a call whose inputs (`(extent,
+    /// shape)` each, in argument order) are `inputs`: the shape of the first input of the same
+    /// extent (rope's `k_rope` like `k`), else from the first tensor's — its row dimensions (its
+    /// states dimension dropped) and, for a row output, the row length. What adapters allocate
+    /// when the caller passes no output; the op's own checks judge the shapes it is then given.
+    pub fn output_shape(self, inputs: &[(Extent, &[i64])]) -> Vec<i64> {
+        if let Some((_, shape)) = inputs.iter().find(|(extent, _)| *extent == self) {
+            return shape.to_vec();
+        }
+        let Some(&(first, first_shape)) = inputs.first() else { return Vec::new() };
         let mut leading = first_shape.to_vec();
         let last = match first {
             Extent::Batch | Extent::StackedBatch => None,
@@ -98,6 +125,9 @@ pub enum DTypeRule {
     F32,
     /// i32 whatever the first tensor's (sampled tokens).
     I32,
+    /// int32 or int64 whatever the first tensor's (rope's positions); int64 where the call
+    /// takes the wider type (`wide`).
+    Index,
 }
 
 impl DTypeRule {
@@ -110,8 +140,29 @@ impl DTypeRule {
             DTypeRule::SameOrF32 => first,
             DTypeRule::F32 => DType::F32,
             DTypeRule::I32 => DType::I32,
+            DTypeRule::Index if wide => DType::I64,
+            DTypeRule::Index => DType::I32,
         }
     }
+
+    /// Whether the rule has a wider alternative (`SameOrF32`'s f32 weights, `Index`'s int64),
+    /// which the tests run too.
+    pub fn has_wide(self) -> bool {
+        matches!(self, DTypeRule::SameOrF32 | DTypeRule::Index)
+    }
+}
+
+/// What values an input holds by the op's meaning, which the tests and the benchmark draw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Domain {
+    /// Any value: `N(0, 1)`.
+    Any,
+    /// ≥ 0 (probabilities): `|N(0, 1)|`.
+    Nonnegative,
+    /// Token positions (integers ≥ 0).
+    Positions,
+    /// Segment bounds of the problem's rows: from 0 up to the row count, never down.
+    SegmentBounds,
 }
 
 /// One tensor argument of an op.
@@ -124,20 +175,36 @@ pub struct TensorArg {
     pub role: Role,
     pub extent: Extent,
     pub dtype: DTypeRule,
-    /// An input whose values are ≥ 0 by the op's meaning (probabilities): the tests and the
-    /// benchmark draw `|N(0, 1)|` for it.
-    pub nonnegative: bool,
+    pub domain: Domain,
 }
 
-/// One scalar argument: f32 (`eps`, `temperature`) or an integer (`top_k`; `seed`, a `u64` the
-/// family takes below 2^53, where an f64 holds it exactly), with FlashInfer's default where it
-/// has one.
+/// A scalar's type in the typed API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScalarKind {
+    F32,
+    I32,
+    /// A `u64` the family takes below 2^53, where an f64 holds it exactly (`seed`).
+    U64,
+    /// 0 or 1 in the registry (`interleave`).
+    Bool,
+    /// `Option<i32>`: NaN in the registry for `None` (rope's `rotary_dim`, None meaning all).
+    OptionalI32,
+}
+
+impl ScalarKind {
+    /// Whether a value must be whole.
+    pub fn integer(self) -> bool {
+        matches!(self, ScalarKind::I32 | ScalarKind::U64 | ScalarKind::OptionalI32)
+    }
+}
+
+/// One scalar argument: f32 (`eps`, `temperature`), an integer (`top_k`, `seed`), a bool or an
+/// optional integer, with FlashInfer's default where it has one.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ScalarArg {
     pub name: &'static str,
-    /// An integer (`i32` in the typed API): a call's value must be whole.
-    pub integer: bool,
-    /// `None`: the caller must give it.
+    pub kind: ScalarKind,
+    /// `None`: the caller must give it. An optional scalar's default is NaN (`None`).
     pub default: Option<f64>,
     /// The default, or for a required scalar a typical value: what the benchmark and the tests
     /// that walk every op pass.
@@ -212,6 +279,19 @@ impl ScalarValue for i32 {
 impl ScalarValue for u64 {
     fn to_f64(self) -> f64 {
         self as f64
+    }
+}
+
+impl ScalarValue for bool {
+    fn to_f64(self) -> f64 {
+        if self { 1.0 } else { 0.0 }
+    }
+}
+
+/// `None` is NaN.
+impl ScalarValue for Option<i32> {
+    fn to_f64(self) -> f64 {
+        self.map_or(f64::NAN, f64::from)
     }
 }
 
@@ -318,11 +398,13 @@ impl OpInfo {
         let call = Call { op: self, tensors, scalars, per_row, stream };
         logging::begin(&call);
         // Every tensor argument is floating point but those a table makes `as i32` (sampled
-        // tokens), which must be; other integer tensors come only as per-row scalars, which
-        // their family checks. So no family dispatches on an integer.
+        // tokens) or `as index` (positions), which must be integers; other integer tensors come
+        // only as per-row scalars, which their family checks. So no family dispatches on an
+        // integer but by its index type.
         for (arg, view) in self.tensors.iter().zip(tensors) {
             let (ok, expected) = match arg.dtype {
                 DTypeRule::I32 => (view.dtype() == DType::I32, "int32"),
+                DTypeRule::Index => (matches!(view.dtype(), DType::I32 | DType::I64), "int32 or int64"),
                 _ => (view.dtype().is_float(), "f16, bf16 or f32"),
             };
             if !ok {
@@ -430,62 +512,100 @@ macro_rules! __dtype_rule {
     (as i32) => {
         $crate::op::DTypeRule::I32
     };
+    (as index) => {
+        $crate::op::DTypeRule::Index
+    };
 }
 
-/// Whether an input is marked `nonnegative` (`[Rows, nonnegative]`).
+/// An input's domain: `[Rows, nonnegative]`, `[Batch as index, positions]`,
+/// `[SegmentBounds as index, segment_bounds]`, else any value.
 #[doc(hidden)]
 #[macro_export]
-macro_rules! __nonnegative {
+macro_rules! __domain {
     () => {
-        false
+        $crate::op::Domain::Any
     };
     (nonnegative) => {
-        true
+        $crate::op::Domain::Nonnegative
+    };
+    (positions) => {
+        $crate::op::Domain::Positions
+    };
+    (segment_bounds) => {
+        $crate::op::Domain::SegmentBounds
     };
 }
 
-/// `Some(default)` or `None` (a required scalar).
+/// `Some(default)` or `None` (a required scalar); an optional one's default is None (NaN).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scalar_default {
-    () => {
+    (Option<$inner:ident>;) => {
+        Some(f64::NAN)
+    };
+    ($kind:tt;) => {
         None
     };
-    ($default:literal) => {
-        Some($default as f64)
+    ($kind:tt; $default:tt) => {
+        Some($crate::__literal_f64!($default))
     };
 }
 
-/// A scalar's example: its `(example V)`, else its default.
+/// A table's literal as the registry's f64 (in a `static`: no trait call); `true` is 1.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __literal_f64 {
+    (true) => {
+        1.0
+    };
+    (false) => {
+        0.0
+    };
+    ($value:literal) => {
+        $value as f64
+    };
+}
+
+/// A scalar's example: its `(example V)`, else its default (an optional one's: None, NaN).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scalar_example {
-    ($($default:literal)?; $example:literal) => {
-        $example as f64
+    ($kind:tt $(<$inner:ident>)?; [$($default:tt)?]; [$example:literal]) => {
+        $crate::__literal_f64!($example)
     };
-    ($default:literal;) => {
-        $default as f64
+    ($kind:tt $(<$inner:ident>)?; [$default:tt]; []) => {
+        $crate::__literal_f64!($default)
     };
-    (;) => {
+    (Option<$inner:ident>; []; []) => {
+        f64::NAN
+    };
+    ($kind:tt; []; []) => {
         compile_error!("a scalar without a default needs `(example VALUE)`")
     };
 }
 
-/// Whether a scalar's type (`f32`, `i32`, `u64`, or `[f32]`: per row) is an integer.
+/// A scalar's [`ScalarKind`](crate::op::ScalarKind): `f32`, `i32`, `u64`, `bool`, `Option<i32>`,
+/// or per row (`[f32]`, `[i32]`, `[u64]`) of the kind inside.
 #[doc(hidden)]
 #[macro_export]
-macro_rules! __scalar_integer {
+macro_rules! __scalar_kind {
     (f32) => {
-        false
+        $crate::op::ScalarKind::F32
     };
     (i32) => {
-        true
+        $crate::op::ScalarKind::I32
     };
     (u64) => {
-        true
+        $crate::op::ScalarKind::U64
+    };
+    (bool) => {
+        $crate::op::ScalarKind::Bool
+    };
+    (Option<i32>) => {
+        $crate::op::ScalarKind::OptionalI32
     };
     ([$kind:tt]) => {
-        $crate::__scalar_integer!($kind)
+        $crate::__scalar_kind!($kind)
     };
 }
 
@@ -493,20 +613,21 @@ macro_rules! __scalar_integer {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scalar_per_row {
-    ($kind:ident) => {
-        false
-    };
     ([$kind:tt]) => {
         true
     };
+    ($($kind:tt)+) => {
+        false
+    };
 }
 
-/// The typed API's parameter type of a scalar: `f32`, `i32`, or `impl Into<PerRow<f32>>`.
+/// The typed API's parameter type of a scalar: its type, or for a per-row one
+/// `impl Into<PerRow<f32>>`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scalar_param {
-    ($kind:ident, $life:lifetime) => { $kind };
     ([$kind:tt], $life:lifetime) => { impl Into<$crate::PerRow<$life, $kind>> };
+    ($kind:ident $(<$inner:ident>)?, $life:lifetime) => { $kind $(<$inner>)? };
 }
 
 /// A scalar's value type, whether or not it may be per row (what adapters that take one value
@@ -514,11 +635,11 @@ macro_rules! __scalar_param {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scalar_value {
-    ($kind:ident) => {
-        $kind
-    };
     ([$kind:tt]) => {
         $kind
+    };
+    ($kind:ident $(<$inner:ident>)?) => {
+        $kind $(<$inner>)?
     };
 }
 
@@ -526,11 +647,11 @@ macro_rules! __scalar_value {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scalar_split {
-    ($kind:ident, $value:expr) => {
-        ($value as f64, None)
-    };
     ([$kind:tt], $value:expr) => {
         $crate::PerRow::<'_, $kind>::split($value.into())
+    };
+    ($kind:ident $(<$inner:ident>)?, $value:expr) => {
+        ($crate::op::ScalarValue::to_f64($value), None)
     };
 }
 
@@ -538,13 +659,15 @@ macro_rules! __scalar_split {
 /// A family invokes it once: `crate::norm_ops!(crate::define_ops);`.
 ///
 /// The table's grammar, one line per op (what every consumer of a table matches):
-/// `fn NAME(INPUT: In|InOut [Extent (| f32 | as f32)? (, nonnegative)?], …) (-> OUTPUT: Out [Extent (as f32|i32)?], …)? (;
-/// SCALAR: f32|i32|u64|[f32]|[i32]|[u64] (= DEFAULT)? ((example VALUE))?, …)? => SELECTOR, reference PATH;` with doc
+/// `fn NAME(INPUT: In|InOut [Extent (| f32 | as f32|index)? (, nonnegative|positions|segment_bounds)?], …) (-> OUTPUT: Out [Extent (as f32|i32)?], …)? (;
+/// SCALAR: f32|i32|u64|bool|Option<i32>|[f32]|[i32]|[u64] (= DEFAULT)? ((example VALUE))?, …)? => SELECTOR, reference PATH;` with doc
 /// comments before it. `/ alias` after an argument's name gives FlashInfer's Python name when it
 /// differs; `| f32` lets an input be f32 whatever the first tensor's dtype, `as f32` (`as i32`)
-/// makes an input f32 or an output f32 (int32) always (attention states' scores), `nonnegative` marks an input of probabilities. `[f32]` makes a scalar per
+/// makes an input f32 or an output f32 (int32) always (attention states' scores), `as index` an input int32 or int64 (positions),
+/// `nonnegative` marks an input of probabilities, `positions` one of token positions, `segment_bounds` an `indptr`. `[f32]` makes a scalar per
 /// row: one value, or a `[rows]` tensor ([`PerRow`]). A scalar without a default is required and needs an example (see
-/// [`ScalarArg::example`]); required scalars come before the others.
+/// [`ScalarArg::example`]), but for an `Option<i32>`, which defaults to None; required scalars come before the others.
+/// An output takes the shape of the first input of its extent (see [`Extent::output_shape`]).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! define_ops {
@@ -554,7 +677,7 @@ macro_rules! define_ops {
             $(#[doc = $doc:literal])*
             fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(as $input_fixed:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : $kind:tt $(= $default:literal)? $((example $example:literal))?),+)?
+                $(; $($scalar:ident : $kind:tt $(<$inner:ident>)? $(= $default:tt)? $((example $example:literal))?),+)?
                 => $op:expr, reference $reference:path;
         )+
     ) => {
@@ -565,10 +688,10 @@ macro_rules! define_ops {
             pub fn $name<'p>(
                 $($tensor: $crate::__tensor_param!($role),)+
                 $($($out: &mut $crate::TensorView<'_>,)+)?
-                $($($scalar: $crate::__scalar_param!($kind, 'p),)+)?
+                $($($scalar: $crate::__scalar_param!($kind $(<$inner>)?, 'p),)+)?
                 stream: $crate::Stream<'_>,
             ) -> Result<(), $crate::Error> {
-                let (values, per_row) = $crate::op::split_scalars([$($($crate::__scalar_split!($kind, $scalar)),+)?]);
+                let (values, per_row) = $crate::op::split_scalars([$($($crate::__scalar_split!($kind $(<$inner>)?, $scalar)),+)?]);
                 $name::INFO.call_per_row(&[$(&*$tensor,)+ $($(&*$out,)+)?], &values, &per_row, stream)
             }
 
@@ -588,7 +711,7 @@ macro_rules! define_ops {
                             role: $crate::op::Role::$role,
                             extent: $crate::op::Extent::$extent,
                             dtype: $crate::__dtype_rule!($(| $wide)? $(as $input_fixed)?),
-                            nonnegative: $crate::__nonnegative!($($domain)?),
+                            domain: $crate::__domain!($($domain)?),
                         },)+
                         $($($crate::op::TensorArg {
                             name: stringify!($out),
@@ -596,15 +719,15 @@ macro_rules! define_ops {
                             role: $crate::op::Role::Out,
                             extent: $crate::op::Extent::$out_extent,
                             dtype: $crate::__dtype_rule!($(as $fixed)?),
-                            nonnegative: false,
+                            domain: $crate::op::Domain::Any,
                         },)+)?
                     ],
                     scalars: &[$($($crate::op::ScalarArg {
                         name: stringify!($scalar),
-                        integer: $crate::__scalar_integer!($kind),
-                        default: $crate::__scalar_default!($($default)?),
-                        example: $crate::__scalar_example!($($default)?; $($example)?),
-                        per_row: $crate::__scalar_per_row!($kind),
+                        kind: $crate::__scalar_kind!($kind $(<$inner>)?),
+                        default: $crate::__scalar_default!($kind $(<$inner>)?; $($default)?),
+                        example: $crate::__scalar_example!($kind $(<$inner>)?; [$($default)?]; [$($example)?]),
+                        per_row: $crate::__scalar_per_row!($kind $(<$inner>)?),
                     }),+)?],
                     run: |call| $crate::op::FamilyOp::run(&$op, call),
                     reference: $reference,
@@ -624,7 +747,7 @@ mod tests {
 
     #[test]
     fn outputs_keep_the_first_tensors_rows_and_drop_its_states() {
-        let out = |extent: Extent, first, shape: &[i64]| extent.output_shape(first, shape);
+        let out = |extent: Extent, first, shape: &[i64]| extent.output_shape(&[(first, shape)]);
         assert_eq!(out(Extent::Rows, Extent::Rows, &[2, 3, 8]), [2, 3, 8]);
         assert_eq!(out(Extent::Rows, Extent::DoubleRows, &[5, 16]), [5, 8], "a gated activation's output");
         assert_eq!(out(Extent::Batch, Extent::Rows, &[2, 3, 8]), [2, 3], "a score or token a row");
@@ -633,11 +756,15 @@ mod tests {
         assert_eq!(out(Extent::Batch, Extent::StackedBatch, &[7, 4]), [7]);
         assert_eq!(out(Extent::Rows, Extent::Stacked, &[4, 128]), [4, 128], "too few dimensions: left to the op");
         assert_eq!(Extent::Stacked.shape(5, 64), [5, crate::op::STACKED_STATES, 64]);
+        let (q, k): (&[i64], &[i64]) = (&[7, 32, 128], &[7, 8, 128]);
+        let inputs = [(Extent::Heads, q), (Extent::KvHeads, k), (Extent::Batch, &[7][..])];
+        assert_eq!(Extent::KvHeads.output_shape(&inputs), k, "rope's k_rope: like k, not like q");
+        assert_eq!(Extent::Heads.output_shape(&inputs), q);
     }
 
-    /// No op computes in integers: an int32 tensor anywhere but a tokens output (or a float
-    /// one there) is refused, naming the argument, before any family runs (so none dispatches
-    /// on it).
+    /// No op computes in integers: an int32 tensor anywhere but a tokens output or positions
+    /// (or a float one there) is refused, naming the argument, before any family runs (so none
+    /// dispatches on it).
     #[test]
     fn every_op_refuses_an_integer_tensor_by_name() {
         for op in crate::ops() {
@@ -648,9 +775,11 @@ mod tests {
                     .iter_mut()
                     .enumerate()
                     .map(|(i, buffer)| {
-                        // The wrong dtype for argument `integer`, the right one elsewhere.
-                        let int32 = op.tensors[i].dtype == crate::op::DTypeRule::I32;
-                        let dtype = if (i == integer) != int32 { DType::I32 } else { DType::F32 };
+                        // The wrong dtype for argument `integer`, the right one elsewhere (an
+                        // integer argument's wrong one is a float).
+                        let int =
+                            matches!(op.tensors[i].dtype, crate::op::DTypeRule::I32 | crate::op::DTypeRule::Index);
+                        let dtype = if (i == integer) != int { DType::I32 } else { DType::F32 };
                         let shape = [rows as i64, width as i64];
                         // SAFETY: each buffer holds twice the elements the view addresses.
                         unsafe {

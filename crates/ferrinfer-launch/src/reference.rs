@@ -6,7 +6,7 @@
 use ferrinfer_kernels::element::DType;
 
 use crate::HostElement;
-use crate::op::{OpInfo, Problem, Role, TensorArg};
+use crate::op::{Domain, OpInfo, Problem, Role, TensorArg};
 
 /// How far a result is from its reference.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -94,14 +94,37 @@ pub fn to_f64<T: HostElement>(values: &[T]) -> Vec<f64> {
 /// Values per independently seeded chunk of [`random_normal`].
 const RANDOM_CHUNK: usize = 1 << 20;
 
-/// Seeded input values for argument `arg` of an op: [`random_normal`], made `|x|` for an input
-/// the op reads as probabilities ([`TensorArg::nonnegative`]).
-pub fn random_input<T: HostElement>(arg: &TensorArg, len: usize, seed: u64) -> Vec<T> {
-    let values = random_normal::<T>(len, seed);
-    if !arg.nonnegative {
-        return values;
+/// Positions drawn for an input of token positions: below 2^17, far past where an f32 angle
+/// keeps its fraction's first digits (and FlashInfer's `__sincosf` its accuracy).
+pub const MAX_POSITION: f64 = (1 << 17) as f64;
+
+/// Seeded input values for argument `arg` of an op of `rows` rows ([`TensorArg::domain`]):
+/// [`random_normal`], made `|x|` for an input the op reads as probabilities, whole positions in
+/// `[0, MAX_POSITION)` spread as `|x| · MAX_POSITION / 4`, or segment bounds — 0, then the rows
+/// cut at random points in order (some segments may be empty), then `rows`.
+pub fn random_input<T: HostElement>(arg: &TensorArg, len: usize, rows: usize, seed: u64) -> Vec<T> {
+    let normal = || random_normal::<f32>(len, seed).into_iter().map(f64::from);
+    match arg.domain {
+        Domain::Any => random_normal::<T>(len, seed),
+        Domain::Nonnegative => {
+            random_normal::<T>(len, seed).into_iter().map(|v| T::from_f64(v.to_f64().abs())).collect()
+        }
+        Domain::Positions => {
+            normal().map(|v| T::from_f64((v.abs() * MAX_POSITION / 4.0).floor().min(MAX_POSITION - 1.0))).collect()
+        }
+        Domain::SegmentBounds => {
+            let mut cuts: Vec<f64> =
+                normal().map(|v| (rows as f64 * (0.5 + v.clamp(-2.0, 2.0) / 4.0)).floor()).collect();
+            cuts.sort_by(f64::total_cmp);
+            let last = cuts.len().saturating_sub(1);
+            let bound = |(i, cut): (usize, &f64)| match i {
+                0 => 0.0,
+                i if i == last => rows as f64,
+                _ => *cut,
+            };
+            cuts.iter().enumerate().map(|c| T::from_f64(bound(c))).collect()
+        }
     }
-    values.into_iter().map(|v| T::from_f64(v.to_f64().abs())).collect()
 }
 
 /// `len` standard-normal values of type `T` from `seed`: fresh per seed, reproducible, never all

@@ -12,13 +12,13 @@ import sys
 import torch
 
 import ferrinfer
-from ops import CASCADE_HEADS, flashinfer_cascade, flashinfer_ops, fused_add, rms
+from ops import CASCADE_HEADS, flashinfer_module, flashinfer_ops, fused_add, rms
 
 EPS = 1e-6
 
 
 def cascade_calls(op, T, H, dtype):
-    fi = flashinfer_cascade()
+    fi = flashinfer_module("cascade")
     seq = T // CASCADE_HEADS
     v_a, v_b = (torch.randn(seq, CASCADE_HEADS, H, device="cuda", dtype=dtype) for _ in range(2))
     s_a, s_b = (torch.randn(seq, CASCADE_HEADS, device="cuda") * 4 for _ in range(2))

@@ -18,7 +18,10 @@ of 1, 64, 256; `H` is the vocabulary, `T` the batch; FlashInfer's sampling funct
 tensor — softmax's logits converted to f32 first —, as its API does; the renorms' and sampling
 ops' input is a softmax's probabilities in the run's dtype), and `cascade` (merge_state,
 merge_state_in_place: two attention states of 32 heads × head_dim 128 over seq ∈ {1, 128, 2048,
-16384}, values in the run's dtype, f32 scores; `T` is seq · 32 rows, `H` the head_dim).
+16384}, values in the run's dtype, f32 scores; `T` is seq · 32 rows, `H` the head_dim), and `rope`
+(apply_rope_pos_ids and its in-place form, and apply_rope over a ragged batch of requests of 128
+tokens — one request below 128 —: q of 32 heads and k of 8, head_dim 128, int32 positions,
+NeoX pairs, over tokens ∈ {1, 128, 2048, 16384}; `T` is the tokens, `H` the head_dim).
 `--eager` instead times the host path: the wall time per call of 2000 back-to-back calls outside
 any graph (T = 1), what eager PyTorch pays per op.
 
@@ -29,6 +32,7 @@ Usage (GPU machine, wheel installed; FlashInfer optional — see docs/perf/READM
     python3 crates/ferrinfer-py/bench/ops.py --family norm --dtype bfloat16 --out norm-py.csv
 """
 import argparse
+import importlib
 import os
 import statistics
 import sys
@@ -49,11 +53,23 @@ ACTIVATION_GRID = [(D, T) for D in (4096, 11008, 14336) for T in (1, 16, 128, 10
 SAMPLING_GRID = [(V, B) for V in (32000, 128256) for B in (1, 64, 256)]
 CASCADE_HEADS = 32
 CASCADE_GRID = [(128, seq * CASCADE_HEADS) for seq in (1, 128, 2048, 16384)]
+ROPE_Q_HEADS, ROPE_K_HEADS = 32, 8
+ROPE_GRID = [(128, T) for T in (1, 128, 2048, 16384)]
 TEMPERATURE = 0.7
 TOP_K = 50
 TOP_P = 0.9
 MIN_P = 0.1
 SEED = 7
+
+
+def flashinfer_module(name):
+    """FlashInfer 0.7.2's module `name` (`sampling`, `cascade`, `rope`: CUDA, built by the GPU
+    machine's nvcc at first use); None where unavailable, saying why."""
+    try:
+        return importlib.import_module(f"flashinfer.{name}")
+    except Exception as error:
+        print(f"# flashinfer {name} unavailable: {error!r}", file=sys.stderr)
+        return None
 
 
 def graph_us(fn, n=50, reps=15):
@@ -225,17 +241,6 @@ def merge_state_torch(v_a, s_a, v_b, s_b):
     return v.to(v_a.dtype), torch.log2(total) + m
 
 
-def flashinfer_cascade():
-    """FlashInfer 0.7.2's cascade module (built by the GPU machine's nvcc at first use); None
-    where unavailable."""
-    try:
-        import flashinfer.cascade as cascade
-        return cascade
-    except Exception as error:
-        print(f"# flashinfer cascade unavailable: {error!r}", file=sys.stderr)
-        return None
-
-
 def cascade_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
     size = torch.tensor([], dtype=dtype).element_size()
     compiled = torch.compile(merge_state_torch)
@@ -263,15 +268,70 @@ def cascade_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
         del v_a, v_b, s_a, s_b
 
 
-def flashinfer_sampling():
-    """FlashInfer 0.7.2's sampling module (CUDA, built by the GPU machine's nvcc at first use);
-    None where unavailable."""
-    try:
-        import flashinfer.sampling as sampling
-        return sampling
-    except Exception as error:
-        print(f"# flashinfer sampling unavailable: {error!r}", file=sys.stderr)
-        return None
+def rope_torch(q, k, pos_ids, theta=1e4):
+    """NeoX rope in torch, f32 math: pair (i, i + D/2) turned by pos · theta^(−2i/D)."""
+    half = q.shape[-1] // 2
+    inv_freq = theta ** (-torch.arange(0, half, device=q.device, dtype=torch.float32) * 2 / q.shape[-1])
+    angles = pos_ids.float()[:, None] * inv_freq[None, :]
+    cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
+
+    def turn(x):
+        x1, x2 = x[..., :half].float(), x[..., half:].float()
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+    return turn(q), turn(k)
+
+
+def rope_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
+    size = torch.tensor([], dtype=dtype).element_size()
+    compiled = torch.compile(rope_torch)
+    for D, T in grid:
+        q = torch.randn(T, ROPE_Q_HEADS, D, device="cuda", dtype=dtype)
+        k = torch.randn(T, ROPE_K_HEADS, D, device="cuda", dtype=dtype)
+        pos = torch.randint(0, 32768, (T,), device="cuda", dtype=torch.int32)
+        q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+        nbytes = 2 * (q.numel() + k.numel()) * size + 4 * T
+        if "apply_rope_pos_ids" in ops:
+            op = "apply_rope_pos_ids"
+            record(op, T, D, nbytes, "torch_eager" + impl_suffix, time_fn(lambda: rope_torch(q, k, pos)))
+            compiled(q, k, pos)
+            record(op, T, D, nbytes, "torch_compile" + impl_suffix, time_fn(lambda: compiled(q, k, pos)))
+            if fi:
+                try:
+                    fi.apply_rope_pos_ids(q, k, pos)
+                    record(op, T, D, nbytes, "flashinfer" + impl_suffix, time_fn(lambda: fi.apply_rope_pos_ids(q, k, pos)))
+                except Exception as error:
+                    print(f"# flashinfer {op} failed: {error!r}", file=sys.stderr)
+            record(op, T, D, nbytes, "ferrinfer-py" + impl_suffix,
+                   time_fn(lambda: ferrinfer.apply_rope_pos_ids(q, k, pos, q_rope=q_out, k_rope=k_out)))
+        if "apply_rope" in ops:
+            op = "apply_rope"
+            requests = max(1, T // 128)
+            indptr = torch.linspace(0, T, requests + 1, device="cuda").round().to(torch.int32)
+            offsets = torch.randint(0, 32768, (requests,), device="cuda", dtype=torch.int32)
+            nbytes_ragged = 2 * (q.numel() + k.numel()) * size + 8 * requests
+            if fi:
+                try:
+                    fi.apply_rope(q, k, indptr, offsets)
+                    record(op, T, D, nbytes_ragged, "flashinfer" + impl_suffix,
+                           time_fn(lambda: fi.apply_rope(q, k, indptr, offsets)))
+                except Exception as error:
+                    print(f"# flashinfer {op} failed: {error!r}", file=sys.stderr)
+            record(op, T, D, nbytes_ragged, "ferrinfer-py" + impl_suffix,
+                   time_fn(lambda: ferrinfer.apply_rope(q, k, indptr, offsets, q_rope=q_out, k_rope=k_out)))
+        if "apply_rope_pos_ids_inplace" in ops:
+            # Repeated turns of the same tensors: the values change, the work does not.
+            op = "apply_rope_pos_ids_inplace"
+            if fi:
+                try:
+                    fi.apply_rope_pos_ids_inplace(q, k, pos)
+                    record(op, T, D, nbytes, "flashinfer" + impl_suffix,
+                           time_fn(lambda: fi.apply_rope_pos_ids_inplace(q, k, pos)))
+                except Exception as error:
+                    print(f"# flashinfer {op} failed: {error!r}", file=sys.stderr)
+            record(op, T, D, nbytes, "ferrinfer-py" + impl_suffix,
+                   time_fn(lambda: ferrinfer.apply_rope_pos_ids_inplace(q, k, pos)))
+        del q, k, q_out, k_out, pos
 
 
 def top_k_kept(x, k):
@@ -409,7 +469,7 @@ def only_tokens(grid, tokens):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", default="norm", choices=["norm", "activation", "sampling", "cascade"])
+    parser.add_argument("--family", default="norm", choices=["norm", "activation", "sampling", "cascade", "rope"])
     parser.add_argument("--ops", default=None, help="comma-separated (default: the family's ops)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--eager", action="store_true", help="time the host path (T = 1, no graph)")
@@ -432,11 +492,15 @@ def main():
     elif args.family == "sampling":
         ops = (args.ops or "softmax,top_k_mask_logits,top_k_renorm_probs,top_p_renorm_probs").split(",")
         grid = [(128256, 1)] if args.eager else only_tokens(SAMPLING_GRID, args.tokens)
-        sampling_cases(record, dtype, ops, flashinfer_sampling(), time_fn, suffix, grid)
+        sampling_cases(record, dtype, ops, flashinfer_module("sampling"), time_fn, suffix, grid)
     elif args.family == "cascade":
         ops = (args.ops or "merge_state,merge_state_in_place").split(",")
         grid = [(128, CASCADE_HEADS)] if args.eager else only_tokens(CASCADE_GRID, args.tokens)
-        cascade_cases(record, dtype, ops, flashinfer_cascade(), time_fn, suffix, grid)
+        cascade_cases(record, dtype, ops, flashinfer_module("cascade"), time_fn, suffix, grid)
+    elif args.family == "rope":
+        ops = (args.ops or "apply_rope_pos_ids,apply_rope,apply_rope_pos_ids_inplace").split(",")
+        grid = [(128, 1)] if args.eager else only_tokens(ROPE_GRID, args.tokens)
+        rope_cases(record, dtype, ops, flashinfer_module("rope"), time_fn, suffix, grid)
     else:
         ops = (args.ops or "silu_and_mul,gelu_and_mul,gelu_tanh_and_mul").split(",")
         grid = [(4096, 1), (14336, 1)] if args.eager else only_tokens(ACTIVATION_GRID, args.tokens)

@@ -270,3 +270,30 @@ def test_merge_state_on_the_device(dtype):
     assert torch.allclose(s.double(), torch.log2(w_a + w_b) + m, rtol=1e-5, atol=1e-5)
     assert ferrinfer.merge_state_in_place(v_a, s_a, v_b, s_b) is None
     assert torch.equal(v_a, v) and torch.equal(s_a, s)
+
+
+def rope_ref(x, pos, theta=1e4):
+    """NeoX rope in float64 at FlashInfer's f32 angle: f32(pos) · f32(theta^(−2i/D))."""
+    half = x.shape[-1] // 2
+    freq = (theta ** (-2.0 * torch.arange(half, dtype=torch.float64, device=x.device) / x.shape[-1])).float()
+    angle = (pos.float()[:, None] * freq[None, :]).double()[:, None, :]
+    x1, x2 = x[..., :half].double(), x[..., half:].double()
+    return torch.cat([x1 * angle.cos() - x2 * angle.sin(), x2 * angle.cos() + x1 * angle.sin()], dim=-1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_on_the_device_in_a_graph_and_in_place(dtype):
+    q, k = randn(300, 32, 128, dtype=dtype), randn(300, 8, 128, dtype=dtype)
+    pos = torch.randint(0, 100_000, (300,), device=DEV, dtype=torch.int64)
+    q_rope, k_rope = ferrinfer.apply_rope_pos_ids(q, k, pos)
+    close(q_rope, rope_ref(q, pos), dtype)
+    close(k_rope, rope_ref(k, pos), dtype)
+    out = (torch.empty_like(q), torch.empty_like(k))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ferrinfer.apply_rope_pos_ids(q, k, pos, q_rope=out[0], k_rope=out[1])
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out[0], q_rope) and torch.equal(out[1], k_rope)
+    assert ferrinfer.apply_rope_pos_ids_inplace(q, k, pos) is None
+    assert torch.equal(q, q_rope) and torch.equal(k, k_rope)

@@ -4,7 +4,7 @@
 
 use candle_core::{DType as CandleDType, Device, IndexOp, Tensor, WithDType};
 use ferrinfer_ffi::candle as fc;
-use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, STACKED_STATES};
+use ferrinfer_launch::op::{DTypeRule, Domain, Extent, OpInfo, Role, STACKED_STATES};
 use ferrinfer_launch::reference::{self, random_normal};
 use ferrinfer_launch::{DType, HostElement};
 
@@ -71,7 +71,7 @@ pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &
             match arg.extent {
                 Extent::Row if arg.dtype == DTypeRule::SameOrF32 => tensor_on::<W>(device, &[hidden], false, seed),
                 Extent::Row => tensor_on::<T>(device, &[hidden], false, seed),
-                Extent::Rows => values_on::<T>(device, shape, narrow, seed, arg.nonnegative),
+                Extent::Rows => values_on::<T>(device, shape, narrow, seed, arg.domain == Domain::Nonnegative),
                 Extent::DoubleRows => {
                     let mut wide = shape.to_vec();
                     *wide.last_mut().unwrap() *= 2;
@@ -82,6 +82,9 @@ pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &
                 // States of every row (`[rows, S, H]`) and their scores (`[rows, S]`).
                 Extent::Stacked => tensor_on::<T>(device, &[rows(shape), STACKED_STATES, hidden], false, seed),
                 Extent::StackedBatch => tensor_on::<f32>(device, &[rows(shape), STACKED_STATES], false, seed),
+                Extent::Heads | Extent::KvHeads | Extent::SegmentBounds | Extent::Segments => {
+                    unreachable!("rope's ops are tested on their own")
+                }
             }
         })
         .collect();

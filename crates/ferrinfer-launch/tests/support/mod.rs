@@ -8,7 +8,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use ferrinfer_launch::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
-use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, TensorArg};
+use ferrinfer_launch::op::{Extent, OpInfo, Role, TensorArg};
 use ferrinfer_launch::reference::{self, Agreement};
 use ferrinfer_launch::{DType, Device, Error, HostElement, Stream, TensorView, cuda_device_count, with_host_element};
 
@@ -82,10 +82,16 @@ pub struct Buffer {
 
 impl Buffer {
     /// Random values for `arg` (seeded: `reference::random_input`), or NaN everywhere for an output.
-    fn new(arg: &TensorArg, dtype: DType, shape: Vec<usize>, strides: Vec<i64>, len: usize, seed: u64) -> Self {
+    fn new(
+        arg: &TensorArg,
+        dtype: DType,
+        (shape, strides): (Vec<usize>, Vec<i64>),
+        (len, rows): (usize, usize),
+        seed: u64,
+    ) -> Self {
         let bytes = with_host_element!(dtype, T => {
             let poison = arg.role == Role::Out;
-            let values: Vec<T> = if poison { vec![T::from_f64(f64::NAN); len] } else { reference::random_input(arg, len, seed) };
+            let values: Vec<T> = if poison { vec![T::from_f64(f64::NAN); len] } else { reference::random_input(arg, len, rows, seed) };
             bytemuck::cast_slice(&values).to_vec()
         });
         Buffer { dtype, bytes, shape, strides }
@@ -134,7 +140,7 @@ pub trait Runner {
 }
 
 /// The dtype of each of `op`'s tensors for input dtype `dtype`: `SameOrF32` arguments in f32
-/// when `wide` (layernorm's f32 γ/β), `F32` ones always.
+/// when `wide` (layernorm's f32 γ/β), `Index` ones in int64, `F32` ones always.
 fn dtypes(op: &OpInfo, dtype: DType, wide: bool) -> Vec<DType> {
     op.tensors.iter().map(|t| t.dtype.dtype(dtype, wide)).collect()
 }
@@ -148,13 +154,15 @@ pub fn buffers(op: &OpInfo, dtype: DType, wide: bool, case: &Case, seed: u64) ->
         .map(|(i, (arg, dtype))| {
             let shape = arg.extent.shape(case.rows, case.hidden);
             let (strides, len) = match arg.extent {
-                Extent::Row | Extent::Batch | Extent::StackedBatch => {
+                Extent::Row | Extent::Batch | Extent::StackedBatch | Extent::SegmentBounds | Extent::Segments => {
                     (ferrinfer_launch::contiguous_strides(&shape), shape.iter().product())
                 }
                 // Rows of values, `pad` elements apart beyond their length.
-                Extent::Rows | Extent::DoubleRows | Extent::Stacked => padded_rows(&shape, case.pad),
+                Extent::Rows | Extent::DoubleRows | Extent::Stacked | Extent::Heads | Extent::KvHeads => {
+                    padded_rows(&shape, case.pad)
+                }
             };
-            Buffer::new(arg, dtype, shape, strides, len, seed ^ (i as u64 * 0x9e37))
+            Buffer::new(arg, dtype, (shape, strides), (len, case.rows), seed ^ (i as u64 * 0x9e37))
         })
         .collect()
 }
@@ -183,7 +191,25 @@ pub fn run_case(
     case: &Case,
     seed: u64,
 ) -> Result<Agreement, String> {
-    let label = format!("{} {case:?} {dtype}{}", op.name, if wide { " (f32 weights)" } else { "" });
+    run_case_with(runner, op, (dtype, wide), case, seed, &examples(op))
+}
+
+/// The scalars' examples (defaults, or typical values of required ones).
+pub fn examples(op: &OpInfo) -> Vec<f64> {
+    op.scalars.iter().map(|s| s.example).collect()
+}
+
+/// [`run_case`] with the scalars `scalars`.
+pub fn run_case_with(
+    runner: &impl Runner,
+    op: &'static OpInfo,
+    (dtype, wide): (DType, bool),
+    case: &Case,
+    seed: u64,
+    scalars: &[f64],
+) -> Result<Agreement, String> {
+    let wide_label = if wide { " (wide: f32 weights, int64 positions)" } else { "" };
+    let label = format!("{} {case:?} {dtype}{wide_label} scalars {scalars:?}", op.name);
     let context = |e: String| format!("{label}: {e}");
     // FERRINFER_TEST_TRACE=1 (with --nocapture): each case's start, then the time its call took
     // and the whole case's (inputs, call, checks), to tell a slow sanitizer run from a stuck one.
@@ -194,11 +220,10 @@ pub fn run_case(
     }
     let before = buffers(op, dtype, wide, case, seed);
     let mut after = before.clone();
-    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
     let call_started = std::time::Instant::now();
-    let ran = runner.run(op, &mut after, &scalars).map_err(|e| context(e.to_string()));
+    let ran = runner.run(op, &mut after, scalars).map_err(|e| context(e.to_string()));
     let call = call_started.elapsed();
-    let checked = ran.and_then(|()| check(op, dtype, case, &before, &after, &scalars).map_err(context));
+    let checked = ran.and_then(|()| check(op, dtype, case, &before, &after, scalars).map_err(context));
     if trace {
         let whole = started.elapsed().as_secs_f64();
         eprintln!("case done in {whole:.3} s (call {:.3} s): {label}", call.as_secs_f64());
@@ -234,13 +259,15 @@ pub fn check(
     reference::check_written(op, dtype, case.hidden, &inputs, &written, scalars)
 }
 
-/// Every (op, input dtype, f32 weights) of `ops`.
+/// Every (op, input dtype, wide) of `ops`: `wide` where an argument has a wider alternative
+/// (f32 weights of f16/bf16 input, int64 positions).
 pub fn every_dtype(ops: &[&'static OpInfo]) -> Vec<(&'static OpInfo, DType, bool)> {
     let mut all = Vec::new();
     for &op in ops {
         for dtype in DType::ALL {
             all.push((op, dtype, false));
-            if dtype != DType::F32 && op.tensors.iter().any(|t| t.dtype == DTypeRule::SameOrF32) {
+            let wider = |t: &TensorArg| t.dtype.has_wide() && t.dtype.dtype(dtype, true) != t.dtype.dtype(dtype, false);
+            if op.tensors.iter().any(wider) {
                 all.push((op, dtype, true));
             }
         }
@@ -251,11 +278,26 @@ pub fn every_dtype(ops: &[&'static OpInfo]) -> Vec<(&'static OpInfo, DType, bool
 /// Runs every case for every (op, dtype, weights) of `ops` on all cores (the inputs and checks
 /// are host work) and panics listing all failures.
 pub fn run_cases(runner: &(impl Runner + Sync), ops: &[&'static OpInfo], seed: u64, cases: &[Case]) {
-    let work: Vec<_> =
-        every_dtype(ops).into_iter().flat_map(|(op, d, w)| cases.iter().map(move |c| (op, d, w, *c))).collect();
+    run_cases_with(runner, ops, seed, cases, &|op, _| vec![examples(op)]);
+}
+
+/// [`run_cases`], each case once for every set of scalars `scalars(op, case)` gives.
+pub fn run_cases_with(
+    runner: &(impl Runner + Sync),
+    ops: &[&'static OpInfo],
+    seed: u64,
+    cases: &[Case],
+    scalars: &(dyn Fn(&OpInfo, &Case) -> Vec<Vec<f64>> + Sync),
+) {
+    let work: Vec<_> = every_dtype(ops)
+        .into_iter()
+        .flat_map(|(op, d, w)| {
+            cases.iter().flat_map(move |c| scalars(op, c).into_iter().map(move |s| (op, d, w, *c, s)))
+        })
+        .collect();
     let failures = on_all_cores(work.len(), 8, |i| {
-        let (op, dtype, wide, case) = work[i];
-        run_case(runner, op, dtype, wide, &case, seed + 10 * i as u64).err()
+        let (op, dtype, wide, case, scalars) = &work[i];
+        run_case_with(runner, op, (*dtype, *wide), case, seed + 10 * i as u64, scalars).err()
     });
     assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), work.len(), failures.join("\n"));
 }
@@ -474,4 +516,23 @@ pub fn sampling_ops() -> [(&'static OpInfo, &'static [f64]); 6] {
         (&top_k_top_p_sampling_from_probs::INFO, &[3.0, 0.6]),
         (&top_k_top_p_sampling_from_logits::INFO, &[3.0, 0.6]),
     ]
+}
+
+/// The scalars each rope case runs with (the CPU and GPU tests'): the defaults; interleaved; half the head rotated (NeoX
+/// and interleaved) where that is even; another scale and base.
+pub fn rope_scalar_variants(op: &OpInfo, case: &Case) -> Vec<Vec<f64>> {
+    let defaults = examples(op);
+    let with = |changes: &[(usize, f64)]| {
+        let mut scalars = defaults.clone();
+        for &(i, value) in changes {
+            scalars[i] = value;
+        }
+        scalars
+    };
+    let mut variants = vec![defaults.clone(), with(&[(1, 1.0)]), with(&[(2, 2.5), (3, 5e5)])];
+    let half = case.hidden / 2;
+    if half >= 2 && half.is_multiple_of(2) {
+        variants.extend([with(&[(0, half as f64)]), with(&[(0, half as f64), (1, 1.0)])]);
+    }
+    variants
 }

@@ -1,0 +1,679 @@
+//! The rope family at layers 1 and 4: the op table, validation, the launch planner, the CPU path
+//! and the f64 references. Each op validates its arguments, then runs on the CPU backend or
+//! launches the rope kernel of `ferrinfer-kernels/src/rope.rs` on the caller's stream.
+//!
+//! Queries `q` `[nnz, num_qo_heads, head_dim]` and keys `k` `[nnz, num_kv_heads, head_dim]` (f16,
+//! bf16 or f32, one dtype; any head counts — grouped-query attention's are unequal), the
+//! positions `pos_ids` `[nnz]` (int32 or int64). Rules, checked before anything is written (so on
+//! error no output is touched):
+//! - every tensor on the stream's device; q, k and the outputs of one dtype;
+//! - q, k, q_rope, k_rope: three dimensions, the last contiguous, any token and head strides ≥ 0
+//!   (heads of a packed `qkv` tensor are views like any other); the outputs shaped as their
+//!   inputs and apart from every input (the `_inplace` ops write q and k themselves); the two
+//!   written tensors each of distinct elements and apart from each other (or the two halves of
+//!   one packed tensor);
+//! - `indptr` (`apply_rope`, …) `[batch + 1]` with batch ≥ 1 where there are tokens, `offsets`
+//!   `[batch]` of its integer type; on the CPU `indptr` from 0 to nnz, never down;
+//! - `rotary_dim` (None: `head_dim`) even, 2 to `head_dim`; `rope_scale` and `rope_theta`
+//!   finite and > 0; llama 3.1's `low_freq_factor` > 0, `high_freq_factor` above it,
+//!   `old_context_len` > 0;
+//! - addresses need only element alignment: the vector width narrows until every stride,
+//!   address, `rotary_dim / 2` and `head_dim − rotary_dim` allow it.
+//!
+//! The angle of pair `i` at position `p` is `f32(p) · freq[i]` in f32 (FlashInfer's), `freq[i]`
+//! the f32 of FlashInfer's formula evaluated in f64 (`ferrinfer_kernels::rope::frequencies`), its
+//! sine and cosine within two ulp for every angle below 2^30 (FlashInfer's `__sincosf` loses
+//! accuracy past a few hundred radians); docs/perf/rope.md compares the two.
+
+use std::sync::OnceLock;
+
+use ferrinfer_jit::rope::{PositionType, RopeModule};
+use ferrinfer_jit::{CudaArch, JitSpec};
+use ferrinfer_kernels::element::DType;
+use ferrinfer_kernels::rope::{ANGLE_BYTES, Ids, RopeParams, Segments, lanes, rope_token};
+
+use crate::cuda::{self, KernelModule, Launch, Limits, ModuleCache};
+use crate::layout;
+use crate::op::{Call, FamilyOp, Problem};
+use crate::{Error, Stream, TensorView, cpu, logging, tuning};
+
+/// The rope family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
+#[macro_export]
+macro_rules! rope_ops {
+    ($callback:path) => {
+        $callback! {
+            family rope;
+            /// Rotary position embedding of queries and keys at the positions `pos_ids`,
+            /// FlashInfer's `apply_rope_pos_ids`: `q` `[nnz, num_qo_heads, head_dim]`, `k`
+            /// `[nnz, num_kv_heads, head_dim]`, `pos_ids` `[nnz]` (int32 or int64) → `q_rope`,
+            /// `k_rope` shaped as `q`, `k`. The first `rotary_dim` (None: all) values of each head
+            /// turn in pairs — `(i, i + rotary_dim/2)`, or adjacent with `interleave` — pair `i`
+            /// by `pos · rope_theta^(−2i/rotary_dim) / rope_scale`; the rest are copied.
+            fn apply_rope_pos_ids(q: In[Heads], k: In[KvHeads], pos_ids: In[Batch as index, positions])
+                -> q_rope: Out[Heads], k_rope: Out[KvHeads];
+                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
+                => RopeOp::PLAIN, reference rope_reference;
+            /// `apply_rope_pos_ids` in place, FlashInfer's `apply_rope_pos_ids_inplace`: `q` and
+            /// `k` become their rotations.
+            fn apply_rope_pos_ids_inplace(q: InOut[Heads], k: InOut[KvHeads], pos_ids: In[Batch as index, positions]);
+                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
+                => RopeOp::PLAIN_IN_PLACE, reference rope_reference;
+            /// `apply_rope_pos_ids` with llama 3.1's frequencies, FlashInfer's
+            /// `apply_llama31_rope_pos_ids`: a frequency `f` whose wavelength `2π / f` is below
+            /// `old_context_len / high_freq_factor` is kept, one above `old_context_len /
+            /// low_freq_factor` divided by `rope_scale`, and one between blended smoothly.
+            fn apply_llama31_rope_pos_ids(q: In[Heads], k: In[KvHeads], pos_ids: In[Batch as index, positions])
+                -> q_rope: Out[Heads], k_rope: Out[KvHeads];
+                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
+                low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
+                => RopeOp::LLAMA31, reference rope_reference;
+            /// `apply_llama31_rope_pos_ids` in place, FlashInfer's
+            /// `apply_llama31_rope_pos_ids_inplace`.
+            fn apply_llama31_rope_pos_ids_inplace(q: InOut[Heads], k: InOut[KvHeads], pos_ids: In[Batch as index, positions]);
+                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
+                low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
+                => RopeOp::LLAMA31_IN_PLACE, reference rope_reference;
+            /// `apply_rope_pos_ids` over a ragged batch, FlashInfer's `apply_rope`: segment `b`
+            /// of the tokens (`indptr[b] ≤ t < indptr[b + 1]`; `indptr` `[batch_size + 1]`, from
+            /// 0 to nnz) starts at position `offsets[b]` (`offsets` `[batch_size]`, of
+            /// `indptr`'s int32 or int64), its tokens at consecutive positions.
+            fn apply_rope(q: In[Heads], k: In[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions])
+                -> q_rope: Out[Heads], k_rope: Out[KvHeads];
+                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
+                => RopeOp::PLAIN.segmented(), reference segments_reference;
+            /// `apply_rope` in place, FlashInfer's `apply_rope_inplace`.
+            fn apply_rope_inplace(q: InOut[Heads], k: InOut[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions]);
+                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
+                => RopeOp::PLAIN_IN_PLACE.segmented(), reference segments_reference;
+            /// `apply_rope` with llama 3.1's frequencies, FlashInfer's `apply_llama31_rope`.
+            fn apply_llama31_rope(q: In[Heads], k: In[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions])
+                -> q_rope: Out[Heads], k_rope: Out[KvHeads];
+                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
+                low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
+                => RopeOp::LLAMA31.segmented(), reference segments_reference;
+            /// `apply_llama31_rope` in place, FlashInfer's `apply_llama31_rope_inplace`.
+            fn apply_llama31_rope_inplace(q: InOut[Heads], k: InOut[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions]);
+                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
+                low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
+                => RopeOp::LLAMA31_IN_PLACE.segmented(), reference segments_reference;
+        }
+    };
+}
+
+crate::rope_ops!(crate::define_ops);
+
+/// Which op of the family a call is (the table's selectors): all run the one rope kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RopeOp {
+    /// Llama 3.1's frequencies (three more scalars).
+    llama31: bool,
+    /// q and k rotated where they are (no outputs).
+    in_place: bool,
+    /// Positions from segments (`indptr`, `offsets`), not `pos_ids`.
+    segmented: bool,
+}
+
+impl RopeOp {
+    const PLAIN: RopeOp = RopeOp { llama31: false, in_place: false, segmented: false };
+    const PLAIN_IN_PLACE: RopeOp = RopeOp { in_place: true, ..Self::PLAIN };
+    const LLAMA31: RopeOp = RopeOp { llama31: true, ..Self::PLAIN };
+    const LLAMA31_IN_PLACE: RopeOp = RopeOp { in_place: true, ..Self::LLAMA31 };
+
+    /// The op over a ragged batch (`indptr`, `offsets`) in place of `pos_ids`.
+    const fn segmented(self) -> RopeOp {
+        RopeOp { segmented: true, ..self }
+    }
+}
+
+impl FamilyOp for RopeOp {
+    fn run(&self, call: &Call) -> Result<(), Error> {
+        let Some(plan) = plan(*self, call)? else { return Ok(()) };
+        logging::input_statistics(call);
+        match call.stream {
+            Stream::Cpu => {
+                cpu_tokens(&plan);
+                Ok(())
+            }
+            Stream::Cuda(stream) => {
+                static MODULES: ModuleCache<RopeModule> = ModuleCache::new();
+                let module = RopeModule { dtype: plan.dtype, positions: plan.positions, segmented: plan.segmented };
+                let entry = module
+                    .entry(plan.vec)
+                    .ok_or_else(|| Error::NoEntryPoint { module: format!("{module:?}"), entry: plan.vec as usize })?;
+                let forced = layout_override()?;
+                cuda::launch(stream, &MODULES, module, |limits: &Limits| plan.kernel(entry, limits, forced))
+            }
+        }
+    }
+}
+
+impl KernelModule for RopeModule {
+    fn spec(&self, arch: CudaArch, debug: bool) -> JitSpec {
+        RopeModule::spec(self, arch, debug)
+    }
+}
+
+/// A validated call: kernel parameters, dtypes, where positions come from and vector width.
+struct Plan {
+    params: RopeParams,
+    dtype: DType,
+    positions: PositionType,
+    segmented: bool,
+    vec: u32,
+}
+
+/// A tensor argument and its name.
+type Named<'a> = (&'static str, &'a TensorView<'a>);
+
+/// Every check, in the order a caller would fix them; `None` when there is nothing to compute.
+fn plan(op: RopeOp, call: &Call) -> Result<Option<Plan>, Error> {
+    let tensors = call.tensors;
+    let (position_count, output_count) = (if op.segmented { 2 } else { 1 }, if op.in_place { 0 } else { 2 });
+    if tensors.len() != 2 + position_count + output_count {
+        let expected = (2 + position_count + output_count, call.scalars.len());
+        return Err(Error::Arity { op: call.op.name, expected, found: (tensors.len(), call.scalars.len()) });
+    }
+    let (q, k) = (tensors[0], tensors[1]);
+    let position_args: Vec<Named> = call.op.tensors[2..2 + position_count]
+        .iter()
+        .zip(&tensors[2..])
+        .map(|(arg, view)| (arg.name, &**view))
+        .collect();
+    let outputs = match op.in_place {
+        true => [("q", q), ("k", k)],
+        false => [("q_rope", tensors[2 + position_count]), ("k_rope", tensors[3 + position_count])],
+    };
+    let heads = [("q", q), ("k", k), outputs[0], outputs[1]];
+    let dtype = check_tensors(&heads, &position_args, &call.stream)?;
+    let [q_layout, k_layout, q_out_layout, k_out_layout] = [heads[0], heads[1], heads[2], heads[3]].map(head_layout);
+    let (q_layout, k_layout) = (q_layout?, k_layout?);
+    let (q_out_layout, k_out_layout) = (q_out_layout?, k_out_layout?);
+    let (tokens, head_dim) = (q.shape()[0], q.shape()[2]);
+    if k.shape()[0] != tokens || k.shape()[2] != head_dim {
+        let expected = format!("[{tokens}, num_kv_heads, {head_dim}] (`q`'s tokens and head_dim)");
+        return Err(Error::ShapeMismatch { argument: "k", expected, found: k.shape().to_vec() });
+    }
+    for ((name, out), input) in outputs.into_iter().zip([q, k]) {
+        if out.shape() != input.shape() {
+            let expected = format!("{:?} (the shape of its input)", input.shape());
+            return Err(Error::ShapeMismatch { argument: name, expected, found: out.shape().to_vec() });
+        }
+    }
+    let source = match op.segmented {
+        false => PositionSource::ids(position_args[0], tokens)?,
+        true => PositionSource::segments(position_args[0], position_args[1], tokens)?,
+    };
+    if q_layout.heads as u64 + k_layout.heads as u64 > u32::MAX as u64 {
+        let value = q_layout.heads as u64 + k_layout.heads as u64;
+        return Err(Error::TooLarge {
+            argument: "k",
+            what: "num_qo_heads + num_kv_heads",
+            value,
+            limit: u32::MAX as u64,
+        });
+    }
+    check_written(outputs, op.in_place, &[[("q", q), ("k", k)].as_slice(), &position_args].concat())?;
+    if tokens == 0 || head_dim == 0 || q.shape()[1] + k.shape()[1] == 0 {
+        return Ok(None);
+    }
+    let frequencies = Frequencies::of(op, call, head_dim as u64)?;
+    let layouts = [q_layout, k_layout, q_out_layout, k_out_layout];
+    let rotary_dim = frequencies.rotary_dim;
+    let divisor = gcd(rotary_dim as u64 / 2, head_dim as u64 - rotary_dim as u64);
+    let strides: Vec<u64> = layouts.iter().flat_map(|l| l.strides).collect();
+    let addresses = heads.map(|(_, view)| view.address());
+    let vec = layout::vector_width(dtype, divisor, &strides, &addresses);
+    let params = RopeParams {
+        q: q.address(),
+        k: k.address(),
+        q_out: addresses[2],
+        k_out: addresses[3],
+        positions: source.positions,
+        position_stride: source.position_stride,
+        indptr: source.indptr,
+        indptr_stride: source.indptr_stride,
+        segments: source.segments,
+        tokens: tokens as u64,
+        q_strides: q_layout.strides,
+        k_strides: k_layout.strides,
+        q_out_strides: q_out_layout.strides,
+        k_out_strides: k_out_layout.strides,
+        q_heads: q_layout.heads,
+        k_heads: k_layout.heads,
+        head_dim: head_dim as u32,
+        rotary_dim,
+        interleave: frequencies.interleave as u32,
+        copy_rest: !op.in_place as u32,
+        lane_bits: 0,
+        tokens_per_block: 1,
+        exponent_step: frequencies.exponent_step,
+        inverse_scale: frequencies.inverse_scale,
+        smooth_a: frequencies.smooth_a,
+        smooth_b: frequencies.smooth_b,
+    };
+    Ok(Some(Plan { params, dtype, positions: source.index, segmented: op.segmented, vec }))
+}
+
+/// The call's positions, validated, as the kernel reads them.
+struct PositionSource {
+    index: PositionType,
+    positions: u64,
+    position_stride: u64,
+    indptr: u64,
+    indptr_stride: u64,
+    segments: u64,
+}
+
+impl PositionSource {
+    /// `pos_ids`: one position a token of `q`'s `tokens`.
+    fn ids((name, pos_ids): Named, tokens: i64) -> Result<Self, Error> {
+        if pos_ids.shape() != [tokens] {
+            let expected = format!("[{tokens}] (a position a token of `q`)");
+            return Err(Error::ShapeMismatch { argument: name, expected, found: pos_ids.shape().to_vec() });
+        }
+        Ok(PositionSource {
+            index: index_type(pos_ids),
+            positions: pos_ids.address(),
+            position_stride: layout::sequence_stride(name, pos_ids)?,
+            indptr: 0,
+            indptr_stride: 0,
+            segments: 0,
+        })
+    }
+
+    /// `indptr` `[batch + 1]` and `offsets` `[batch]` of one integer type; on the CPU `indptr`
+    /// must also run from 0 to `tokens` and never down (read before anything is written; a
+    /// GPU's values are not read — that would wait for the device —, and the kernel reads only
+    /// inside both tensors whatever they hold).
+    fn segments((indptr_name, indptr): Named, (offsets_name, offsets): Named, tokens: i64) -> Result<Self, Error> {
+        if indptr.shape().len() != 1 || indptr.shape()[0] < 1 {
+            let expected = "[batch_size + 1]: one dimension of at least 1".to_owned();
+            return Err(Error::ShapeMismatch { argument: indptr_name, expected, found: indptr.shape().to_vec() });
+        }
+        let segments = indptr.shape()[0] - 1;
+        if segments == 0 && tokens > 0 {
+            let expected = format!("[batch_size + 1] with batch_size ≥ 1: {tokens} tokens need a segment");
+            return Err(Error::ShapeMismatch { argument: indptr_name, expected, found: indptr.shape().to_vec() });
+        }
+        if offsets.shape() != [segments] {
+            let expected = format!("[{segments}] (one offset a segment of `{indptr_name}`)");
+            return Err(Error::ShapeMismatch { argument: offsets_name, expected, found: offsets.shape().to_vec() });
+        }
+        layout::check_dtype(offsets_name, offsets, indptr_name, indptr.dtype())?;
+        let indptr_stride = layout::sequence_stride(indptr_name, indptr)?;
+        if indptr.device() == crate::Device::Cpu {
+            check_bounds(indptr_name, indptr, indptr_stride, tokens)?;
+        }
+        Ok(PositionSource {
+            index: index_type(indptr),
+            positions: offsets.address(),
+            position_stride: layout::sequence_stride(offsets_name, offsets)?,
+            indptr: indptr.address(),
+            indptr_stride,
+            segments: segments as u64,
+        })
+    }
+}
+
+fn index_type(view: &TensorView) -> PositionType {
+    match view.dtype() {
+        DType::I64 => PositionType::I64,
+        _ => PositionType::I32,
+    }
+}
+
+/// A host `indptr`'s values: 0 first, `tokens` last, never down.
+fn check_bounds(argument: &'static str, indptr: &TensorView, stride: u64, tokens: i64) -> Result<(), Error> {
+    let count = indptr.shape()[0] as usize;
+    let read = |i: usize| -> i64 {
+        let at = indptr.address() as usize + i * stride as usize * indptr.dtype().size();
+        // SAFETY: a validated host view of `count` elements `stride` apart.
+        unsafe {
+            match indptr.dtype() {
+                DType::I64 => (at as *const i64).read_unaligned(),
+                _ => (at as *const i32).read_unaligned() as i64,
+            }
+        }
+    };
+    let bounds: Vec<i64> = (0..count).map(read).collect();
+    let invalid = |value: i64, expected| Err(Error::InvalidScalar { argument, value: value as f64, expected });
+    if bounds[0] != 0 {
+        return invalid(bounds[0], "0 first (segment 0 starts at token 0)");
+    }
+    if let Some(pair) = bounds.windows(2).find(|pair| pair[1] < pair[0]) {
+        return invalid(pair[1], "bounds that never go down");
+    }
+    if bounds[count - 1] != tokens {
+        return invalid(bounds[count - 1], "nnz (q's tokens) last");
+    }
+    Ok(())
+}
+
+/// The written tensors (`q_rope`, `k_rope`, or in place `q`, `k`): each one's own elements
+/// distinct (no head or token stride folding two onto one), the two apart from each other —
+/// where their byte ranges meet, as two views of one packed tensor: the same token stride, each
+/// token's heads of one between the other's — and, out of place, apart from every input.
+fn check_written(outputs: [Named; 2], in_place: bool, inputs: &[Named]) -> Result<(), Error> {
+    for (name, view) in outputs {
+        layout::check_distinct_elements(name, view)?;
+    }
+    let [(first_name, first), (second_name, second)] = outputs;
+    if layout::overlaps(first, second) && !interleaved_apart(first, second) {
+        return Err(Error::Overlap { argument: second_name, other: first_name });
+    }
+    if !in_place {
+        for (name, out) in outputs {
+            for &(input_name, input) in inputs {
+                if layout::overlaps(out, input) {
+                    return Err(Error::Overlap { argument: name, other: input_name });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Two `[tokens, heads, head_dim]` views whose tokens are one stride apart in both and whose
+/// token-sized footprints (first head to the last head's end) do not meet within a token: the q
+/// and k of a packed qkv tensor.
+fn interleaved_apart(a: &TensorView, b: &TensorView) -> bool {
+    let footprint = |v: &TensorView| {
+        let (shape, strides) = (v.shape(), v.strides());
+        ((shape[1].max(1) - 1) * strides[1] + shape[2]) as u64 * v.dtype().size() as u64
+    };
+    let token_bytes = |v: &TensorView| v.strides()[0] as u64 * v.dtype().size() as u64;
+    let (ta, tb) = (token_bytes(a), token_bytes(b));
+    if a.shape()[0] != b.shape()[0] || ta != tb || a.dtype() != b.dtype() {
+        return false;
+    }
+    let (lo, lo_size, hi, hi_size) = match a.address() <= b.address() {
+        true => (a.address(), footprint(a), b.address(), footprint(b)),
+        false => (b.address(), footprint(b), a.address(), footprint(a)),
+    };
+    hi - lo >= lo_size && (a.shape()[0] <= 1 || hi - lo + hi_size <= ta)
+}
+
+/// The checks every op makes first, in the order a caller would fix them: the stream's and every
+/// tensor's device, alignment, one dtype for the heads (q's), the written tensors writable (the
+/// positions' integer dtypes the registry checked). The heads' dtype.
+fn check_tensors(heads: &[Named; 4], positions: &[Named], stream: &Stream) -> Result<DType, Error> {
+    let (device, dtype) = (heads[0].1.device(), heads[0].1.dtype());
+    if stream.device() != device {
+        return Err(Error::DeviceMismatch {
+            argument: "stream",
+            reference: "q",
+            expected: device,
+            found: stream.device(),
+        });
+    }
+    for &(name, view) in heads[1..].iter().chain(positions) {
+        layout::check_device(name, view, "q", device)?;
+    }
+    for &(name, view) in heads.iter().chain(positions) {
+        layout::check_aligned(name, view)?;
+    }
+    for &(name, view) in &heads[1..] {
+        layout::check_dtype(name, view, "q", dtype)?;
+    }
+    for &(name, view) in &heads[2..] {
+        layout::check_writable(name, view)?;
+    }
+    Ok(dtype)
+}
+
+/// A `[tokens, heads, head_dim]` tensor's head count and `[token, head]` strides.
+#[derive(Clone, Copy)]
+struct HeadLayout {
+    heads: u32,
+    strides: [u64; 2],
+}
+
+/// Three dimensions, the last contiguous, strides ≥ 0 (of a dimension of one: 0, never used).
+fn head_layout((argument, view): Named) -> Result<HeadLayout, Error> {
+    let (shape, strides) = (view.shape(), view.strides());
+    if shape.len() != 3 {
+        let expected = "[nnz, num_heads, head_dim]: 3 dimensions".to_owned();
+        return Err(Error::ShapeMismatch { argument, expected, found: shape.to_vec() });
+    }
+    if shape[2] > 1 && strides[2] != 1 {
+        return Err(Error::LastDimNotContiguous { argument, stride: strides[2] });
+    }
+    if let Some(&stride) = strides.iter().find(|&&s| s < 0) {
+        let reason = format!("negative stride {stride}; expected strides ≥ 0");
+        return Err(Error::UnsupportedLayout { argument, reason });
+    }
+    let heads = u32::try_from(shape[1]).map_err(|_| Error::TooLarge {
+        argument,
+        what: "num_heads",
+        value: shape[1] as u64,
+        limit: u32::MAX as u64,
+    })?;
+    if shape[2] > u32::MAX as i64 {
+        return Err(Error::TooLarge { argument, what: "head_dim", value: shape[2] as u64, limit: u32::MAX as u64 });
+    }
+    let used = |i: usize| if shape[i] > 1 { strides[i] as u64 } else { 0 };
+    Ok(HeadLayout { heads, strides: [used(0), used(1)] })
+}
+
+/// The frequency scalars, validated, as the kernel takes them.
+struct Frequencies {
+    rotary_dim: u32,
+    interleave: bool,
+    exponent_step: f64,
+    inverse_scale: f64,
+    smooth_a: f64,
+    smooth_b: f64,
+}
+
+impl Frequencies {
+    /// The scalars of `call` (`rotary_dim`, `interleave`, `rope_scale`, `rope_theta`, and
+    /// llama 3.1's three) for heads of `head_dim`, validated.
+    fn of(op: RopeOp, call: &Call, head_dim: u64) -> Result<Self, Error> {
+        let rotary_dim = match call.scalar(0) {
+            d if d.is_nan() => head_dim as f64,
+            d => d,
+        };
+        if !(rotary_dim >= 2.0 && rotary_dim <= head_dim as f64 && rotary_dim % 2.0 == 0.0) {
+            let expected = "an even number from 2 to head_dim (or None: head_dim)";
+            return Err(Error::InvalidScalar { argument: "rotary_dim", value: rotary_dim, expected });
+        }
+        if rotary_dim > MAX_ROTARY_DIM as f64 {
+            let (value, limit) = (rotary_dim as u64, MAX_ROTARY_DIM as u64);
+            return Err(Error::TooLarge { argument: "rotary_dim", what: "rotary_dim", value, limit });
+        }
+        let positive = |i: usize, argument: &'static str| {
+            let value = call.scalar(i);
+            match value.is_finite() && value > 0.0 {
+                true => Ok(value),
+                false => Err(Error::InvalidScalar { argument, value, expected: "finite and > 0" }),
+            }
+        };
+        let (scale, theta) = (positive(2, "rope_scale")?, positive(3, "rope_theta")?);
+        let (smooth_a, smooth_b) = match op.llama31 {
+            false => (0.0, 0.0),
+            true => {
+                let low = positive(4, "low_freq_factor")?;
+                let high = call.scalar(5);
+                if !(high.is_finite() && high > low) {
+                    let expected = "finite and above low_freq_factor";
+                    return Err(Error::InvalidScalar { argument: "high_freq_factor", value: high, expected });
+                }
+                let old_context_len = positive(6, "old_context_len")?;
+                llama31_smoothing(low, high, old_context_len)
+            }
+        };
+        Ok(Frequencies {
+            rotary_dim: rotary_dim as u32,
+            interleave: call.scalar(1) != 0.0,
+            exponent_step: 2.0 * theta.log2() / rotary_dim,
+            inverse_scale: 1.0 / scale,
+            smooth_a,
+            smooth_b,
+        })
+    }
+}
+
+/// Llama 3.1's `(smooth_a, smooth_b)`: a frequency `f`'s weight on itself (against `f /
+/// rope_scale`) is `clamp(f · smooth_a + smooth_b, 0, 1)` (FlashInfer's `pos_enc.cuh`).
+fn llama31_smoothing(low: f64, high: f64, old_context_len: f64) -> (f64, f64) {
+    let tau = std::f64::consts::TAU;
+    (old_context_len / (tau * high - tau * low), -1.0 / (high / low - 1.0))
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// Threads a block of the rope kernel.
+const BLOCK_THREADS: u32 = 256;
+/// The most values a head turns: a token's angles (`ANGLE_BYTES` a pair) then fit the 48 KB of
+/// shared memory a block has without opting in.
+const MAX_ROTARY_DIM: u32 = 8192;
+/// The grid's x dimension at most (CUDA's limit).
+const MAX_GRID_X: u64 = (1 << 31) - 1;
+
+/// The variable forcing the rope launch's layout, `block:tokens` (each a number or `*`, the
+/// planner's choice): threads a block (a multiple of 32 to 1024) and tokens a block — the knobs
+/// the benchmark sweeps (scripts/gpu/suite.sh).
+pub const LAYOUT_VAR: &str = "FERRINFER_ROPE_LAYOUT";
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct LayoutOverride {
+    block: Option<u32>,
+    tokens_per_block: Option<u64>,
+}
+
+fn layout_override() -> Result<LayoutOverride, Error> {
+    static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
+    tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
+        "block:tokens, each a number or *, block a multiple of 32 to 1024, tokens ≥ 1".into()
+    })
+}
+
+fn parse_layout(value: &str) -> Option<LayoutOverride> {
+    let [block, tokens] = tuning::fields(value)?;
+    let block_ok = block.is_none_or(|b| b > 0 && b.is_multiple_of(32) && b <= 1024);
+    let tokens_ok = tokens.is_none_or(|t| t >= 1);
+    (block_ok && tokens_ok).then_some(LayoutOverride { block: block.map(|b| b as u32), tokens_per_block: tokens })
+}
+
+impl Plan {
+    /// A block of [`BLOCK_THREADS`] takes as many tokens as it has threads for their angles (one
+    /// each), fewer where that leaves multiprocessors idle (tokens below twice their count);
+    /// `lanes` threads a head, padded to a power of two. Either may be `forced`.
+    fn kernel(&self, entry: usize, limits: &Limits, forced: LayoutOverride) -> Result<Launch<RopeParams>, Error> {
+        let p = &self.params;
+        let block = forced.block.unwrap_or(BLOCK_THREADS);
+        let lane_bits = lanes(p.head_dim, p.rotary_dim, self.vec).next_power_of_two().trailing_zeros();
+        let pairs = (p.rotary_dim / 2) as u64;
+        let filling = p.tokens.div_ceil(2 * limits.multiprocessors as u64);
+        let planned = (block as u64 / pairs).min(filling).max(1);
+        let tokens_per_block = forced.tokens_per_block.unwrap_or(planned).min(p.tokens);
+        let blocks = p.tokens.div_ceil(tokens_per_block);
+        if blocks > MAX_GRID_X {
+            let limit = MAX_GRID_X * tokens_per_block;
+            return Err(Error::TooLarge { argument: "q", what: "nnz", value: p.tokens, limit });
+        }
+        let heads = p.q_heads as u64 + p.k_heads as u64;
+        // A block's units (lane, head, token) are counted in 32 bits, with room for the loop's
+        // last step past them; its angles must fit the block's shared memory.
+        let units = (tokens_per_block * heads) << lane_bits;
+        let shared_bytes = tokens_per_block * pairs * ANGLE_BYTES as u64;
+        if units + 2 * block as u64 > u32::MAX as u64 || shared_bytes > limits.max_shared_bytes as u64 {
+            let reason = format!(
+                "{tokens_per_block} tokens a block of {heads} heads ({units} units, {shared_bytes} bytes of angles): more than one block holds; force fewer tokens a block ({LAYOUT_VAR})"
+            );
+            return Err(Error::Config(reason));
+        }
+        let params = RopeParams { lane_bits, tokens_per_block: tokens_per_block as u32, ..*p };
+        Ok(Launch { entry, params, grid: (blocks as u32, 1), block, shared_bytes: shared_bytes as u32, cluster: 1 })
+    }
+}
+
+/// The CPU backend: the kernels crate's host numerics, tokens split across cores.
+fn cpu_tokens(plan: &Plan) {
+    let p = &plan.params;
+    let width = (p.q_heads as u64 + p.k_heads as u64) * p.head_dim as u64;
+    ferrinfer_kernels::with_element!(plan.dtype, T => cpu::for_rows(p.tokens, width, |tokens| {
+        for token in tokens {
+            // SAFETY: the launcher validated every pointer and stride in `params`.
+            match (plan.positions, plan.segmented) {
+                (PositionType::I32, false) => unsafe { rope_token::<T, Ids<i32>>(p, token) },
+                (PositionType::I64, false) => unsafe { rope_token::<T, Ids<i64>>(p, token) },
+                (PositionType::I32, true) => unsafe { rope_token::<T, Segments<i32>>(p, token) },
+                (PositionType::I64, true) => unsafe { rope_token::<T, Segments<i64>>(p, token) },
+            }
+        }
+    }));
+}
+
+/// The f64 reference of every op: `(q', k')` from the problem's `q` `[T, QH, H]`, `k` `[T, KH, H]`
+/// and positions. Each pair turns by the angle FlashInfer defines in f32 — `f32(pos) · freq` with
+/// `freq` the f32 of its formula (here evaluated with libm's `powf` in f64) — whose sine and
+/// cosine are f64's.
+fn rope_reference(p: &Problem) -> Vec<Vec<f64>> {
+    rotated_at(p, &p.tensors[2])
+}
+
+/// [`rope_reference`] with the positions of segments: token `t` of segment `b` at `offsets[b] +
+/// t − indptr[b]`.
+fn segments_reference(p: &Problem) -> Vec<Vec<f64>> {
+    let (indptr, offsets) = (&p.tensors[2], &p.tensors[3]);
+    let tokens = indptr.last().copied().unwrap_or(0.0) as usize;
+    let positions: Vec<f64> = (0..tokens)
+        .map(|t| {
+            let b = (0..offsets.len()).rev().find(|&b| indptr[b] <= t as f64).unwrap_or(0);
+            offsets[b] + t as f64 - indptr[b]
+        })
+        .collect();
+    rotated_at(p, &positions)
+}
+
+/// `(q', k')` of the problem's `q` and `k` at `positions`.
+fn rotated_at(p: &Problem, positions: &[f64]) -> Vec<Vec<f64>> {
+    let (q, k) = (&p.tensors[0], &p.tensors[1]);
+    let head_dim = p.hidden;
+    let scalar = |i: usize| p.scalars.get(i).copied().unwrap_or(f64::NAN);
+    let rotary_dim = if scalar(0).is_nan() { head_dim } else { scalar(0) as usize };
+    let (interleave, scale, theta) = (scalar(1) != 0.0, scalar(2), scalar(3));
+    let (smooth_a, smooth_b) = match p.scalars.len() {
+        7 => llama31_smoothing(scalar(4), scalar(5), scalar(6)),
+        _ => (0.0, 0.0),
+    };
+    let frequencies: Vec<f32> = (0..rotary_dim / 2)
+        .map(|i| {
+            let f = theta.powf(-2.0 * i as f64 / rotary_dim as f64);
+            let smooth = (f * smooth_a + smooth_b).clamp(0.0, 1.0);
+            ((1.0 - smooth) * f / scale + smooth * f) as f32
+        })
+        .collect();
+    let rotated = |values: &[f64]| -> Vec<f64> {
+        let mut out = values.to_vec();
+        let heads_per_token = values.len() / (positions.len() * head_dim).max(1);
+        for (h, head) in out.chunks_mut(head_dim).enumerate() {
+            let position = positions[h / heads_per_token.max(1)] as f32;
+            for (i, &frequency) in frequencies.iter().enumerate() {
+                let angle = (position * frequency) as f64;
+                let (sin, cos) = angle.sin_cos();
+                let (a, b) = if interleave { (2 * i, 2 * i + 1) } else { (i, i + rotary_dim / 2) };
+                let (x, y) = (head[a], head[b]);
+                head[a] = x * cos - y * sin;
+                head[b] = y * cos + x * sin;
+            }
+        }
+        out
+    };
+    vec![rotated(q), rotated(k)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama31_smoothing_is_flashinfers() {
+        let (a, b) = llama31_smoothing(1.0, 4.0, 8192.0);
+        assert!((a - 8192.0 / (2.0 * std::f64::consts::PI * 3.0)).abs() < 1e-9);
+        assert!((b + 1.0 / 3.0).abs() < 1e-15);
+    }
+}
