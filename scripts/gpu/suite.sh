@@ -132,7 +132,7 @@ for step in "$@"; do
     bench)
       # BENCH_DTYPES, BENCH_ROUTINES: narrow the grid (default: both dtypes, every routine).
       for dtype in ${BENCH_DTYPES:-bf16 f16}; do
-        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul softmax top_k_mask_logits top_k_renorm_probs top_p_renorm_probs sampling_from_probs top_k_sampling_from_probs top_p_sampling_from_probs min_p_sampling_from_probs top_k_top_p_sampling_from_probs top_k_top_p_sampling_from_logits merge_state merge_state_in_place apply_rope_pos_ids apply_rope_pos_ids_inplace apply_rope apply_llama31_rope_pos_ids}; do
+        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul softmax top_k_mask_logits top_k_renorm_probs top_p_renorm_probs sampling_from_probs top_k_sampling_from_probs top_p_sampling_from_probs min_p_sampling_from_probs top_k_top_p_sampling_from_probs top_k_top_p_sampling_from_logits merge_state merge_state_in_place apply_rope_pos_ids apply_rope_pos_ids_inplace apply_rope apply_llama31_rope_pos_ids apply_rope_with_cos_sin_cache}; do
           run bench .bundle/ferrinfer-bench --routine $routine --dtype $dtype --grid --output-path "$out/ferrinfer.csv" \
             --warmup-seconds 1
         done

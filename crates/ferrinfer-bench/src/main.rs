@@ -131,13 +131,14 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> Result<(), String> {
     let op = ferrinfer_launch::op(&args.routine).ok_or("clap checked the routine's name")?;
-    let scalars = scalars(op, &args.scalar)?;
     let executor = timing::Executor::new(resolve_backend(args.backend)?).map_err(|e| e.to_string())?;
     let cases: Vec<(usize, usize)> = match (args.grid, args.batch_size, args.hidden_size) {
         (true, _, _) => grid::peers(op.family).ok_or(format!("no standard grid for the {} family", op.family))?,
         (false, Some(t), Some(h)) => vec![(t, h)],
         _ => return Err("give --batch-size and --hidden-size, or --grid".into()),
     };
+    // An unknown `--scalar` name fails before the warm-up (the values depend on the case).
+    scalars(op, &args.scalar, 0)?;
     executor.warm_up(args.warmup_seconds).map_err(|e| e.to_string())?;
     let mode = match args.mode {
         ModeArg::Graph => timing::Mode::Graph,
@@ -157,7 +158,7 @@ fn run(args: &Args) -> Result<(), String> {
             dtype: args.dtype.into(),
             tokens,
             hidden,
-            scalars: scalars.clone(),
+            scalars: scalars(op, &args.scalar, hidden)?,
             refcheck: args.refcheck,
             iters: args.num_iters,
             mode,
@@ -170,9 +171,10 @@ fn run(args: &Args) -> Result<(), String> {
     report.failures()
 }
 
-/// The op's scalars: FlashInfer's defaults, overridden by `--scalar NAME=VALUE`.
-fn scalars(op: &ferrinfer_launch::OpInfo, given: &[(String, f64)]) -> Result<Vec<f64>, String> {
-    let mut values: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
+/// The op's scalars for rows of `hidden`: FlashInfer's defaults (or the table's examples),
+/// overridden by `--scalar NAME=VALUE`.
+fn scalars(op: &ferrinfer_launch::OpInfo, given: &[(String, f64)], hidden: usize) -> Result<Vec<f64>, String> {
+    let mut values = op.examples(hidden);
     for (name, value) in given {
         let known = || op.scalars.iter().map(|s| s.name).collect::<Vec<_>>();
         let i = op.scalars.iter().position(|s| s.name == name);

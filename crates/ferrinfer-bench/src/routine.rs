@@ -72,14 +72,15 @@ impl Setup {
             .collect()
     }
 
-    /// Inputs read once + outputs written once, as the peers count.
+    /// Inputs read once + outputs written once, as the peers count (of a table, the rows the
+    /// problem's rows look up at most: [`Extent::touched`]).
     fn bytes(&self) -> f64 {
         let bytes: i64 = self
             .op
             .tensors
             .iter()
             .map(|arg| {
-                let n = self.shape(arg.extent).iter().product::<i64>() * self.dtype(arg).size() as i64;
+                let n = (arg.extent.touched(self.tokens, self.hidden) * self.dtype(arg).size()) as i64;
                 if arg.role == Role::InOut { 2 * n } else { n }
             })
             .sum();

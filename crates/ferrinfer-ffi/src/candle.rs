@@ -156,8 +156,8 @@ macro_rules! candle_functions {
             $(#[doc = $doc:literal])*
             fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(as $input_fixed:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : $kind:tt $(<$inner:ident>)? $(= $default:literal)? $((example $example:literal))?),+)?
-                => $op:expr, reference $reference:path;
+                $(; $($scalar:ident : $kind:tt $(<$inner:ident>)? $(= $default:literal)? $((example $example:tt))?),+)?
+                => $op:expr, reference $reference:path $(, order ($($order:ident),+))?;
         )+
     ) => {
         $(
@@ -202,17 +202,17 @@ impl Produced for () {
 }
 
 /// Ops with two outputs (`merge_state`'s values and scores, rope's `q_rope` and `k_rope`): both
-/// allocated like the inputs, then written under the nested locks.
+/// allocated like their source inputs (`OpInfo::output_source`), then written under the nested
+/// locks.
 impl Produced for (Tensor, Tensor) {
     fn run(op: &Op, tensors: &[&Tensor]) -> Result<Self> {
-        let first = tensors[0];
         let inputs: Vec<(Extent, &Shape)> =
             op.info.tensors.iter().zip(tensors).map(|(a, t)| (a.extent, t.shape())).collect();
-        let outputs = op.info.tensors[tensors.len()..]
-            .iter()
-            .map(|arg| {
-                let dtype = if arg.dtype == DTypeRule::F32 { candle_core::DType::F32 } else { first.dtype() };
-                Tensor::zeros(output_shape(&inputs, arg.extent), dtype, first.device())
+        let outputs = (tensors.len()..op.info.tensors.len())
+            .map(|out| {
+                let (arg, source) = (&op.info.tensors[out], tensors[op.info.output_source(out)]);
+                let dtype = if arg.dtype == DTypeRule::F32 { candle_core::DType::F32 } else { source.dtype() };
+                Tensor::zeros(output_shape(&inputs, arg.extent), dtype, source.device())
             })
             .collect::<Result<Vec<_>>>()?;
         let [v, s] = <[Tensor; 2]>::try_from(outputs)

@@ -1,8 +1,11 @@
 //! The `python` feature: every op of the registry as a Python function with FlashInfer's
 //! signature — `ferrinfer.rmsnorm(input, weight, eps=1e-6, out=None, enable_pdl=None)` and the
 //! rest, made from each op's table line at import ([`register`]): required tensors, then scalars
-//! with their defaults, then the optional `out`, then `enable_pdl`. Ops with an output return it
-//! (allocated like `input` when `out` is None); in-place ops return None. Errors are raised as
+//! with their defaults, then the optional `out`, then `enable_pdl` (where FlashInfer orders them
+//! otherwise, its order: `apply_rope_with_cos_sin_cache(positions, query, key, head_size,
+//! cos_sin_cache, is_neox=True, query_out=None, key_out=None, enable_pdl=None)`). Ops with an output return it
+//! (allocated like the input of its extent — `input`, `query` — when `out` is None); in-place ops
+//! return None. Errors are raised as
 //! Python exceptions carrying the Rust error's message (`TypeError` for dtype errors, naming the
 //! dtype; `ValueError` otherwise).
 //!
@@ -50,15 +53,23 @@ enum Parameter {
     EnablePdl,
 }
 
-/// FlashInfer's parameter order: required tensors, scalars, optional outputs, `enable_pdl`.
+/// FlashInfer's parameter order: required tensors, scalars, optional outputs, `enable_pdl` —
+/// the parameters the op's [`OpInfo::order`] names first, in that order.
 fn parameters(op: &OpInfo) -> Vec<Parameter> {
     let tensors = |out: bool| (0..op.tensors.len()).filter(move |&i| (op.tensors[i].role == Role::Out) == out);
-    tensors(false)
+    let table: Vec<Parameter> = tensors(false)
         .map(Parameter::Tensor)
         .chain((0..op.scalars.len()).map(Parameter::Scalar))
         .chain(tensors(true).map(Parameter::Tensor))
         .chain([Parameter::EnablePdl])
-        .collect()
+        .collect();
+    // An order names a tensor by its name or its alias, as keywords may.
+    let named = |p: &Parameter, name: &str| {
+        parameter_name(op, *p) == name || matches!(p, Parameter::Tensor(i) if op.tensors[*i].name == name)
+    };
+    let first = op.order.iter().filter_map(|name| table.iter().find(|p| named(p, name)));
+    let rest = table.iter().filter(|p| !op.order.iter().any(|name| named(p, name)));
+    first.chain(rest).copied().collect()
 }
 
 fn parameter_name(op: &OpInfo, parameter: Parameter) -> &'static str {
@@ -143,12 +154,12 @@ fn call<'py>(
     let first = tensor_object(0)
         .ok_or_else(|| PyTypeError::new_err(format!("{}: missing `{}`", op.name, op.tensors[0].name)))?;
     let target = Target::of(&first)?;
-    let mut objects = Vec::with_capacity(op.tensors.len());
+    let mut objects: Vec<Bound<PyAny>> = Vec::with_capacity(op.tensors.len());
     let mut input_shapes: Vec<(Extent, Vec<i64>)> = Vec::new();
     for (i, arg) in op.tensors.iter().enumerate() {
         let object = match tensor_object(i) {
             Some(object) => object,
-            None => allocate_like(&first, arg, &input_shapes)?,
+            None => allocate_like(&objects[op.output_source(i)], arg, &input_shapes)?,
         };
         if arg.role != Role::Out {
             input_shapes.push((arg.extent, object.getattr(intern!(py, "shape"))?.extract()?));
@@ -411,9 +422,10 @@ fn current_stream(input: &Bound<'_, PyAny>, torch: Option<&Torch>, ordinal: usiz
     Ok(None)
 }
 
-/// A new array for `Out` argument `arg`, from the first tensor: its shape by
-/// [`Extent::output_shape`] of the inputs' `(extent, shape)`, its device and (unless the output's
-/// dtype is fixed) dtype, from its own framework.
+/// A new array for `Out` argument `arg`, like its source input `first` ([`OpInfo::output_source`]:
+/// the first input of its extent, else the first tensor): its shape by [`Extent::output_shape`]
+/// of the inputs' `(extent, shape)`, `first`'s device and (unless the output's dtype is fixed)
+/// dtype, from its own framework.
 fn allocate_like<'py>(
     first: &Bound<'py, PyAny>,
     arg: &TensorArg,

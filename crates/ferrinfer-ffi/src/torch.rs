@@ -21,7 +21,7 @@
 use std::sync::Arc;
 
 use ferrinfer_launch::cudarc::driver::CudaStream;
-use ferrinfer_launch::op::{DTypeRule, Extent, TensorArg};
+use ferrinfer_launch::op::{DTypeRule, Extent};
 use ferrinfer_launch::{DType, Device, Error, MAX_DIMS, Stream, TensorView};
 use tch::{Kind, TchError, Tensor};
 
@@ -67,8 +67,8 @@ macro_rules! tch_functions {
             $(#[doc = $doc:literal])*
             fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(as $input_fixed:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : $kind:tt $(<$inner:ident>)? $(= $default:literal)? $((example $example:literal))?),+)?
-                => $op:expr, reference $reference:path;
+                $(; $($scalar:ident : $kind:tt $(<$inner:ident>)? $(= $default:literal)? $((example $example:tt))?),+)?
+                => $op:expr, reference $reference:path $(, order ($($order:ident),+))?;
         )+
     ) => {
         $(
@@ -134,8 +134,8 @@ impl Produced for (Tensor, Tensor) {
 }
 
 /// Runs any op on tch tensors, by position (what the per-op functions call): views of every input
-/// and output (a missing output allocated like the first input: its device and kind, its leading
-/// dimensions, the output's row length), then ferrinfer-launch validates and runs. Returns the
+/// and output (a missing output allocated like its source input — the first of its extent, else
+/// the first: its device and kind, its shape by [`Extent::output_shape`]), then ferrinfer-launch validates and runs. Returns the
 /// outputs.
 pub fn call(
     op: &'static ferrinfer_launch::OpInfo,
@@ -150,10 +150,10 @@ pub fn call(
     // `input`'s device (and, for dense inputs, its strides).
     let outputs: Vec<Tensor> = outputs
         .into_iter()
-        .zip(&op.tensors[inputs.len()..])
-        .map(|(given, arg)| match given {
+        .zip(inputs.len()..)
+        .map(|(given, out)| match given {
             Some(tensor) => Ok(tensor.shallow_clone()),
-            None => allocate_like(op, inputs, arg),
+            None => allocate_like(op, inputs, out),
         })
         .collect::<Result<_, TchError>>()?;
     for (tensor, name) in outputs.iter().zip(names.skip(inputs.len())) {
@@ -164,10 +164,12 @@ pub fn call(
     Ok(outputs)
 }
 
-/// A new tensor for output `arg` of `op`, like its `inputs`: the first's device, its kind unless
-/// the output's is fixed (f32, int32), its shape by [`Extent::output_shape`].
-fn allocate_like(op: &ferrinfer_launch::OpInfo, inputs: &[&Tensor], arg: &TensorArg) -> Result<Tensor, TchError> {
-    let first = inputs[0];
+/// A new tensor for output `arg` (argument `out`) of `op`, like its `inputs`: the device of
+/// its source ([`OpInfo::output_source`](ferrinfer_launch::OpInfo::output_source): `query_out`'s
+/// is `query`), its kind unless the output's is fixed (f32, int32), its shape by
+/// [`Extent::output_shape`].
+fn allocate_like(op: &ferrinfer_launch::OpInfo, inputs: &[&Tensor], out: usize) -> Result<Tensor, TchError> {
+    let (arg, first) = (&op.tensors[out], inputs[op.output_source(out)]);
     let kind = match arg.dtype {
         DTypeRule::F32 => Kind::Float,
         DTypeRule::I32 | DTypeRule::Index => Kind::Int,

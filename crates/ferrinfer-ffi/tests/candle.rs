@@ -244,6 +244,28 @@ fn candle_docs_quickstart_is_the_documented_one() {
     assert_eq!(documented, test, "docs/adapters.md's candle snippet differs from the test that runs it");
 }
 
+/// vLLM's rope through candle on the CPU: outputs allocated like the flattened `query` and `key`
+/// (f16 — not like the int64 `positions` first), checked against the op's reference with a
+/// table of `op::TABLE_ROWS` rows; the in-place helper writes `query` and `key` alike.
+#[test]
+fn candle_rope_with_cos_sin_cache_allocates_like_query_and_runs_in_place() {
+    let rows = ferrinfer_launch::op::TABLE_ROWS;
+    let query = tensor::<f16>(&[5, 4 * 64], false, 8_100);
+    let key = tensor::<f16>(&[5, 2 * 64], false, 8_101);
+    let cache = tensor::<f32>(&[rows, 64], false, 8_102);
+    let pos = Tensor::new(&[0i64, 3, 17, 4096, rows as i64 - 1], &Device::Cpu).unwrap();
+    let (q_out, k_out) = fc::apply_rope_with_cos_sin_cache(&pos, &query, &key, &cache, 64, true).unwrap();
+    assert_eq!((q_out.dims(), k_out.dims()), (query.dims(), key.dims()));
+    assert_eq!((q_out.dtype(), k_out.dtype()), (CandleDType::F16, CandleDType::F16));
+    let op = &ferrinfer_launch::apply_rope_with_cos_sin_cache::INFO;
+    let tensors = [values(&pos), values(&query), values(&key), values(&cache), Vec::new(), Vec::new()];
+    let written = [values(&q_out), values(&k_out)];
+    reference::check_written(op, DType::F16, 64, &tensors, &written, &[64.0, 1.0]).unwrap();
+    let (q2, k2) = (query.copy().unwrap(), key.copy().unwrap());
+    fc::apply_rope_with_cos_sin_cache_inplace(&pos, &q2, &k2, &cache, 64, true).unwrap();
+    assert_eq!((values(&q2), values(&k2)), (values(&q_out), values(&k_out)));
+}
+
 /// Rope through candle on the CPU: outputs shaped as `q` and `k` (GQA: 4 and 2 heads), int64
 /// positions, against the f64 reference; the in-place helper writes `q` and `k` with the same
 /// values.

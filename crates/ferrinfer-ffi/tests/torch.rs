@@ -91,7 +91,7 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
             Extent::StackedBatch => {
                 tensor(Kind::Float, rows * STACKED, 1, false, seed + i as u64).reshape([rows, STACKED])
             }
-            Extent::Heads | Extent::KvHeads | Extent::SegmentBounds | Extent::Segments => {
+            _ => {
                 unreachable!("rope's ops are tested on their own")
             }
         })
@@ -116,7 +116,7 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
         })
         .collect();
     let before: Vec<Vec<f64>> = inputs.iter().map(values).collect();
-    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
+    let scalars = op.examples(hidden as usize);
     let refs: Vec<&Tensor> = inputs.iter_mut().map(|t| &*t).collect();
     let produced = ft::call(op, &refs, outputs.iter().map(Some).collect(), &scalars, &TorchStream::Cpu).unwrap();
     let context = format!("{} {kind:?} wide={wide} narrow={narrow} hidden={hidden}", op.name);
@@ -279,6 +279,30 @@ fn torch_docs_quickstart_is_the_documented_one() {
         this.split("// quickstart:begin\n").nth(1).and_then(|s| s.split("    // quickstart:end").next()).unwrap();
     let test: String = test.lines().map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l))).collect();
     assert_eq!(documented, test, "docs/adapters.md's torch snippet differs from the test that runs it");
+}
+
+/// vLLM's rope through tch on the CPU: the outputs allocated like the flattened `query` and
+/// `key` (bf16 — not like the int64 `positions` first), checked against the op's reference with
+/// a table of `op::TABLE_ROWS` rows; the in-place function writes `query` and `key` alike.
+#[test]
+fn torch_rope_with_cos_sin_cache_allocates_like_query_and_runs_in_place() {
+    let cpu = &TorchStream::Cpu;
+    let rows = ferrinfer_launch::op::TABLE_ROWS as i64;
+    let query = tensor(Kind::BFloat16, 5, 4 * 64, false, 8_100);
+    let key = tensor(Kind::BFloat16, 5, 2 * 64, false, 8_101);
+    let cache = tensor(Kind::Float, rows, 32, false, 8_102);
+    let pos = Tensor::from_slice(&[0i64, 3, 17, 4096, rows - 1]);
+    let (q_out, k_out) =
+        ft::apply_rope_with_cos_sin_cache(&pos, &query, &key, &cache, None, None, 64, false, cpu).unwrap();
+    assert_eq!((q_out.size(), k_out.size()), (query.size(), key.size()));
+    assert_eq!((q_out.kind(), k_out.kind()), (Kind::BFloat16, Kind::BFloat16));
+    let op = &ferrinfer_launch::apply_rope_with_cos_sin_cache::INFO;
+    let tensors = [values(&pos), values(&query), values(&key), values(&cache), Vec::new(), Vec::new()];
+    let written = [values(&q_out), values(&k_out)];
+    reference::check_written(op, DType::Bf16, 64, &tensors, &written, &[64.0, 0.0]).unwrap();
+    let (mut q2, mut k2) = (query.copy(), key.copy());
+    ft::apply_rope_with_cos_sin_cache_inplace(&pos, &mut q2, &mut k2, &cache, 64, false, cpu).unwrap();
+    assert_eq!((values(&q2), values(&k2)), (values(&q_out), values(&k_out)));
 }
 
 /// Rope through tch on the CPU: new outputs shaped as `q` and `k` (GQA: 4 and 2 heads), int64

@@ -121,7 +121,7 @@ fn tensors(op: &OpInfo, kind: Kind, narrow: bool, seed: u64, device: Device) -> 
                 Extent::StackedBatch => {
                     tensor(Kind::Float, ROWS * STACKED, 1, false, seed, device).0.reshape([ROWS, STACKED])
                 }
-                Extent::Heads | Extent::KvHeads | Extent::SegmentBounds | Extent::Segments => {
+                _ => {
                     unreachable!("rope's ops are tested on their own")
                 }
             }
@@ -158,7 +158,7 @@ fn run(op: &'static OpInfo, call: Call, stream: &TorchStream) -> (Vec<Vec<f64>>,
     // The inputs were written on torch's stream; a cudarc stream (non-blocking) does not wait.
     sync_torch(&call.inputs[0]);
     let refs: Vec<&Tensor> = call.inputs.iter().collect();
-    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
+    let scalars = op.examples(HIDDEN as usize);
     ft::call(op, &refs, call.outputs.iter().map(|(o, _)| Some(o)).collect(), &scalars, stream).unwrap();
     if let TorchStream::Cuda(stream) = stream {
         stream.synchronize().unwrap();
@@ -193,7 +193,7 @@ fn torch_gpu_every_op_on_a_cudarc_stream_and_the_default_stream() {
                 let on_cpu = tensors(op, kind, narrow, seed, Device::Cpu);
                 let mut before: Vec<Vec<f64>> = on_cpu.inputs.iter().map(values).collect();
                 before.extend(on_cpu.outputs.iter().map(|_| Vec::new()));
-                let scalars: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
+                let scalars = op.examples(HIDDEN as usize);
                 for (name, stream) in &streams {
                     let (written, buffers) = run(op, tensors(op, kind, narrow, seed, CUDA), stream);
                     let context = format!("{} {kind:?} narrow={narrow} on the {name}", op.name);

@@ -10,12 +10,16 @@
 //! `rotary_dim` are copied (left as they are in place). `freq[i]` is [`frequencies`]': the f32 of
 //! FlashInfer's frequency formula, llama 3.1's scaling included, evaluated in f64. `sin a`,
 //! `cos a` are [`sin_cos`]'s: within two ulp for every angle below 2^30, where FlashInfer's `__sincosf`
-//! loses accuracy past a few hundred radians. Each (token, pair)'s angle is computed once, not
-//! once a head: on the GPU a block's tokens' into shared memory first.
+//! loses accuracy past a few hundred radians ([`Computed`]). Or the cosines and sines are read
+//! from a table of them a position ([`Cached`]: vLLM's `cos_sin_cache`, FlashInfer's
+//! `apply_rope_with_cos_sin_cache`). A computed angle is computed once a (token, pair), not once
+//! a head: on the GPU a block's tokens' into shared memory first; a table's cosines and sines
+//! are read where they are turned, a lane's vector at a time (a read costs less than the shared
+//! table's barrier).
 //!
 //! One parameter struct shared with the host, the per-head math (the device kernel and the CPU
 //! backend run the same functions) and one device kernel, generic over the element type, the
-//! vector width and where positions come from.
+//! vector width, where positions come from and where their angles come from.
 
 use crate::element::Element;
 use crate::math::{exp2_f64, mul_add, sin_cos};
@@ -24,7 +28,7 @@ use crate::vector::{Coherent, Kept, Packed, Reused};
 /// Arguments of the rope kernel, passed by value. Queries `[tokens, q_heads, head_dim]` and keys
 /// `[tokens, k_heads, head_dim]`, each addressed by `[token, head]` strides in elements (the last
 /// dimension contiguous); the outputs alike (the inputs themselves in place).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[repr(C)]
 pub struct RopeParams {
     pub q: u64,
@@ -41,6 +45,12 @@ pub struct RopeParams {
     pub indptr: u64,
     pub indptr_stride: u64,
     pub segments: u64,
+    /// With [`Cached`] angles: `cache_rows` rows of `rotary_dim` f32 each, `cache_stride`
+    /// elements apart — row `pos` holds the cosines of pairs `0 … rotary_dim/2 − 1` at position
+    /// `pos`, then their sines; else unused.
+    pub cache: u64,
+    pub cache_stride: u64,
+    pub cache_rows: u64,
     pub tokens: u64,
     pub q_strides: [u64; 2],
     pub k_strides: [u64; 2],
@@ -58,7 +68,7 @@ pub struct RopeParams {
     /// only: a unit's lane and head are then a mask and a shift).
     pub lane_bits: u32,
     /// Tokens a block takes (the device kernel's only): their angles computed once into shared
-    /// memory ([`ANGLE_BYTES`] a pair), then every head of each.
+    /// memory ([`ANGLE_BYTES`] a pair; a table's are read where turned), then every head of each.
     pub tokens_per_block: u32,
     /// Where angles are computed, pair `i`'s frequency is `f32(φ(2^(−i · exponent_step)))` with
     /// `φ(f) = (1 − s) · f · inverse_scale + s · f`, `s = clamp(f · smooth_a + smooth_b, 0, 1)`
@@ -156,17 +166,70 @@ impl<I: Index> Positions for Segments<I> {
     }
 }
 
-/// Cosines and sines of `VEC` pairs from pair `first` at position `position`: `sin_cos` of
-/// `f32(position) · freq`.
-#[inline(always)]
-pub fn angles<const VEC: usize>(p: &RopeParams, position: i64, first: u32) -> ([f32; VEC], [f32; VEC]) {
-    let position = position as f32;
-    let frequencies = frequencies::<VEC>(p, first);
-    let (mut cos, mut sin) = ([0.0; VEC], [0.0; VEC]);
-    for i in 0..VEC {
-        (sin[i], cos[i]) = sin_cos(position * frequencies[i]);
+/// Where the cosine and sine of a pair at a position come from.
+pub trait Angles {
+    /// Read where they are needed, not through the device kernel's shared table: a read costs
+    /// less than the table's barrier.
+    const DIRECT: bool;
+
+    /// `(cos, sin)` of pair `pair` at `position`.
+    ///
+    /// # Safety
+    /// The angle table of `p` (if any) as the launcher validated it.
+    unsafe fn of(p: &RopeParams, position: i64, pair: u32) -> (f32, f32);
+
+    /// Cosines and sines of `VEC` pairs from pair `first` (a multiple of `VEC`) at `position`.
+    ///
+    /// # Safety
+    /// As [`Angles::of`]; with a table, its address, row stride and `rotary_dim / 2` multiples
+    /// of `VEC` f32 where `VEC · 4 ≤ 16` bytes, else of 4.
+    #[inline(always)]
+    unsafe fn lane<const VEC: usize>(p: &RopeParams, position: i64, first: u32) -> ([f32; VEC], [f32; VEC]) {
+        let (mut cos, mut sin) = ([0.0; VEC], [0.0; VEC]);
+        for i in 0..VEC {
+            (cos[i], sin[i]) = unsafe { Self::of(p, position, first + i as u32) };
+        }
+        (cos, sin)
     }
-    (cos, sin)
+}
+
+/// Computed: `sin_cos` of `f32(position) · freq[pair]` ([`frequencies`]).
+pub struct Computed;
+
+impl Angles for Computed {
+    const DIRECT: bool = false;
+
+    #[inline(always)]
+    unsafe fn of(p: &RopeParams, position: i64, pair: u32) -> (f32, f32) {
+        let [frequency] = frequencies::<1>(p, pair);
+        let (sin, cos) = sin_cos(position as f32 * frequency);
+        (cos, sin)
+    }
+}
+
+/// Read from the table at `p.cache` ([`RopeParams::cache`]). A position outside its rows (which
+/// the launcher cannot check on the GPU without waiting for it) reads nothing and gives NaN,
+/// so its token's rotated values come out NaN rather than from other memory.
+pub struct Cached;
+
+impl Angles for Cached {
+    const DIRECT: bool = true;
+
+    #[inline(always)]
+    unsafe fn of(p: &RopeParams, position: i64, pair: u32) -> (f32, f32) {
+        let ([cos], [sin]) = unsafe { Self::lane::<1>(p, position, pair) };
+        (cos, sin)
+    }
+
+    #[inline(always)]
+    unsafe fn lane<const VEC: usize>(p: &RopeParams, position: i64, first: u32) -> ([f32; VEC], [f32; VEC]) {
+        // A negative position is far above the rows as a u64.
+        let inside = (position as u64) < p.cache_rows;
+        let row = (p.cache as *const f32).wrapping_add((position as u64).wrapping_mul(p.cache_stride) as usize);
+        let read = |at: u32| unsafe { Packed::<f32, VEC>::load_if::<Reused>(inside, row.wrapping_add(at as usize)) };
+        let (cos, sin) = (read(first).to_f32(), read(p.rotary_dim / 2 + first).to_f32());
+        if inside { (cos, sin) } else { ([f32::NAN; VEC], [f32::NAN; VEC]) }
+    }
 }
 
 /// One lane's two vectors of a head: for a rotating lane the `x` and `y` halves of its `VEC`
@@ -346,11 +409,12 @@ impl<T: Element> Unit<T> {
 ///
 /// # Safety
 /// `params` as the launcher validates them.
-pub unsafe fn rope_token<T: Element, P: Positions>(p: &RopeParams, token: u64) {
+pub unsafe fn rope_token<T: Element, P: Positions, A: Angles>(p: &RopeParams, token: u64) {
     let position = unsafe { P::of(p, token) };
     for lane in 0..lanes(p.head_dim, p.rotary_dim, 1) {
         let rotates = LaneSpan::of::<1>(p, lane).rotates;
-        let angles = if rotates { angles::<1>(p, position, lane) } else { ([0.0], [0.0]) };
+        let (cos, sin) = if rotates { unsafe { A::of(p, position, lane) } } else { (0.0, 0.0) };
+        let angles = ([cos], [sin]);
         for head in 0..p.q_heads + p.k_heads {
             let unit = Unit::<T>::of::<1>(p, token, head, lane);
             unsafe { unit.store(p, unit.load_if::<1>(true), &angles) };
@@ -373,14 +437,16 @@ mod device_kernels {
     use crate::vector::Shared;
 
     /// The device kernel: a block takes `tokens_per_block` tokens. First its threads compute
-    /// each (token, pair)'s cosine and sine once into shared memory — the cosines of the
+    /// (or read) each (token, pair)'s cosine and sine once into shared memory — the cosines of the
     /// block's tokens, then their sines, pair after pair — then they take the tokens' units
     /// (lane, head, token: lane fastest), two a step, both units' loads issued before either
-    /// is turned. Launcher's guarantees: `rotary_dim / 2`, `head_dim − rotary_dim`, every stride
-    /// and pointer multiples of `VEC` elements; dynamic shared memory of
-    /// `tokens_per_block · rotary_dim / 2 · ANGLE_BYTES`.
+    /// is turned. [`Angles::DIRECT`] angles (a table's) skip the first phase: each unit reads
+    /// its lane's where it turns them, beside its values, with no barrier between.
+    /// Launcher's guarantees: `rotary_dim / 2`, `head_dim − rotary_dim`, every stride and
+    /// pointer multiples of `VEC` elements (a table's as [`Angles::lane`] needs); dynamic shared
+    /// memory of `tokens_per_block · rotary_dim / 2 · ANGLE_BYTES` unless direct.
     #[inline(always)]
-    pub unsafe fn rope_rows<T: Element, P: Positions, const VEC: usize>(p: &RopeParams) {
+    pub unsafe fn rope_rows<T: Element, P: Positions, A: Angles, const VEC: usize>(p: &RopeParams) {
         chain_after_prior_grids();
         let (thread, threads) = (thread_index(), block_size());
         let first = block_index() as u64 * p.tokens_per_block as u64;
@@ -390,15 +456,17 @@ mod device_kernels {
         let pairs = p.rotary_dim / 2;
         let cosines = dynamic_shared();
         let sines = cosines + p.tokens_per_block * pairs * 4;
-        let mut i = thread;
+        let mut i = if A::DIRECT { tokens * pairs } else { thread };
         while i < tokens * pairs {
             let (token, pair) = (i / nonzero(pairs), i % nonzero(pairs));
-            let ([cos], [sin]) = angles::<1>(p, unsafe { P::of(p, first + token as u64) }, pair);
+            let (cos, sin) = unsafe { A::of(p, P::of(p, first + token as u64), pair) };
             crate::device::store_shared_u32(cosines + 4 * i, cos.to_bits());
             crate::device::store_shared_u32(sines + 4 * i, sin.to_bits());
             i += threads;
         }
-        block_barrier();
+        if !A::DIRECT {
+            block_barrier();
+        }
         let heads = p.q_heads + p.k_heads;
         let lanes_mask = (1u32 << p.lane_bits) - 1;
         let units = (tokens * heads) << p.lane_bits;
@@ -410,6 +478,10 @@ mod device_kernels {
             (Unit::<T>::of::<VEC>(p, first + token as u64, head, lane), token, lane, working)
         };
         let angles_of = |token: u32, lane: u32| {
+            if A::DIRECT {
+                // SAFETY: the launcher validated the token's position and the table.
+                return unsafe { A::lane::<VEC>(p, P::of(p, first + token as u64), lane * VEC as u32) };
+            }
             let at = 4 * (token * pairs + lane * VEC as u32);
             // SAFETY: inside the table the first phase wrote (a rotating lane's pairs).
             unsafe {

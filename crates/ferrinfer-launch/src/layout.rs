@@ -192,6 +192,28 @@ pub(crate) fn check_distinct_elements(argument: &'static str, view: &TensorView)
     Ok(())
 }
 
+/// Two views of one dtype whose rows (first dimension) are one stride apart in both and whose
+/// rows' footprints (first element to last, within a row) do not meet: two parts of one packed
+/// tensor, such as the q and k of a `qkv` tensor, which [`overlaps`] alone cannot tell apart from
+/// tensors that share elements.
+pub(crate) fn interleaved_apart(a: &TensorView, b: &TensorView) -> bool {
+    let footprint = |v: &TensorView| {
+        let inner: i64 = v.shape().iter().zip(v.strides()).skip(1).map(|(&d, &s)| (d.max(1) - 1) * s).sum();
+        (inner + 1) as u64 * v.dtype().size() as u64
+    };
+    let row_bytes = |v: &TensorView| v.strides().first().map_or(0, |&s| s as u64 * v.dtype().size() as u64);
+    let (ra, rb) = (row_bytes(a), row_bytes(b));
+    let rows = |v: &TensorView| v.shape().first().copied().unwrap_or(1);
+    if a.shape().len() != b.shape().len() || rows(a) != rows(b) || ra != rb || a.dtype() != b.dtype() {
+        return false;
+    }
+    let (lo, lo_size, hi, hi_size) = match a.address() <= b.address() {
+        true => (a.address(), footprint(a), b.address(), footprint(b)),
+        false => (b.address(), footprint(b), a.address(), footprint(a)),
+    };
+    hi - lo >= lo_size && (rows(a) <= 1 || hi - lo + hi_size <= ra)
+}
+
 /// The identical view: same device, address, dtype, shape and strides.
 pub(crate) fn same_view(a: &TensorView, b: &TensorView) -> bool {
     (a.device(), a.address(), a.dtype(), a.shape(), a.strides())

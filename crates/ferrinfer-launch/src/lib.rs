@@ -46,7 +46,8 @@ pub use norm::{fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layern
 pub use op::{OpInfo, PerRow};
 pub use rope::{
     apply_llama31_rope, apply_llama31_rope_inplace, apply_llama31_rope_pos_ids, apply_llama31_rope_pos_ids_inplace,
-    apply_rope, apply_rope_inplace, apply_rope_pos_ids, apply_rope_pos_ids_inplace,
+    apply_rope, apply_rope_inplace, apply_rope_pos_ids, apply_rope_pos_ids_inplace, apply_rope_with_cos_sin_cache,
+    apply_rope_with_cos_sin_cache_inplace,
 };
 pub use sampling::{
     min_p_sampling_from_probs, sampling_from_probs, softmax, top_k_mask_logits, top_k_renorm_probs,

@@ -53,7 +53,19 @@ pub enum Extent {
     SegmentBounds,
     /// `[S]`: one value a segment (rope's `offsets`).
     Segments,
+    /// `[T, QH · H]`: [`Heads`](Extent::Heads) flattened, the heads side by side in one
+    /// dimension (vLLM's queries; calls take any number of heads of the op's head size).
+    FlatHeads,
+    /// `[T, KH · H]`: [`KvHeads`](Extent::KvHeads) flattened.
+    FlatKvHeads,
+    /// `[P, H]`: a row of `H` values for each of [`TABLE_ROWS`] positions (rope's `cos_sin_cache`;
+    /// calls take any number of rows). The rows a problem reads are those its
+    /// [`Domain::TableRows`] input names: at most one a row of the problem (see [`Extent::touched`]).
+    Table,
 }
+
+/// The rows of [`Extent::Table`] in the problems the benchmark and the tests make.
+pub const TABLE_ROWS: usize = 8192;
 
 /// The segments of [`Extent::SegmentBounds`] in the problems the benchmark and the tests make
 /// (their rows split at random, empty segments included).
@@ -82,6 +94,19 @@ impl Extent {
             Extent::KvHeads => vec![rows, KV_HEADS, hidden],
             Extent::SegmentBounds => vec![SEGMENTS + 1],
             Extent::Segments => vec![SEGMENTS],
+            Extent::FlatHeads => vec![rows, QUERY_HEADS * hidden],
+            Extent::FlatKvHeads => vec![rows, KV_HEADS * hidden],
+            Extent::Table => vec![TABLE_ROWS, hidden],
+        }
+    }
+
+    /// The elements of the argument a problem of `rows` rows of `hidden` reads or writes at most:
+    /// all of its [`shape`](Extent::shape), but for a table only the rows its rows look up.
+    /// What the benchmark counts as bytes moved.
+    pub fn touched(self, rows: usize, hidden: usize) -> usize {
+        match self {
+            Extent::Table => rows.min(TABLE_ROWS) * hidden,
+            _ => self.shape(rows, hidden).iter().product(),
         }
     }
 
@@ -144,12 +169,6 @@ impl DTypeRule {
             DTypeRule::Index => DType::I32,
         }
     }
-
-    /// Whether the rule has a wider alternative (`SameOrF32`'s f32 weights, `Index`'s int64),
-    /// which the tests run too.
-    pub fn has_wide(self) -> bool {
-        matches!(self, DTypeRule::SameOrF32 | DTypeRule::Index)
-    }
 }
 
 /// What values an input holds by the op's meaning, which the tests and the benchmark draw.
@@ -163,6 +182,8 @@ pub enum Domain {
     Positions,
     /// Segment bounds of the problem's rows: from 0 up to the row count, never down.
     SegmentBounds,
+    /// Row indices of the op's [`Extent::Table`]: integers in `[0, TABLE_ROWS)`.
+    TableRows,
 }
 
 /// One tensor argument of an op.
@@ -198,6 +219,16 @@ impl ScalarKind {
     }
 }
 
+/// What the benchmark and the tests that walk every op pass for a scalar.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Example {
+    /// This value: the default, or for a required scalar a typical one.
+    Value(f64),
+    /// The problem's `H` (`(example hidden)`: rope's `head_size`, which must match the
+    /// tensors' shapes).
+    Hidden,
+}
+
 /// One scalar argument: f32 (`eps`, `temperature`), an integer (`top_k`, `seed`), a bool or an
 /// optional integer, with FlashInfer's default where it has one.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -206,12 +237,22 @@ pub struct ScalarArg {
     pub kind: ScalarKind,
     /// `None`: the caller must give it. An optional scalar's default is NaN (`None`).
     pub default: Option<f64>,
-    /// The default, or for a required scalar a typical value: what the benchmark and the tests
-    /// that walk every op pass.
-    pub example: f64,
+    /// What the benchmark and the tests pass: see [`ScalarArg::example_for`].
+    pub example: Example,
     /// May be given a tensor of one value a row instead (`[f32]`, `[i32]` or `[u64]` in the
     /// table: FlashInfer's "tensor or scalar"; [`PerRow`]).
     pub per_row: bool,
+}
+
+impl ScalarArg {
+    /// The value the benchmark and the tests that walk every op pass in a problem of rows of
+    /// `hidden`.
+    pub fn example_for(&self, hidden: usize) -> f64 {
+        match self.example {
+            Example::Value(value) => value,
+            Example::Hidden => hidden as f64,
+        }
+    }
 }
 
 /// A parameter given once for every row, or — for the scalars a table marks `[f32]`, `[i32]` or
@@ -326,6 +367,11 @@ pub struct OpInfo {
     pub tensors: &'static [TensorArg],
     /// In call order, after the tensors.
     pub scalars: &'static [ScalarArg],
+    /// FlashInfer's positional order of the arguments it names, where it differs from the
+    /// table's (tensors, scalars, outputs): `apply_rope_with_cos_sin_cache(positions, query, key,
+    /// head_size, cos_sin_cache, is_neox)`. Empty: the table's. What the Python module binds
+    /// positional arguments by; the rest follow in the table's order.
+    pub order: &'static [&'static str],
     #[doc(hidden)]
     pub run: fn(&Call) -> Result<(), Error>,
     #[doc(hidden)]
@@ -437,6 +483,19 @@ impl OpInfo {
     pub fn has_output(&self) -> bool {
         self.tensors.iter().any(|t| t.role == Role::Out)
     }
+
+    /// The input whose dtype and device a new output (argument `out`) takes, as adapters
+    /// allocate it: the first input of its extent (`query_out` like `query`), else the first
+    /// tensor.
+    pub fn output_source(&self, out: usize) -> usize {
+        let extent = self.tensors[out].extent;
+        self.tensors.iter().position(|t| t.role != Role::Out && t.extent == extent).unwrap_or(0)
+    }
+
+    /// The scalars' examples in a problem of rows of `hidden` ([`ScalarArg::example_for`]).
+    pub fn examples(&self, hidden: usize) -> Vec<f64> {
+        self.scalars.iter().map(|s| s.example_for(hidden)).collect()
+    }
 }
 
 impl Call<'_, '_> {
@@ -518,7 +577,7 @@ macro_rules! __dtype_rule {
 }
 
 /// An input's domain: `[Rows, nonnegative]`, `[Batch as index, positions]`,
-/// `[SegmentBounds as index, segment_bounds]`, else any value.
+/// `[SegmentBounds as index, segment_bounds]`, `[Batch as index, table_rows]`, else any value.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __domain {
@@ -533,6 +592,9 @@ macro_rules! __domain {
     };
     (segment_bounds) => {
         $crate::op::Domain::SegmentBounds
+    };
+    (table_rows) => {
+        $crate::op::Domain::TableRows
     };
 }
 
@@ -566,18 +628,22 @@ macro_rules! __literal_f64 {
     };
 }
 
-/// A scalar's example: its `(example V)`, else its default (an optional one's: None, NaN).
+/// A scalar's [`Example`](crate::op::Example): its `(example V)` (`(example hidden)`: the
+/// problem's `H`), else its default (an optional one's: None, NaN).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scalar_example {
+    ($kind:tt $(<$inner:ident>)?; [$($default:tt)?]; [hidden]) => {
+        $crate::op::Example::Hidden
+    };
     ($kind:tt $(<$inner:ident>)?; [$($default:tt)?]; [$example:literal]) => {
-        $crate::__literal_f64!($example)
+        $crate::op::Example::Value($crate::__literal_f64!($example))
     };
     ($kind:tt $(<$inner:ident>)?; [$default:tt]; []) => {
-        $crate::__literal_f64!($default)
+        $crate::op::Example::Value($crate::__literal_f64!($default))
     };
     (Option<$inner:ident>; []; []) => {
-        f64::NAN
+        $crate::op::Example::Value(f64::NAN)
     };
     ($kind:tt; []; []) => {
         compile_error!("a scalar without a default needs `(example VALUE)`")
@@ -660,11 +726,12 @@ macro_rules! __scalar_split {
 ///
 /// The table's grammar, one line per op (what every consumer of a table matches):
 /// `fn NAME(INPUT: In|InOut [Extent (| f32 | as f32|index)? (, nonnegative|positions|segment_bounds)?], …) (-> OUTPUT: Out [Extent (as f32|i32)?], …)? (;
-/// SCALAR: f32|i32|u64|bool|Option<i32>|[f32]|[i32]|[u64] (= DEFAULT)? ((example VALUE))?, …)? => SELECTOR, reference PATH;` with doc
-/// comments before it. `/ alias` after an argument's name gives FlashInfer's Python name when it
+/// SCALAR: f32|i32|u64|bool|Option<i32>|[f32]|[i32]|[u64] (= DEFAULT)? ((example VALUE|hidden))?, …)? => SELECTOR, reference PATH
+/// (, order (NAME, …))?;` with doc comments before it. `order` gives FlashInfer's positional order
+/// where it differs from the table's ([`OpInfo::order`]). `/ alias` after an argument's name gives FlashInfer's Python name when it
 /// differs; `| f32` lets an input be f32 whatever the first tensor's dtype, `as f32` (`as i32`)
 /// makes an input f32 or an output f32 (int32) always (attention states' scores), `as index` an input int32 or int64 (positions),
-/// `nonnegative` marks an input of probabilities, `positions` one of token positions, `segment_bounds` an `indptr`. `[f32]` makes a scalar per
+/// `nonnegative` marks an input of probabilities, `positions` one of token positions, `segment_bounds` an `indptr`, `table_rows` row indices of a `Table`. `[f32]` makes a scalar per
 /// row: one value, or a `[rows]` tensor ([`PerRow`]). A scalar without a default is required and needs an example (see
 /// [`ScalarArg::example`]), but for an `Option<i32>`, which defaults to None; required scalars come before the others.
 /// An output takes the shape of the first input of its extent (see [`Extent::output_shape`]).
@@ -677,8 +744,8 @@ macro_rules! define_ops {
             $(#[doc = $doc:literal])*
             fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(as $input_fixed:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : $kind:tt $(<$inner:ident>)? $(= $default:tt)? $((example $example:literal))?),+)?
-                => $op:expr, reference $reference:path;
+                $(; $($scalar:ident : $kind:tt $(<$inner:ident>)? $(= $default:tt)? $((example $example:tt))?),+)?
+                => $op:expr, reference $reference:path $(, order ($($order:ident),+))?;
         )+
     ) => {
         $(
@@ -729,6 +796,7 @@ macro_rules! define_ops {
                         example: $crate::__scalar_example!($kind $(<$inner>)?; [$($default)?]; [$($example)?]),
                         per_row: $crate::__scalar_per_row!($kind $(<$inner>)?),
                     }),+)?],
+                    order: &[$($(stringify!($order)),+)?],
                     run: |call| $crate::op::FamilyOp::run(&$op, call),
                     reference: $reference,
                 };
@@ -760,6 +828,36 @@ mod tests {
         let inputs = [(Extent::Heads, q), (Extent::KvHeads, k), (Extent::Batch, &[7][..])];
         assert_eq!(Extent::KvHeads.output_shape(&inputs), k, "rope's k_rope: like k, not like q");
         assert_eq!(Extent::Heads.output_shape(&inputs), q);
+    }
+
+    /// An op's FlashInfer order names each of its arguments at most once and every required one
+    /// (tensors read, scalars without a default), required ones first — the parameters it leaves
+    /// out follow it, and a required one there would come after an optional one.
+    #[test]
+    fn every_order_names_arguments_once_required_first() {
+        for op in crate::ops().filter(|op| !op.order.is_empty()) {
+            let named = |name: &str| op.order.contains(&name);
+            let missing =
+                op.tensors.iter().filter(|t| t.role != crate::op::Role::Out).map(|t| t.alias.unwrap_or(t.name));
+            let missing = missing.chain(op.scalars.iter().filter(|s| s.default.is_none()).map(|s| s.name));
+            let missing: Vec<&str> = missing.filter(|name| !named(name)).collect();
+            assert!(missing.is_empty(), "{}: order leaves out required {missing:?}", op.name);
+            let required = |name: &str| {
+                let tensor = op.tensors.iter().find(|t| t.name == name || t.alias == Some(name));
+                let scalar = op.scalars.iter().find(|s| s.name == name);
+                match (tensor, scalar) {
+                    (Some(t), None) => t.role != crate::op::Role::Out,
+                    (None, Some(s)) => s.default.is_none(),
+                    _ => panic!("{}: order names `{name}`, no single argument", op.name),
+                }
+            };
+            let flags: Vec<bool> = op.order.iter().map(|name| required(name)).collect();
+            assert!(flags.windows(2).all(|w| w[0] || !w[1]), "{}: a required argument after an optional one", op.name);
+            let mut names = op.order.to_vec();
+            names.sort();
+            names.dedup();
+            assert_eq!(names.len(), op.order.len(), "{}: a name twice", op.name);
+        }
     }
 
     /// No op computes in integers: an int32 tensor anywhere but a tokens output or positions
@@ -795,7 +893,7 @@ mod tests {
                         .unwrap()
                     })
                     .collect();
-                let scalars: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
+                let scalars = op.examples(width);
                 let error = op.call(&views.iter().collect::<Vec<_>>(), &scalars, Stream::Cpu).unwrap_err();
                 let name = op.tensors[integer].name;
                 assert!(

@@ -6,7 +6,7 @@
 use ferrinfer_kernels::element::DType;
 
 use crate::HostElement;
-use crate::op::{Domain, OpInfo, Problem, Role, TensorArg};
+use crate::op::{Domain, OpInfo, Problem, Role, TABLE_ROWS, TensorArg};
 
 /// How far a result is from its reference.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -100,8 +100,9 @@ pub const MAX_POSITION: f64 = (1 << 17) as f64;
 
 /// Seeded input values for argument `arg` of an op of `rows` rows ([`TensorArg::domain`]):
 /// [`random_normal`], made `|x|` for an input the op reads as probabilities, whole positions in
-/// `[0, MAX_POSITION)` spread as `|x| · MAX_POSITION / 4`, or segment bounds — 0, then the rows
-/// cut at random points in order (some segments may be empty), then `rows`.
+/// `[0, MAX_POSITION)` spread as `|x| · MAX_POSITION / 4`, rows of a table uniform in `[0,
+/// TABLE_ROWS)`, or segment bounds — 0, then the rows cut at random points in order (some
+/// segments may be empty), then `rows`.
 pub fn random_input<T: HostElement>(arg: &TensorArg, len: usize, rows: usize, seed: u64) -> Vec<T> {
     let normal = || random_normal::<f32>(len, seed).into_iter().map(f64::from);
     match arg.domain {
@@ -111,6 +112,11 @@ pub fn random_input<T: HostElement>(arg: &TensorArg, len: usize, rows: usize, se
         }
         Domain::Positions => {
             normal().map(|v| T::from_f64((v.abs() * MAX_POSITION / 4.0).floor().min(MAX_POSITION - 1.0))).collect()
+        }
+        Domain::TableRows => {
+            // The normal's CDF (by the logistic approximation) makes it uniform in (0, 1).
+            let rows = TABLE_ROWS as f64;
+            normal().map(|v| T::from_f64((rows / (1.0 + (-1.702 * v).exp())).floor().min(rows - 1.0))).collect()
         }
         Domain::SegmentBounds => {
             let mut cuts: Vec<f64> =

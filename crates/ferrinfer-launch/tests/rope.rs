@@ -1,12 +1,16 @@
 //! The rope family through the public API on the CPU backend: every op and dtype (int32 and int64
 //! positions) against its f64 reference over head dimensions from 2 to 256, contiguous and
-//! strided heads, NeoX and interleaved pairs, partial rotary dimensions, positions to 2^17;
-//! in place on views of a packed qkv tensor; the validation errors (each names its argument and
-//! leaves every output untouched).
+//! strided heads, NeoX and interleaved pairs, partial rotary dimensions, positions to 2^17, and
+//! for the cos/sin-cache ops tables narrower than the head; in place on views of a packed qkv
+//! tensor (three-dimensional heads, and vLLM's flattened ones); the validation errors (each names
+//! its argument and leaves every output untouched).
 
 mod support;
 
-use ferrinfer_launch::{DType, Error, Stream, TensorView, apply_rope_pos_ids, apply_rope_pos_ids_inplace};
+use ferrinfer_launch::{
+    DType, Error, Stream, TensorView, apply_rope_pos_ids, apply_rope_pos_ids_inplace, apply_rope_with_cos_sin_cache,
+    apply_rope_with_cos_sin_cache_inplace,
+};
 use support::{Case, Cpu, assert_refused, family, rope_scalar_variants, run_cases_with};
 
 /// Head dimensions: FlashInfer's 64/128/256, and others whose halves narrow the vectors (f16/bf16:
@@ -210,4 +214,127 @@ fn bad_segments_are_refused_by_name_and_write_nothing() {
     assert_refused(no_segments, &q_rope, &|e| matches!(e, Error::ShapeMismatch { argument: "indptr", .. }));
     call(&[0, 1, 4], &offsets_view, &mut q_rope).unwrap();
     assert!(q_rope.iter().all(|v| v.is_finite()));
+}
+
+/// The cache ops with tables narrower than the head (partial rotary: the values past the
+/// table's width copied, or left in place): half the head where that is even, and one pair.
+#[test]
+fn cos_sin_cache_tables_narrower_than_the_head() {
+    support::run_narrow_tables(&Cpu, 9100, &cases(&[1, 7]));
+}
+
+/// vLLM's layout: `query` and `key` two-dimensional column slices of one packed `[tokens, (4 +
+/// 2 + 2) · 8]` qkv buffer, turned in place, equal to the out-of-place results on copies; `v`
+/// and the table untouched.
+#[test]
+fn cos_sin_cache_in_place_on_a_packed_qkv_tensor_matches_out_of_place() {
+    let (tokens, dim, rows) = (5, 8, 64);
+    let width = (4 + 2 + 2) * dim;
+    let mut qkv: Vec<f32> = ferrinfer_launch::reference::random_normal(tokens * width, 3);
+    let table: Vec<f32> = ferrinfer_launch::reference::random_normal(rows * dim, 4);
+    let positions: Vec<i64> = vec![0, 1, 7, 63, 30];
+    let pos = TensorView::from_slice(&positions, &[tokens]).unwrap();
+    let cache = TensorView::from_slice(&table, &[rows, dim]).unwrap();
+    let packed = qkv.clone();
+    let columns =
+        |from: usize, to: usize| -> Vec<f32> { packed.chunks(width).flat_map(|t| t[from..to].to_vec()).collect() };
+    let (q, k) = (columns(0, 4 * dim), columns(4 * dim, 6 * dim));
+    let (mut q_out, mut k_out) = (vec![f32::NAN; q.len()], vec![f32::NAN; k.len()]);
+    apply_rope_with_cos_sin_cache(
+        &pos,
+        &TensorView::from_slice(&q, &[tokens, 4 * dim]).unwrap(),
+        &TensorView::from_slice(&k, &[tokens, 2 * dim]).unwrap(),
+        &cache,
+        &mut TensorView::from_slice_mut(&mut q_out, &[tokens, 4 * dim]).unwrap(),
+        &mut TensorView::from_slice_mut(&mut k_out, &[tokens, 2 * dim]).unwrap(),
+        dim as i32,
+        false,
+        Stream::Cpu,
+    )
+    .unwrap();
+    let base = qkv.as_mut_ptr();
+    let flat = |offset: usize, columns: usize| {
+        let shape = [tokens as i64, columns as i64];
+        // SAFETY: the view lies inside `qkv` (each token's `columns` values from `offset`).
+        unsafe {
+            TensorView::from_raw_parts(
+                base.cast(),
+                (offset * 4) as u64,
+                DType::F32,
+                &shape,
+                &[width as i64, 1],
+                ferrinfer_launch::Device::Cpu,
+            )
+        }
+        .unwrap()
+    };
+    let (mut q_view, mut k_view) = (flat(0, 4 * dim), flat(4 * dim, 2 * dim));
+    apply_rope_with_cos_sin_cache_inplace(&pos, &mut q_view, &mut k_view, &cache, dim as i32, false, Stream::Cpu)
+        .unwrap();
+    for (t, token) in qkv.chunks(width).enumerate() {
+        assert_eq!(&token[..4 * dim], &q_out[t * 4 * dim..(t + 1) * 4 * dim], "token {t}'s query");
+        assert_eq!(&token[4 * dim..6 * dim], &k_out[t * 2 * dim..(t + 1) * 2 * dim], "token {t}'s key");
+        assert_eq!(&token[6 * dim..], &packed[t * width + 6 * dim..(t + 1) * width], "token {t}'s value");
+    }
+}
+
+/// Each bad argument of the cache op is refused by name, before anything is written: the
+/// table's dtype, shape and width; `head_size`; positions outside the table (on the CPU).
+#[test]
+fn bad_cos_sin_cache_arguments_are_refused_by_name_and_write_nothing() {
+    let (tokens, dim, rows) = (3, 8, 16);
+    let (q, k) = q_k(tokens, 4, 2, dim);
+    let table: Vec<f32> = ferrinfer_launch::reference::random_normal(rows * dim, 5);
+    let positions: Vec<i32> = vec![0, 15, 2];
+    let mut out = vec![f32::NAN; q.len()];
+    let call = |positions: &[i32], cache: &TensorView, head_size: i32, q_shape: &[usize], out: &mut [f32]| {
+        let mut k_out = vec![f32::NAN; k.len()];
+        apply_rope_with_cos_sin_cache(
+            &TensorView::from_slice(positions, &[positions.len()]).unwrap(),
+            &TensorView::from_slice(&q, q_shape).unwrap(),
+            &TensorView::from_slice(&k, &[tokens, 2 * dim]).unwrap(),
+            cache,
+            &mut TensorView::from_slice_mut(out, q_shape).unwrap(),
+            &mut TensorView::from_slice_mut(&mut k_out, &[tokens, 2 * dim]).unwrap(),
+            head_size,
+            true,
+            Stream::Cpu,
+        )
+    };
+    let named = |kind: &'static str, name: &'static str| {
+        move |e: &Error| match e {
+            Error::InvalidScalar { argument, .. } => kind == "invalid" && *argument == name,
+            Error::ShapeMismatch { argument, .. } => kind == "shape" && *argument == name,
+            Error::UnsupportedDType { argument, .. } => kind == "dtype" && *argument == name,
+            _ => false,
+        }
+    };
+    let cache = TensorView::from_slice(&table, &[rows, dim]).unwrap();
+    let q_shape = [tokens, 4 * dim];
+    for outside in [[0, 16, 2], [0, -1, 2]] {
+        assert_refused(call(&outside, &cache, dim as i32, &q_shape, &mut out), &out, &named("invalid", "positions"));
+    }
+    for head_size in [0, -8] {
+        assert_refused(call(&positions, &cache, head_size, &q_shape, &mut out), &out, &named("invalid", "head_size"));
+    }
+    // 32 columns are not whole heads of 12, nor is [3, 4, 8] of 16.
+    assert_refused(call(&positions, &cache, 12, &q_shape, &mut out), &out, &named("shape", "query"));
+    assert_refused(call(&positions, &cache, 16, &[tokens, 4, dim], &mut out), &out, &named("shape", "query"));
+    let half = vec![half::f16::ZERO; rows * dim];
+    let f16_cache = TensorView::from_slice(&half, &[rows, dim]).unwrap();
+    assert_refused(
+        call(&positions, &f16_cache, dim as i32, &q_shape, &mut out),
+        &out,
+        &named("dtype", "cos_sin_cache"),
+    );
+    // An odd width, and one wider than the head.
+    let wide: Vec<f32> = ferrinfer_launch::reference::random_normal(rows * 10, 6);
+    for width in [3, 10] {
+        let misfit = TensorView::from_slice(&wide[..rows * width], &[rows, width]).unwrap();
+        let refused = call(&positions, &misfit, dim as i32, &q_shape, &mut out);
+        assert_refused(refused, &out, &named("shape", "cos_sin_cache"));
+    }
+    // The 3-dimensional form of the same heads runs.
+    call(&positions, &cache, dim as i32, &[tokens, 4, dim], &mut out).unwrap();
+    assert!(out.iter().all(|v| v.is_finite()));
 }

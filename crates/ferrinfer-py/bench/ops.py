@@ -19,9 +19,12 @@ tensor — softmax's logits converted to f32 first —, as its API does; the ren
 ops' input is a softmax's probabilities in the run's dtype), and `cascade` (merge_state,
 merge_state_in_place: two attention states of 32 heads × head_dim 128 over seq ∈ {1, 128, 2048,
 16384}, values in the run's dtype, f32 scores; `T` is seq · 32 rows, `H` the head_dim), and `rope`
-(apply_rope_pos_ids and its in-place form, and apply_rope over a ragged batch of requests of 128
-tokens — one request below 128 —: q of 32 heads and k of 8, head_dim 128, int32 positions,
-NeoX pairs, over tokens ∈ {1, 128, 2048, 16384}; `T` is the tokens, `H` the head_dim).
+(apply_rope_pos_ids and its in-place form, apply_rope over a ragged batch of requests of 128
+tokens — one request below 128 —, and apply_rope_with_cos_sin_cache and its in-place form —
+vLLM's flattened heads, int64 positions uniform over a cos/sin cache of 8192 rows of 128 in f32
+(the Rust bench's table; bytes count one cache row a token, at most the cache) —: q of 32 heads
+and k of 8, head_dim 128, int32 positions but the cache ops', NeoX pairs, over tokens ∈ {1, 128,
+2048, 16384}; `T` is the tokens, `H` the head_dim).
 `--eager` instead times the host path: the wall time per call of 2000 back-to-back calls outside
 any graph (T = 1), what eager PyTorch pays per op.
 
@@ -55,6 +58,7 @@ CASCADE_HEADS = 32
 CASCADE_GRID = [(128, seq * CASCADE_HEADS) for seq in (1, 128, 2048, 16384)]
 ROPE_Q_HEADS, ROPE_K_HEADS = 32, 8
 ROPE_GRID = [(128, T) for T in (1, 128, 2048, 16384)]
+ROPE_CACHE_ROWS = 8192
 TEMPERATURE = 0.7
 TOP_K = 50
 TOP_P = 0.9
@@ -282,6 +286,63 @@ def rope_torch(q, k, pos_ids, theta=1e4):
     return turn(q), turn(k)
 
 
+def rope_cache_torch(positions, query, key, head_size, cache):
+    """vLLM's native rope with a cos/sin cache (NeoX pairs), f32 math, heads flattened."""
+    half = cache.shape[-1] // 2
+    cos, sin = cache[positions].chunk(2, dim=-1)
+    cos, sin = cos[:, None, :], sin[:, None, :]
+
+    def turn(x):
+        heads = x.view(x.shape[0], -1, head_size)
+        x1, x2 = heads[..., :half].float(), heads[..., half:2 * half].float()
+        turned = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+        return torch.cat([turned, heads[..., 2 * half:]], dim=-1).view(x.shape)
+
+    return turn(query), turn(key)
+
+
+def rope_cache_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
+    """apply_rope_with_cos_sin_cache (and in place) beside FlashInfer and torch."""
+    size = torch.tensor([], dtype=dtype).element_size()
+    compiled = torch.compile(rope_cache_torch)
+    for D, T in grid:
+        query = torch.randn(T, ROPE_Q_HEADS * D, device="cuda", dtype=dtype)
+        key = torch.randn(T, ROPE_K_HEADS * D, device="cuda", dtype=dtype)
+        # Cosines and sines of real angles: repeated in-place turns keep the values' size.
+        angles = torch.rand(ROPE_CACHE_ROWS, D // 2, device="cuda") * 1e3
+        cache = torch.cat([angles.cos(), angles.sin()], dim=-1)
+        pos = torch.randint(0, ROPE_CACHE_ROWS, (T,), device="cuda", dtype=torch.int64)
+        q_out, k_out = torch.empty_like(query), torch.empty_like(key)
+        nbytes = 2 * (query.numel() + key.numel()) * size + 8 * T + 4 * D * min(T, ROPE_CACHE_ROWS)
+        if "apply_rope_with_cos_sin_cache" in ops:
+            op = "apply_rope_with_cos_sin_cache"
+            call = (pos, query, key, D, cache)
+            record(op, T, D, nbytes, "torch_eager" + impl_suffix, time_fn(lambda: rope_cache_torch(*call)))
+            compiled(*call)
+            record(op, T, D, nbytes, "torch_compile" + impl_suffix, time_fn(lambda: compiled(*call)))
+            if fi:
+                try:
+                    fi.apply_rope_with_cos_sin_cache(*call, True)
+                    record(op, T, D, nbytes, "flashinfer" + impl_suffix,
+                           time_fn(lambda: fi.apply_rope_with_cos_sin_cache(*call, True)))
+                except Exception as error:
+                    print(f"# flashinfer {op} failed: {error!r}", file=sys.stderr)
+            record(op, T, D, nbytes, "ferrinfer-py" + impl_suffix,
+                   time_fn(lambda: ferrinfer.apply_rope_with_cos_sin_cache(*call, True, query_out=q_out, key_out=k_out)))
+        if "apply_rope_with_cos_sin_cache_inplace" in ops:
+            op = "apply_rope_with_cos_sin_cache_inplace"
+            if fi:
+                try:
+                    fi.apply_rope_with_cos_sin_cache_inplace(pos, query, key, D, cache, True)
+                    record(op, T, D, nbytes, "flashinfer" + impl_suffix,
+                           time_fn(lambda: fi.apply_rope_with_cos_sin_cache_inplace(pos, query, key, D, cache, True)))
+                except Exception as error:
+                    print(f"# flashinfer {op} failed: {error!r}", file=sys.stderr)
+            record(op, T, D, nbytes, "ferrinfer-py" + impl_suffix,
+                   time_fn(lambda: ferrinfer.apply_rope_with_cos_sin_cache_inplace(pos, query, key, D, cache, True)))
+        del query, key, q_out, k_out, pos, cache
+
+
 def rope_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
     size = torch.tensor([], dtype=dtype).element_size()
     compiled = torch.compile(rope_torch)
@@ -498,9 +559,12 @@ def main():
         grid = [(128, CASCADE_HEADS)] if args.eager else only_tokens(CASCADE_GRID, args.tokens)
         cascade_cases(record, dtype, ops, flashinfer_module("cascade"), time_fn, suffix, grid)
     elif args.family == "rope":
-        ops = (args.ops or "apply_rope_pos_ids,apply_rope,apply_rope_pos_ids_inplace").split(",")
+        ops = (args.ops or "apply_rope_pos_ids,apply_rope,apply_rope_pos_ids_inplace,"
+               "apply_rope_with_cos_sin_cache,apply_rope_with_cos_sin_cache_inplace").split(",")
         grid = [(128, 1)] if args.eager else only_tokens(ROPE_GRID, args.tokens)
-        rope_cases(record, dtype, ops, flashinfer_module("rope"), time_fn, suffix, grid)
+        fi = flashinfer_module("rope")
+        rope_cases(record, dtype, ops, fi, time_fn, suffix, grid)
+        rope_cache_cases(record, dtype, ops, fi, time_fn, suffix, grid)
     else:
         ops = (args.ops or "silu_and_mul,gelu_and_mul,gelu_tanh_and_mul").split(",")
         grid = [(4096, 1), (14336, 1)] if args.eager else only_tokens(ACTIVATION_GRID, args.tokens)

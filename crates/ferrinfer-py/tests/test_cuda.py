@@ -297,3 +297,34 @@ def test_rope_on_the_device_in_a_graph_and_in_place(dtype):
     assert torch.equal(out[0], q_rope) and torch.equal(out[1], k_rope)
     assert ferrinfer.apply_rope_pos_ids_inplace(q, k, pos) is None
     assert torch.equal(q, q_rope) and torch.equal(k, k_rope)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_with_cos_sin_cache_on_packed_qkv_in_a_graph(dtype):
+    """vLLM's call: query and key column slices of one qkv tensor, turned in place by a cos/sin
+    cache built as vLLM builds it, in a CUDA graph; the value columns untouched."""
+    nnz, head_size, rotary = 300, 128, 64
+    qkv = randn(nnz, (32 + 8 + 8) * head_size, dtype=dtype)
+    query, key, value = qkv.split([32 * head_size, 8 * head_size, 8 * head_size], dim=-1)
+    inv_freq = 1e4 ** (-torch.arange(0, rotary, 2, dtype=torch.float32, device=DEV) / rotary)
+    angles = torch.arange(4096, dtype=torch.float32, device=DEV)[:, None] * inv_freq[None, :]
+    cache = torch.cat([angles.cos(), angles.sin()], dim=-1)
+    pos = torch.randint(0, 4096, (nnz,), device=DEV, dtype=torch.int64)
+
+    def want(x):
+        heads = x.double().view(nnz, -1, head_size).clone()
+        cos, sin = cache[pos, : rotary // 2].double()[:, None], cache[pos, rotary // 2 :].double()[:, None]
+        x1, x2 = heads[..., : rotary // 2].clone(), heads[..., rotary // 2 : rotary].clone()
+        heads[..., : rotary // 2], heads[..., rotary // 2 : rotary] = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+        return heads.view(nnz, -1)
+
+    q_want, k_want, v_before = want(query), want(key), value.clone()
+    q_out, k_out = ferrinfer.apply_rope_with_cos_sin_cache(pos, query, key, head_size, cache)
+    close(q_out, q_want, dtype)
+    close(k_out, k_want, dtype)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ferrinfer.apply_rope_with_cos_sin_cache_inplace(pos, query, key, head_size, cache)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(query, q_out) and torch.equal(key, k_out) and torch.equal(value, v_before)

@@ -1,7 +1,8 @@
 """The rope family in the `ferrinfer` wheel on the CPU backend through NumPy's DLPack:
 FlashInfer's signatures (`rotary_dim=None`, `interleave=False`), `(q_rope, k_rope)` shaped as `q`
-and `k` with different head counts, the in-place forms, llama 3.1's frequencies, and errors that
-name the argument (a float `pos_ids` is a TypeError)."""
+and `k` with different head counts, the in-place forms, llama 3.1's frequencies, vLLM's
+`apply_rope_with_cos_sin_cache` (FlashInfer's positional order, flattened heads, partial tables,
+GPT-J pairs), and errors that name the argument (a float `pos_ids` is a TypeError)."""
 import inspect
 
 import numpy as np
@@ -75,3 +76,58 @@ def test_errors_name_the_argument():
         ferrinfer.apply_rope_pos_ids(q, k, np.zeros(3, np.int32), rotary_dim=5)
     with pytest.raises(TypeError, match="interleave"):
         ferrinfer.apply_rope_pos_ids(q, k, np.zeros(3, np.int32), interleave="yes")
+
+
+def cache_ref(x, pos, cache, head_size, is_neox=True):
+    """f64 rope of `x` ([nnz, heads · head_size]) by the rows of vLLM's cos/sin cache."""
+    nnz, rotary = x.shape[0], cache.shape[1]
+    heads = x.reshape(nnz, -1, head_size).astype(np.float64)
+    cos = cache[pos, : rotary // 2].astype(np.float64)[:, None, :]
+    sin = cache[pos, rotary // 2 :].astype(np.float64)[:, None, :]
+    i = np.arange(rotary // 2)
+    a, b = (i, i + rotary // 2) if is_neox else (2 * i, 2 * i + 1)
+    out = heads.copy()
+    out[..., a] = heads[..., a] * cos - heads[..., b] * sin
+    out[..., b] = heads[..., b] * cos + heads[..., a] * sin
+    return out.reshape(x.shape)
+
+
+def test_cos_sin_cache_signature_is_flashinfers():
+    assert str(inspect.signature(ferrinfer.apply_rope_with_cos_sin_cache)).startswith(
+        "(positions, query, key, head_size, cos_sin_cache, is_neox=True, query_out=None, key_out=None"
+    )
+    assert str(inspect.signature(ferrinfer.apply_rope_with_cos_sin_cache_inplace)).startswith(
+        "(positions, query, key, head_size, cos_sin_cache, is_neox=True"
+    )
+
+
+@pytest.mark.parametrize("rotary", [64, 32])
+@pytest.mark.parametrize("is_neox", [True, False])
+def test_apply_rope_with_cos_sin_cache_by_position(rotary, is_neox):
+    """Positional arguments in FlashInfer's order; outputs like the flattened inputs (f16 values,
+    int64 positions: the outputs are f16, not the positions' dtype)."""
+    nnz, head_size, rows = 7, 64, 300
+    query = RNG.standard_normal((nnz, 4 * head_size)).astype(np.float16)
+    key = RNG.standard_normal((nnz, 2 * head_size)).astype(np.float16)
+    cache = RNG.standard_normal((rows, rotary)).astype(np.float32)
+    pos = RNG.integers(0, rows, nnz).astype(np.int64)
+    q_out, k_out = ferrinfer.apply_rope_with_cos_sin_cache(pos, query, key, head_size, cache, is_neox)
+    assert q_out.shape == query.shape and k_out.shape == key.shape and q_out.dtype == np.float16
+    for got, x in [(q_out, query), (k_out, key)]:
+        want = cache_ref(x, pos, cache, head_size, is_neox)
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
+    assert ferrinfer.apply_rope_with_cos_sin_cache_inplace(pos, query, key, head_size, cache, is_neox=is_neox) is None
+    assert np.array_equal(query, q_out) and np.array_equal(key, k_out)
+
+
+def test_cos_sin_cache_errors_name_the_argument():
+    query, key = np.zeros((3, 64), np.float32), np.zeros((3, 32), np.float32)
+    cache, pos = np.zeros((10, 32), np.float32), np.array([0, 9, 2], np.int32)
+    with pytest.raises(TypeError, match="cos_sin_cache"):
+        ferrinfer.apply_rope_with_cos_sin_cache(pos, query, key, 32, cache.astype(np.float16))
+    with pytest.raises(ValueError, match="positions"):
+        ferrinfer.apply_rope_with_cos_sin_cache(np.array([0, 10, 2], np.int32), query, key, 32, cache)
+    with pytest.raises(ValueError, match="query"):
+        ferrinfer.apply_rope_with_cos_sin_cache(pos, query, key, 48, cache)
+    with pytest.raises(TypeError, match="head_size"):
+        ferrinfer.apply_rope_with_cos_sin_cache(pos, query, key, 32.5, cache)

@@ -82,14 +82,14 @@ pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &
                 // States of every row (`[rows, S, H]`) and their scores (`[rows, S]`).
                 Extent::Stacked => tensor_on::<T>(device, &[rows(shape), STACKED_STATES, hidden], false, seed),
                 Extent::StackedBatch => tensor_on::<f32>(device, &[rows(shape), STACKED_STATES], false, seed),
-                Extent::Heads | Extent::KvHeads | Extent::SegmentBounds | Extent::Segments => {
+                _ => {
                     unreachable!("rope's ops are tested on their own")
                 }
             }
         })
         .collect();
     let before: Vec<Vec<f64>> = inputs.iter().map(values).collect();
-    let scalars: Vec<f64> = op.scalars.iter().map(|s| s.example).collect();
+    let scalars = op.examples(hidden);
     let refs: Vec<&Tensor> = inputs.iter().collect();
     let out = fc::Op::of(op, &scalars).unwrap().apply(&refs).unwrap();
     let context = format!("{} {:?} {shape:?} narrow={narrow}", op.name, dtype::<T>());

@@ -154,13 +154,20 @@ pub fn buffers(op: &OpInfo, dtype: DType, wide: bool, case: &Case, seed: u64) ->
         .map(|(i, (arg, dtype))| {
             let shape = arg.extent.shape(case.rows, case.hidden);
             let (strides, len) = match arg.extent {
-                Extent::Row | Extent::Batch | Extent::StackedBatch | Extent::SegmentBounds | Extent::Segments => {
-                    (ferrinfer_launch::contiguous_strides(&shape), shape.iter().product())
-                }
+                Extent::Row
+                | Extent::Batch
+                | Extent::StackedBatch
+                | Extent::SegmentBounds
+                | Extent::Segments
+                | Extent::Table => (ferrinfer_launch::contiguous_strides(&shape), shape.iter().product()),
                 // Rows of values, `pad` elements apart beyond their length.
-                Extent::Rows | Extent::DoubleRows | Extent::Stacked | Extent::Heads | Extent::KvHeads => {
-                    padded_rows(&shape, case.pad)
-                }
+                Extent::Rows
+                | Extent::DoubleRows
+                | Extent::Stacked
+                | Extent::Heads
+                | Extent::KvHeads
+                | Extent::FlatHeads
+                | Extent::FlatKvHeads => padded_rows(&shape, case.pad),
             };
             Buffer::new(arg, dtype, (shape, strides), (len, case.rows), seed ^ (i as u64 * 0x9e37))
         })
@@ -191,12 +198,7 @@ pub fn run_case(
     case: &Case,
     seed: u64,
 ) -> Result<Agreement, String> {
-    run_case_with(runner, op, (dtype, wide), case, seed, &examples(op))
-}
-
-/// The scalars' examples (defaults, or typical values of required ones).
-pub fn examples(op: &OpInfo) -> Vec<f64> {
-    op.scalars.iter().map(|s| s.example).collect()
+    run_case_with(runner, op, (dtype, wide), case, seed, &op.examples(case.hidden))
 }
 
 /// [`run_case`] with the scalars `scalars`.
@@ -266,7 +268,7 @@ pub fn every_dtype(ops: &[&'static OpInfo]) -> Vec<(&'static OpInfo, DType, bool
     for &op in ops {
         for dtype in DType::ALL {
             all.push((op, dtype, false));
-            let wider = |t: &TensorArg| t.dtype.has_wide() && t.dtype.dtype(dtype, true) != t.dtype.dtype(dtype, false);
+            let wider = |t: &TensorArg| t.dtype.dtype(dtype, true) != t.dtype.dtype(dtype, false);
             if op.tensors.iter().any(wider) {
                 all.push((op, dtype, true));
             }
@@ -278,7 +280,7 @@ pub fn every_dtype(ops: &[&'static OpInfo]) -> Vec<(&'static OpInfo, DType, bool
 /// Runs every case for every (op, dtype, weights) of `ops` on all cores (the inputs and checks
 /// are host work) and panics listing all failures.
 pub fn run_cases(runner: &(impl Runner + Sync), ops: &[&'static OpInfo], seed: u64, cases: &[Case]) {
-    run_cases_with(runner, ops, seed, cases, &|op, _| vec![examples(op)]);
+    run_cases_with(runner, ops, seed, cases, &|op, case| vec![op.examples(case.hidden)]);
 }
 
 /// [`run_cases`], each case once for every set of scalars `scalars(op, case)` gives.
@@ -300,6 +302,29 @@ pub fn run_cases_with(
         run_case_with(runner, op, (*dtype, *wide), case, seed + 10 * i as u64, scalars).err()
     });
     assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), work.len(), failures.join("\n"));
+}
+
+/// [`run_case_with`] with `op`'s [`Extent::Table`] argument `width` values wide instead of the
+/// case's `H` (a rope cache narrower than the head: partial rotary), its rows `pad` elements
+/// apart beyond their width (an odd pad: rows off 16-byte boundaries).
+pub fn run_case_with_table(
+    runner: &impl Runner,
+    op: &'static OpInfo,
+    dtype: DType,
+    case: &Case,
+    seed: u64,
+    (scalars, width, pad): (&[f64], usize, usize),
+) -> Result<Agreement, String> {
+    let label = format!("{} {case:?} {dtype} table width {width} pad {pad} scalars {scalars:?}", op.name);
+    let mut before = buffers(op, dtype, false, case, seed);
+    let table = op.tensors.iter().position(|t| t.extent == Extent::Table).ok_or(format!("{label}: no table"))?;
+    let arg = &op.tensors[table];
+    let shape = arg.extent.shape(case.rows, width);
+    let (strides, len) = padded_rows(&shape, pad);
+    before[table] = Buffer::new(arg, DType::F32, (shape, strides), (len, case.rows), seed);
+    let mut after = before.clone();
+    runner.run(op, &mut after, scalars).map_err(|e| format!("{label}: {e}"))?;
+    check(op, dtype, case, &before, &after, scalars).map_err(|e| format!("{label}: {e}"))
 }
 
 /// Asserts that a call was refused as `expect` says and left `out` (NaN-poisoned before the
@@ -371,7 +396,7 @@ pub fn rows_of(op: &OpInfo, buffers: &[Buffer], rows: &std::ops::Range<usize>) -
         .iter()
         .zip(buffers)
         .map(|(arg, b)| {
-            if arg.extent == Extent::Row {
+            if matches!(arg.extent, Extent::Row | Extent::Table) {
                 return b.clone();
             }
             // Contiguous: each row's elements (a row of values, or its one score or token).
@@ -519,9 +544,11 @@ pub fn sampling_ops() -> [(&'static OpInfo, &'static [f64]); 6] {
 }
 
 /// The scalars each rope case runs with (the CPU and GPU tests'): the defaults; interleaved; half the head rotated (NeoX
-/// and interleaved) where that is even; another scale and base.
+/// and interleaved) where that is even; another scale and base. The cache ops (`head_size`,
+/// `is_neox`; their table sets the rotary dimension, see [`run_case_with_table`]): NeoX and
+/// interleaved.
 pub fn rope_scalar_variants(op: &OpInfo, case: &Case) -> Vec<Vec<f64>> {
-    let defaults = examples(op);
+    let defaults = op.examples(case.hidden);
     let with = |changes: &[(usize, f64)]| {
         let mut scalars = defaults.clone();
         for &(i, value) in changes {
@@ -529,10 +556,33 @@ pub fn rope_scalar_variants(op: &OpInfo, case: &Case) -> Vec<Vec<f64>> {
         }
         scalars
     };
+    if let Some(is_neox) = op.scalars.iter().position(|s| s.name == "is_neox") {
+        return vec![defaults.clone(), with(&[(is_neox, 0.0)])];
+    }
     let mut variants = vec![defaults.clone(), with(&[(1, 1.0)]), with(&[(2, 2.5), (3, 5e5)])];
     let half = case.hidden / 2;
     if half >= 2 && half.is_multiple_of(2) {
         variants.extend([with(&[(0, half as f64)]), with(&[(0, half as f64), (1, 1.0)])]);
     }
     variants
+}
+
+/// [`run_case_with_table`] for every cache op, dtype and rope scalar variant of `cases`, with
+/// tables of half the head (where even) and of one pair, their rows `case.pad + 1` elements
+/// apart beyond their width (odd: off 16-byte boundaries where the case is strided).
+pub fn run_narrow_tables(runner: &impl Runner, seed: u64, cases: &[Case]) {
+    use ferrinfer_launch::{apply_rope_with_cos_sin_cache, apply_rope_with_cos_sin_cache_inplace};
+    let ops = [&apply_rope_with_cos_sin_cache::INFO, &apply_rope_with_cos_sin_cache_inplace::INFO];
+    let mut failures = Vec::new();
+    for (i, (op, case)) in ops.into_iter().flat_map(|op| cases.iter().map(move |c| (op, c))).enumerate() {
+        let widths = [case.hidden / 2, 2].into_iter().filter(|&w| w >= 2 && w % 2 == 0 && w < case.hidden);
+        for (width, dtype) in widths.flat_map(|w| DType::ALL.into_iter().map(move |d| (w, d))) {
+            for scalars in rope_scalar_variants(op, case) {
+                let pad = if case.pad > 0 { case.pad + 1 } else { 0 };
+                let run = run_case_with_table(runner, op, dtype, case, seed + i as u64, (&scalars, width, pad));
+                failures.extend(run.err());
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
