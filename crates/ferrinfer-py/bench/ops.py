@@ -18,7 +18,8 @@ of 1, 64, 256; `H` is the vocabulary, `T` the batch; FlashInfer's sampling funct
 tensor — softmax's logits converted to f32 first —, as its API does; the renorms' and sampling
 ops' input is a softmax's probabilities in the run's dtype), and `cascade` (merge_state,
 merge_state_in_place: two attention states of 32 heads × head_dim 128 over seq ∈ {1, 128, 2048,
-16384}, values in the run's dtype, f32 scores; `T` is seq · 32 rows, `H` the head_dim), and `rope`
+16384}, values in the run's dtype, f32 scores; merge_states: three states stacked a position,
+`[seq, 3, 32, 128]`; `T` is seq · 32 rows, `H` the head_dim), and `rope`
 (apply_rope_pos_ids and its in-place form, apply_rope over a ragged batch of requests of 128
 tokens — one request below 128 —, and apply_rope_with_cos_sin_cache and its in-place form —
 vLLM's flattened heads, int64 positions uniform over a cos/sin cache of 8192 rows of 128 in f32
@@ -56,6 +57,7 @@ ACTIVATION_GRID = [(D, T) for D in (4096, 11008, 14336) for T in (1, 16, 128, 10
 SAMPLING_GRID = [(V, B) for V in (32000, 128256) for B in (1, 64, 256)]
 CASCADE_HEADS = 32
 CASCADE_GRID = [(128, seq * CASCADE_HEADS) for seq in (1, 128, 2048, 16384)]
+MERGE_STATES = 3  # merge_states' states a row, as the Rust bench's (`op::STACKED_STATES`)
 ROPE_Q_HEADS, ROPE_K_HEADS = 32, 8
 ROPE_GRID = [(128, T) for T in (1, 128, 2048, 16384)]
 ROPE_CACHE_ROWS = 8192
@@ -245,9 +247,19 @@ def merge_state_torch(v_a, s_a, v_b, s_b):
     return v.to(v_a.dtype), torch.log2(total) + m
 
 
+def merge_states_torch(v, s):
+    """merge_states in torch: `v` [seq, states, heads, D], `s` [seq, states, heads]."""
+    m = s.max(dim=1, keepdim=True).values
+    w = torch.exp2(s - m)
+    total = w.sum(dim=1)
+    merged = (w[..., None] * v.float()).sum(dim=1) / total[..., None]
+    return merged.to(v.dtype), torch.log2(total) + m[:, 0]
+
+
 def cascade_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
     size = torch.tensor([], dtype=dtype).element_size()
     compiled = torch.compile(merge_state_torch)
+    compiled_states = torch.compile(merge_states_torch)
     for D, T in grid:
         seq = T // CASCADE_HEADS
         v_a, v_b = (torch.randn(seq, CASCADE_HEADS, D, device="cuda", dtype=dtype) for _ in range(2))
@@ -269,6 +281,21 @@ def cascade_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
                        time_fn(lambda: fi.merge_state_in_place(v_a, s_a, v_b, s_b)))
             record("merge_state_in_place", T, D, nbytes, "ferrinfer-py" + impl_suffix,
                    time_fn(lambda: ferrinfer.merge_state_in_place(v_a, s_a, v_b, s_b)))
+        if "merge_states" in ops:
+            # MERGE_STATES states a (position, head), stacked on the second dimension.
+            op, n = "merge_states", MERGE_STATES
+            v = torch.randn(seq, n, CASCADE_HEADS, D, device="cuda", dtype=dtype)
+            s = torch.randn(seq, n, CASCADE_HEADS, device="cuda", dtype=torch.float32) * 4
+            v_out, s_out = torch.empty_like(v_a), torch.empty_like(s_a)
+            nbytes_states = (n + 1) * T * (D * size + 4)
+            record(op, T, D, nbytes_states, "torch_eager" + impl_suffix, time_fn(lambda: merge_states_torch(v, s)))
+            compiled_states(v, s)
+            record(op, T, D, nbytes_states, "torch_compile" + impl_suffix, time_fn(lambda: compiled_states(v, s)))
+            if fi:
+                record(op, T, D, nbytes_states, "flashinfer" + impl_suffix, time_fn(lambda: fi.merge_states(v, s)))
+            record(op, T, D, nbytes_states, "ferrinfer-py" + impl_suffix,
+                   time_fn(lambda: ferrinfer.merge_states(v, s, v_merged=v_out, s_merged=s_out)))
+            del v, s
         del v_a, v_b, s_a, s_b
 
 
@@ -555,7 +582,7 @@ def main():
         grid = [(128256, 1)] if args.eager else only_tokens(SAMPLING_GRID, args.tokens)
         sampling_cases(record, dtype, ops, flashinfer_module("sampling"), time_fn, suffix, grid)
     elif args.family == "cascade":
-        ops = (args.ops or "merge_state,merge_state_in_place").split(",")
+        ops = (args.ops or "merge_state,merge_state_in_place,merge_states").split(",")
         grid = [(128, CASCADE_HEADS)] if args.eager else only_tokens(CASCADE_GRID, args.tokens)
         cascade_cases(record, dtype, ops, flashinfer_module("cascade"), time_fn, suffix, grid)
     elif args.family == "rope":
