@@ -70,36 +70,37 @@ fn larger(a: f32, b: f32) -> f32 {
 
 /// `VEC` values of the merge of a row's `states` and its merged score: `Σ wₖ vₖ / W` with
 /// `wₖ = 2^(sₖ − m)`, `W = Σ wₖ`, `m = max sₖ`, and `log₂ W + m`; zeros and −∞ when every score
-/// is −∞ (or NaN). States are taken two a step, both states' score and values read before either
-/// is used — on the device one memory round trip a step, and a single step for `merge_state` —
-/// and the sums rescaled when a step raises the largest score (`merge_states`' later steps; a
-/// step's arithmetic does not depend on what is loaded, so no load waits on a score). The host
-/// and the device run this same function: their merges differ only in `exp2`/`log2`.
+/// is −∞ (or NaN). States are taken `STEP` a step, every state's score and values read before
+/// any is used — on the device one memory round trip a step: a single step for `merge_state`'s
+/// two, and for `merge_states`' up to four — and the sums rescaled when a step raises the
+/// largest score (a step's arithmetic does not depend on what is loaded, so no load waits on a
+/// score). A step's states past the last are not read (`score(k, false)`, `values(k, false)`
+/// give anything finite) and weigh 0. The host and the device run this same function: their
+/// merges differ only in `exp2`/`log2`.
 #[inline(always)]
-fn merged<const VEC: usize>(
+fn merged<const VEC: usize, const STEP: usize>(
     states: u32,
-    score: impl Fn(u32) -> f32,
-    values: impl Fn(u32) -> [f32; VEC],
+    score: impl Fn(u32, bool) -> f32,
+    values: impl Fn(u32, bool) -> [f32; VEC],
 ) -> ([f32; VEC], f32) {
     let (mut m, mut total, mut sum) = (f32::NEG_INFINITY, 0.0f32, [0.0f32; VEC]);
     let mut k = 0;
     while k < states {
-        // An odd last state is paired with itself, its second copy weighed 0.
-        let pair = k + 1 < states;
-        let second = if pair { k + 1 } else { k };
-        let (s0, s1, v0, v1) = (score(k), score(second), values(k), values(second));
-        let s1 = if pair { s1 } else { f32::NEG_INFINITY };
-        let step_max = larger(m, larger(s0, s1));
+        let live: [bool; STEP] = core::array::from_fn(|j| k + (j as u32) < states);
+        let read: [f32; STEP] = core::array::from_fn(|j| score(k + j as u32, live[j]));
+        let v: [[f32; VEC]; STEP] = core::array::from_fn(|j| values(k + j as u32, live[j]));
+        let s: [f32; STEP] = core::array::from_fn(|j| if live[j] { read[j] } else { f32::NEG_INFINITY });
+        let step_max = s.iter().fold(m, |a, &b| larger(a, b));
         // While every score so far is −∞, weigh against 0: each weight is then 0, not NaN.
         let base = if step_max == f32::NEG_INFINITY { 0.0 } else { step_max };
-        let (w0, w1) = (exp2(s0 - base), exp2(s1 - base));
+        let w: [f32; STEP] = core::array::from_fn(|j| exp2(s[j] - base));
         let scale = if k == 0 { 0.0 } else { exp2(m - base) };
-        total = mul_add(total, scale, w0 + w1);
+        total = mul_add(total, scale, w.iter().skip(1).fold(w[0], |a, &b| a + b));
         for i in 0..VEC {
-            sum[i] = mul_add(w1, v1[i], mul_add(w0, v0[i], sum[i] * scale));
+            sum[i] = (0..STEP).fold(sum[i] * scale, |acc, j| mul_add(w[j], v[j][i], acc));
         }
         m = step_max;
-        k += 2;
+        k += STEP as u32;
     }
     // `choose`, not an early return nor a plain `if`: given a branch, the compiler moves the
     // value loads under it, after the scores' round trip.
@@ -118,21 +119,25 @@ pub unsafe fn merge_row<T: Element>(p: &MergeParams, row: u64) {
     let v = (p.v as *const T).wrapping_add(p.offset(row, p.v_strides));
     let v_out = (p.v_out as *mut T).wrapping_add(p.offset(row, p.v_out_strides));
     let s_out = (p.s_out as *mut f32).wrapping_add(p.offset(row, p.s_out_strides));
-    let score = |k: u32| unsafe { s.wrapping_offset(k as isize * p.s_state_stride as isize).read() };
+    let score = |k: u32, read: bool| match read {
+        true => unsafe { s.wrapping_offset(k as isize * p.s_state_stride as isize).read() },
+        false => 0.0,
+    };
     let width = p.width as usize;
     // Chunks of 8 values, then one at a time: each state's weight computed once a chunk.
     let mut merged_score = f32::NEG_INFINITY;
     let mut i = 0;
     while i < width {
         if width - i >= HOST_CHUNK {
-            let (out, score_out) = merged::<HOST_CHUNK>(p.states, score, |k| unsafe { state_values(p, v, k, i) });
+            let (out, score_out) =
+                merged::<HOST_CHUNK, 2>(p.states, score, |k, read| unsafe { state_values(p, v, k, i, read) });
             for (j, x) in out.into_iter().enumerate() {
                 unsafe { v_out.add(i + j).write(T::from_f32(x)) };
             }
             merged_score = score_out;
             i += HOST_CHUNK;
         } else {
-            let ([x], score_out) = merged::<1>(p.states, score, |k| unsafe { state_values(p, v, k, i) });
+            let ([x], score_out) = merged::<1, 2>(p.states, score, |k, read| unsafe { state_values(p, v, k, i, read) });
             unsafe { v_out.add(i).write(T::from_f32(x)) };
             merged_score = score_out;
             i += 1;
@@ -144,14 +149,26 @@ pub unsafe fn merge_row<T: Element>(p: &MergeParams, row: u64) {
 /// Values a host step merges at once.
 const HOST_CHUNK: usize = 8;
 
-/// `N` values of state `k` from element `at` of the row whose state 0 starts at `v`, as f32.
+/// `N` values of state `k` from element `at` of the row whose state 0 starts at `v`, as f32
+/// (zeros, nothing read, unless `read`).
 ///
 /// # Safety
-/// As [`merge_row`].
-unsafe fn state_values<T: Element, const N: usize>(p: &MergeParams, v: *const T, k: u32, at: usize) -> [f32; N] {
+/// As [`merge_row`], where `read`.
+unsafe fn state_values<T: Element, const N: usize>(
+    p: &MergeParams,
+    v: *const T,
+    k: u32,
+    at: usize,
+    read: bool,
+) -> [f32; N] {
     let state = v.wrapping_offset(k as isize * p.v_state_stride as isize).wrapping_add(at);
-    core::array::from_fn(|j| unsafe { state.add(j).read() }.to_f32())
+    core::array::from_fn(|j| if read { unsafe { state.add(j).read() }.to_f32() } else { 0.0 })
 }
+
+/// States a step of the device's any-count merge (`merge_states`): up to four states' loads in
+/// flight a vector, a row of up to four states one step.
+#[cfg(target_arch = "nvptx64")]
+const ANY_COUNT_STEP: usize = 4;
 
 #[cfg(target_arch = "nvptx64")]
 pub use device_kernels::merge_rows;
@@ -213,20 +230,24 @@ mod device_kernels {
         let s = (p.s as *const f32).wrapping_add(p.offset(row, p.s_strides));
         let v = (p.v as *const T).wrapping_add(p.offset(row, p.v_strides));
         let v_out = (p.v_out as *mut T).wrapping_add(p.offset(row, p.v_out_strides));
-        let score = |k: u32| {
+        let score = |k: u32, read: bool| {
             let at = s.wrapping_offset(k as isize * p.s_state_stride as isize);
-            unsafe { Packed::<f32, 1>::load::<Coherent>(at) }.get(0)
+            unsafe { Packed::<f32, 1>::load_if::<Coherent>(read, at) }.get(0)
         };
         let states = if STATES == 0 { p.states } else { STATES };
         let mut merged_score = f32::NEG_INFINITY;
         let mut column = lane;
         while column < vectors {
             let at = column as usize * VEC;
-            let values = |k: u32| {
+            let values = |k: u32, read: bool| {
                 let state = v.wrapping_offset(k as isize * p.v_state_stride as isize).wrapping_add(at);
-                unsafe { Packed::<T, VEC>::load::<Coherent>(state) }.to_f32()
+                unsafe { Packed::<T, VEC>::load_if::<Coherent>(read, state) }.to_f32()
             };
-            let (out, score_out) = merged::<VEC>(states, score, values);
+            // `merge_state`'s two states in one step; any count four a step.
+            let (out, score_out) = match STATES {
+                2 => merged::<VEC, 2>(states, score, values),
+                _ => merged::<VEC, ANY_COUNT_STEP>(states, score, values),
+            };
             merged_score = score_out;
             unsafe { Packed::<T, VEC>::from_f32(out).store::<Kept>(v_out.wrapping_add(at)) };
             column += p.lanes;
