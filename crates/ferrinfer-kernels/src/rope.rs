@@ -28,7 +28,7 @@ use crate::vector::{Coherent, Kept, Packed, Reused};
 /// Arguments of the rope kernel, passed by value. Queries `[tokens, q_heads, head_dim]` and keys
 /// `[tokens, k_heads, head_dim]`, each addressed by `[token, head]` strides in elements (the last
 /// dimension contiguous); the outputs alike (the inputs themselves in place).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 #[repr(C)]
 pub struct RopeParams {
     pub q: u64,

@@ -36,7 +36,7 @@ use std::sync::OnceLock;
 use ferrinfer_jit::rope::{PositionType, RopeModule, RopeSource};
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
-use ferrinfer_kernels::rope::{ANGLE_BYTES, Cached, Computed, Ids, Positions, RopeParams, Segments, lanes, rope_token};
+use ferrinfer_kernels::rope::{ANGLE_BYTES, Cached, Computed, Ids, RopeParams, Segments, lanes, rope_token};
 
 use crate::cuda::{self, KernelModule, Launch, Limits, ModuleCache};
 use crate::layout;
@@ -456,14 +456,21 @@ impl PositionSource {
     /// Token `token`'s position from `pos_ids` (a source of [`PositionSource::ids`]), read on
     /// the host (a validated host tensor's).
     fn host_id(&self, token: u64) -> i64 {
-        let params =
-            RopeParams { positions: self.positions, position_stride: self.position_stride, ..Default::default() };
-        // SAFETY: the positions of a validated host call, read as the kernels read them.
-        unsafe {
-            match self.index {
-                PositionType::I32 => Ids::<i32>::of(&params, token),
-                PositionType::I64 => Ids::<i64>::of(&params, token),
-            }
+        // SAFETY: a validated host call's positions, one a token.
+        unsafe { host_index(self.index, self.positions, token, self.position_stride) }
+    }
+}
+
+/// Element `i` of a host index tensor (int32 or int64) at `base`, `stride` elements apart.
+///
+/// # Safety
+/// `base` must hold that element.
+unsafe fn host_index(index: PositionType, base: u64, i: u64, stride: u64) -> i64 {
+    let at = base as usize + (i * stride) as usize * if index == PositionType::I64 { 8 } else { 4 };
+    unsafe {
+        match index {
+            PositionType::I64 => (at as *const i64).read_unaligned(),
+            PositionType::I32 => (at as *const i32).read_unaligned() as i64,
         }
     }
 }
@@ -478,16 +485,8 @@ fn index_type(view: &TensorView) -> PositionType {
 /// A host `indptr`'s values: 0 first, `tokens` last, never down.
 fn check_bounds(argument: &'static str, indptr: &TensorView, stride: u64, tokens: i64) -> Result<(), Error> {
     let count = indptr.shape()[0] as usize;
-    let read = |i: usize| -> i64 {
-        let at = indptr.address() as usize + i * stride as usize * indptr.dtype().size();
-        // SAFETY: a validated host view of `count` elements `stride` apart.
-        unsafe {
-            match indptr.dtype() {
-                DType::I64 => (at as *const i64).read_unaligned(),
-                _ => (at as *const i32).read_unaligned() as i64,
-            }
-        }
-    };
+    // SAFETY: a validated host view of `count` elements `stride` apart.
+    let read = |i: usize| unsafe { host_index(index_type(indptr), indptr.address(), i as u64, stride) };
     let bounds: Vec<i64> = (0..count).map(read).collect();
     let invalid = |value: i64, expected| Err(Error::InvalidScalar { argument, value: value as f64, expected });
     if bounds[0] != 0 {
