@@ -5,29 +5,11 @@
 
 use ferrinfer_kernels::element::DType;
 
-use crate::spec::{EntrySpec, JitSpec, element_type, vector_widths};
+use crate::spec::{EntrySpec, IndexType, JitSpec, element_type, vector_widths};
 use crate::{CudaArch, Family};
 
 /// The rope family: its kernel file and every module it declares (for AOT).
 pub const FAMILY: Family = Family { name: "rope", sources: &["rope.rs"], specs: declared_specs };
-
-/// The integer type of the positions (FlashInfer's `pos_ids`: int32 or int64).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PositionType {
-    I32,
-    I64,
-}
-
-impl PositionType {
-    pub const ALL: [PositionType; 2] = [PositionType::I32, PositionType::I64];
-
-    fn name(self) -> &'static str {
-        match self {
-            PositionType::I32 => "i32",
-            PositionType::I64 => "i64",
-        }
-    }
-}
 
 /// Where a rope module's positions and angles come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -52,7 +34,7 @@ impl RopeSource {
     }
 
     /// The kernel's `Positions` and `Angles` type parameters, for positions of `index`.
-    fn generics(self, index: PositionType) -> [String; 2] {
+    fn generics(self, index: IndexType) -> [String; 2] {
         let positions = if self == RopeSource::Segments { "Segments" } else { "Ids" };
         let angles = if self == RopeSource::CachedIds { "Cached" } else { "Computed" };
         [format!("rope::{positions}<{}>", index.name()), format!("rope::{angles}")]
@@ -64,7 +46,7 @@ impl RopeSource {
 pub struct RopeModule {
     /// q's and k's.
     pub dtype: DType,
-    pub positions: PositionType,
+    pub positions: IndexType,
     pub source: RopeSource,
 }
 
@@ -96,7 +78,7 @@ impl RopeModule {
 pub fn declared_specs(arch: CudaArch, debug: bool) -> Vec<JitSpec> {
     let mut specs = Vec::new();
     for dtype in DType::ALL {
-        for positions in PositionType::ALL {
+        for positions in IndexType::ALL {
             for source in RopeSource::ALL {
                 specs.push(RopeModule { dtype, positions, source }.spec(arch, debug));
             }
@@ -111,7 +93,7 @@ mod tests {
 
     #[test]
     fn a_module_has_an_entry_per_vector_width() {
-        let module = RopeModule { dtype: DType::Bf16, positions: PositionType::I64, source: RopeSource::Ids };
+        let module = RopeModule { dtype: DType::Bf16, positions: IndexType::I64, source: RopeSource::Ids };
         let spec = module.spec(CudaArch::HOPPER, false);
         assert_eq!(spec.name, "rope_bf16_ids_i64");
         let v8 = &spec.entry_points[module.entry(8).unwrap()];

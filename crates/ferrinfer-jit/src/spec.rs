@@ -82,6 +82,26 @@ pub fn element_type(dtype: DType) -> &'static str {
     }
 }
 
+/// The integer type of a module's index arrays (positions, segment bounds, page tables:
+/// FlashInfer's int32, or int64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IndexType {
+    I32,
+    I64,
+}
+
+impl IndexType {
+    pub const ALL: [IndexType; 2] = [IndexType::I32, IndexType::I64];
+
+    /// Its Rust name (the kernels' type parameter, and module names').
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexType::I32 => "i32",
+            IndexType::I64 => "i64",
+        }
+    }
+}
+
 /// Vector widths from 16 bytes down to one element.
 pub fn vector_widths(dtype: DType) -> impl Iterator<Item = u32> {
     let widest = 16 / dtype.size() as u32;

@@ -23,7 +23,7 @@
 
 use crate::element::Element;
 use crate::math::{exp2_f64, mul_add, sin_cos};
-use crate::vector::{Coherent, Kept, Packed, Reused};
+use crate::vector::{Coherent, Index, Kept, Packed, Reused};
 
 /// Arguments of the rope kernel, passed by value. Queries `[tokens, q_heads, head_dim]` and keys
 /// `[tokens, k_heads, head_dim]`, each addressed by `[token, head]` strides in elements (the last
@@ -98,32 +98,6 @@ pub fn frequencies<const VEC: usize>(p: &RopeParams, first: u32) -> [f32; VEC] {
         base *= ratio;
     }
     out
-}
-
-/// An integer type of positions and segment bounds: int32 or int64.
-pub trait Index {
-    /// Element `i` of the `stride`-spaced values at `base`.
-    ///
-    /// # Safety
-    /// `base` must hold that element.
-    unsafe fn read(base: u64, i: u64, stride: u64) -> i64;
-}
-
-impl Index for i32 {
-    #[inline(always)]
-    unsafe fn read(base: u64, i: u64, stride: u64) -> i64 {
-        let at = (base as *const f32).wrapping_add((i * stride) as usize);
-        unsafe { Packed::<f32, 1>::load::<Reused>(at) }.get(0).to_bits() as i32 as i64
-    }
-}
-
-impl Index for i64 {
-    #[inline(always)]
-    unsafe fn read(base: u64, i: u64, stride: u64) -> i64 {
-        let at = (base as *const f32).wrapping_add(2 * (i * stride) as usize);
-        let words = unsafe { Packed::<f32, 2>::load::<Reused>(at) };
-        (words.get(0).to_bits() as u64 | (words.get(1).to_bits() as u64) << 32) as i64
-    }
 }
 
 /// Where a token's position comes from.

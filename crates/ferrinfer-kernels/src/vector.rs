@@ -438,3 +438,31 @@ pub(crate) fn half_of(word: u32, which: usize) -> u32 {
         (word >> (16 * which as u32)) & 0xffff
     }
 }
+
+/// An integer type of index arrays (positions, segment bounds, page tables): int32 or int64,
+/// read through the read-only path, cached in L1 ([`Reused`]: every thread of a row reads its
+/// row's).
+pub trait Index {
+    /// Element `i` of the `stride`-spaced values at `base`.
+    ///
+    /// # Safety
+    /// `base` must hold that element.
+    unsafe fn read(base: u64, i: u64, stride: u64) -> i64;
+}
+
+impl Index for i32 {
+    #[inline(always)]
+    unsafe fn read(base: u64, i: u64, stride: u64) -> i64 {
+        let at = (base as *const f32).wrapping_add((i * stride) as usize);
+        unsafe { Packed::<f32, 1>::load::<Reused>(at) }.get(0).to_bits() as i32 as i64
+    }
+}
+
+impl Index for i64 {
+    #[inline(always)]
+    unsafe fn read(base: u64, i: u64, stride: u64) -> i64 {
+        let at = (base as *const f32).wrapping_add(2 * (i * stride) as usize);
+        let words = unsafe { Packed::<f32, 2>::load::<Reused>(at) };
+        (words.get(0).to_bits() as u64 | (words.get(1).to_bits() as u64) << 32) as i64
+    }
+}

@@ -1,6 +1,7 @@
 //! Validation shared by every op family: row layouts, dtype/device agreement, alignment, overlap,
 //! and the vector width a set of tensors allows.
 
+use ferrinfer_jit::spec::IndexType;
 use ferrinfer_kernels::element::DType;
 
 use crate::{Device, Error, TensorView};
@@ -274,6 +275,28 @@ impl PerRowCheck {
             }
         }
         Ok(view.address())
+    }
+}
+
+/// Element `i` of a host index tensor (int32 or int64) at `base`, `stride` elements apart.
+///
+/// # Safety
+/// `base` must hold that element.
+pub(crate) unsafe fn host_index(index: IndexType, base: u64, i: u64, stride: u64) -> i64 {
+    let at = base as usize + (i * stride) as usize * if index == IndexType::I64 { 8 } else { 4 };
+    unsafe {
+        match index {
+            IndexType::I64 => (at as *const i64).read_unaligned(),
+            IndexType::I32 => (at as *const i32).read_unaligned() as i64,
+        }
+    }
+}
+
+/// The index type of an int32 or int64 tensor (checked before: anything but int64 is int32).
+pub(crate) fn index_type(view: &TensorView) -> IndexType {
+    match view.dtype() {
+        DType::I64 => IndexType::I64,
+        _ => IndexType::I32,
     }
 }
 

@@ -33,7 +33,8 @@
 
 use std::sync::OnceLock;
 
-use ferrinfer_jit::rope::{PositionType, RopeModule, RopeSource};
+use ferrinfer_jit::rope::{RopeModule, RopeSource};
+use ferrinfer_jit::spec::IndexType;
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
 use ferrinfer_kernels::rope::{ANGLE_BYTES, Cached, Computed, Ids, RopeParams, Segments, lanes, rope_token};
@@ -187,7 +188,7 @@ struct Plan {
     /// `q`, or the cache op's `query`: what an error about the tokens names.
     q_name: &'static str,
     dtype: DType,
-    positions: PositionType,
+    positions: IndexType,
     source: RopeSource,
     vec: u32,
 }
@@ -391,7 +392,7 @@ impl CacheTable {
 struct PositionSource {
     /// The tensor's name (`pos_ids`, `positions`; `offsets` with segments).
     name: &'static str,
-    index: PositionType,
+    index: IndexType,
     positions: u64,
     position_stride: u64,
     indptr: u64,
@@ -408,7 +409,7 @@ impl PositionSource {
         }
         Ok(PositionSource {
             name,
-            index: index_type(pos_ids),
+            index: layout::index_type(pos_ids),
             positions: pos_ids.address(),
             position_stride: layout::sequence_stride(name, pos_ids)?,
             indptr: 0,
@@ -442,7 +443,7 @@ impl PositionSource {
         }
         Ok(PositionSource {
             name: offsets_name,
-            index: index_type(indptr),
+            index: layout::index_type(indptr),
             positions: offsets.address(),
             position_stride: layout::sequence_stride(offsets_name, offsets)?,
             indptr: indptr.address(),
@@ -457,28 +458,7 @@ impl PositionSource {
     /// the host (a validated host tensor's).
     fn host_id(&self, token: u64) -> i64 {
         // SAFETY: a validated host call's positions, one a token.
-        unsafe { host_index(self.index, self.positions, token, self.position_stride) }
-    }
-}
-
-/// Element `i` of a host index tensor (int32 or int64) at `base`, `stride` elements apart.
-///
-/// # Safety
-/// `base` must hold that element.
-unsafe fn host_index(index: PositionType, base: u64, i: u64, stride: u64) -> i64 {
-    let at = base as usize + (i * stride) as usize * if index == PositionType::I64 { 8 } else { 4 };
-    unsafe {
-        match index {
-            PositionType::I64 => (at as *const i64).read_unaligned(),
-            PositionType::I32 => (at as *const i32).read_unaligned() as i64,
-        }
-    }
-}
-
-fn index_type(view: &TensorView) -> PositionType {
-    match view.dtype() {
-        DType::I64 => PositionType::I64,
-        _ => PositionType::I32,
+        unsafe { layout::host_index(self.index, self.positions, token, self.position_stride) }
     }
 }
 
@@ -486,7 +466,7 @@ fn index_type(view: &TensorView) -> PositionType {
 fn check_bounds(argument: &'static str, indptr: &TensorView, stride: u64, tokens: i64) -> Result<(), Error> {
     let count = indptr.shape()[0] as usize;
     // SAFETY: a validated host view of `count` elements `stride` apart.
-    let read = |i: usize| unsafe { host_index(index_type(indptr), indptr.address(), i as u64, stride) };
+    let read = |i: usize| unsafe { layout::host_index(layout::index_type(indptr), indptr.address(), i as u64, stride) };
     let bounds: Vec<i64> = (0..count).map(read).collect();
     let invalid = |value: i64, expected| Err(Error::InvalidScalar { argument, value: value as f64, expected });
     if bounds[0] != 0 {
@@ -775,12 +755,12 @@ fn cpu_tokens(plan: &Plan) {
         for token in tokens {
             // SAFETY: the launcher validated every pointer and stride in `params`.
             match (plan.positions, plan.source) {
-                (PositionType::I32, RopeSource::Ids) => unsafe { rope_token::<T, Ids<i32>, Computed>(p, token) },
-                (PositionType::I64, RopeSource::Ids) => unsafe { rope_token::<T, Ids<i64>, Computed>(p, token) },
-                (PositionType::I32, RopeSource::Segments) => unsafe { rope_token::<T, Segments<i32>, Computed>(p, token) },
-                (PositionType::I64, RopeSource::Segments) => unsafe { rope_token::<T, Segments<i64>, Computed>(p, token) },
-                (PositionType::I32, RopeSource::CachedIds) => unsafe { rope_token::<T, Ids<i32>, Cached>(p, token) },
-                (PositionType::I64, RopeSource::CachedIds) => unsafe { rope_token::<T, Ids<i64>, Cached>(p, token) },
+                (IndexType::I32, RopeSource::Ids) => unsafe { rope_token::<T, Ids<i32>, Computed>(p, token) },
+                (IndexType::I64, RopeSource::Ids) => unsafe { rope_token::<T, Ids<i64>, Computed>(p, token) },
+                (IndexType::I32, RopeSource::Segments) => unsafe { rope_token::<T, Segments<i32>, Computed>(p, token) },
+                (IndexType::I64, RopeSource::Segments) => unsafe { rope_token::<T, Segments<i64>, Computed>(p, token) },
+                (IndexType::I32, RopeSource::CachedIds) => unsafe { rope_token::<T, Ids<i32>, Cached>(p, token) },
+                (IndexType::I64, RopeSource::CachedIds) => unsafe { rope_token::<T, Ids<i64>, Cached>(p, token) },
             }
         }
     }));
