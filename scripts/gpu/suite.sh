@@ -10,8 +10,8 @@
 #   bench     ferrinfer-bench --grid for every routine of the norm (rmsnorm, fused_add_rmsnorm),
 #             activation (silu/gelu/gelu_tanh_and_mul) and sampling (softmax, top_k_mask_logits,
 #             top_k_renorm_probs, top_p_renorm_probs and the sampling ops), cascade (merge_state,
-#             merge_state_in_place) and rope (apply_rope_pos_ids, in place too, apply_rope,
-#             apply_llama31_rope_pos_ids) families, bf16 and
+#             merge_state_in_place), rope (apply_rope_pos_ids, in place too, apply_rope,
+#             apply_llama31_rope_pos_ids) and page (append_paged_kv_cache) families, bf16 and
 #             f16 (correctness: `tests`)
 #   sweep     the norm planner's layouts forced one by one (FERRINFER_NORM_LAYOUT) at the points
 #             that decide them, rmsnorm and fused_add_rmsnorm bf16: $out/sweep.csv; the register
@@ -37,7 +37,7 @@
 #             the current-stream rule, torch.cuda.graph capture, the adapters.md CUDA snippet
 #   pybench   crates/ferrinfer-py/bench/ops.py: the Python module beside torch eager, torch.compile
 #             and FlashInfer in one process, norm and activation grids (PYBENCH_FAMILIES: sampling, cascade,
-#             rope too), and --eager (FlashInfer only if importable: source .peers/b/install.sh)
+#             rope, page too), and --eager (FlashInfer only if importable: source .peers/b/install.sh)
 #   candle    the candle adapter's GPU tests and its benchmark against candle's own rms_norm
 #             (needs .bundle/candle: bash scripts/gpu/bundle.sh --adapters)
 #   torch     the tch adapter's GPU tests, against the machine's torch 2.11 (needs .bundle/torch)
@@ -132,7 +132,7 @@ for step in "$@"; do
     bench)
       # BENCH_DTYPES, BENCH_ROUTINES: narrow the grid (default: both dtypes, every routine).
       for dtype in ${BENCH_DTYPES:-bf16 f16}; do
-        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul softmax top_k_mask_logits top_k_renorm_probs top_p_renorm_probs sampling_from_probs top_k_sampling_from_probs top_p_sampling_from_probs min_p_sampling_from_probs top_k_top_p_sampling_from_probs top_k_top_p_sampling_from_logits merge_state merge_state_in_place apply_rope_pos_ids apply_rope_pos_ids_inplace apply_rope apply_llama31_rope_pos_ids apply_rope_with_cos_sin_cache}; do
+        for routine in ${BENCH_ROUTINES:-rmsnorm fused_add_rmsnorm silu_and_mul gelu_and_mul gelu_tanh_and_mul softmax top_k_mask_logits top_k_renorm_probs top_p_renorm_probs sampling_from_probs top_k_sampling_from_probs top_p_sampling_from_probs min_p_sampling_from_probs top_k_top_p_sampling_from_probs top_k_top_p_sampling_from_logits merge_state merge_state_in_place apply_rope_pos_ids apply_rope_pos_ids_inplace apply_rope apply_llama31_rope_pos_ids apply_rope_with_cos_sin_cache append_paged_kv_cache}; do
           run bench .bundle/ferrinfer-bench --routine $routine --dtype $dtype --grid --output-path "$out/ferrinfer.csv" \
             --warmup-seconds 1
         done

@@ -138,7 +138,7 @@ fn run(args: &Args) -> Result<(), String> {
         _ => return Err("give --batch-size and --hidden-size, or --grid".into()),
     };
     // An unknown `--scalar` name fails before the warm-up (the values depend on the case).
-    scalars(op, &args.scalar, 0)?;
+    scalars(op, &args.scalar, (0, 0))?;
     executor.warm_up(args.warmup_seconds).map_err(|e| e.to_string())?;
     let mode = match args.mode {
         ModeArg::Graph => timing::Mode::Graph,
@@ -158,7 +158,7 @@ fn run(args: &Args) -> Result<(), String> {
             dtype: args.dtype.into(),
             tokens,
             hidden,
-            scalars: scalars(op, &args.scalar, hidden)?,
+            scalars: scalars(op, &args.scalar, (tokens, hidden))?,
             refcheck: args.refcheck,
             iters: args.num_iters,
             mode,
@@ -171,10 +171,14 @@ fn run(args: &Args) -> Result<(), String> {
     report.failures()
 }
 
-/// The op's scalars for rows of `hidden`: FlashInfer's defaults (or the table's examples),
-/// overridden by `--scalar NAME=VALUE`.
-fn scalars(op: &ferrinfer_launch::OpInfo, given: &[(String, f64)], hidden: usize) -> Result<Vec<f64>, String> {
-    let mut values = op.examples(hidden);
+/// The op's scalars for `tokens` rows of `hidden`: FlashInfer's defaults (or the table's
+/// examples), overridden by `--scalar NAME=VALUE`.
+fn scalars(
+    op: &ferrinfer_launch::OpInfo,
+    given: &[(String, f64)],
+    (tokens, hidden): (usize, usize),
+) -> Result<Vec<f64>, String> {
+    let mut values = op.examples(tokens, hidden);
     for (name, value) in given {
         let known = || op.scalars.iter().map(|s| s.name).collect::<Vec<_>>();
         let i = op.scalars.iter().position(|s| s.name == name);

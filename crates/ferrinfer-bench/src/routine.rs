@@ -73,7 +73,7 @@ impl Setup {
     }
 
     /// Inputs read once + outputs written once, as the peers count (of a table, the rows the
-    /// problem's rows look up at most: [`Extent::touched`]).
+    /// problem's rows look up at most; of a paged cache, the entries appended: [`Extent::touched`]).
     fn bytes(&self) -> f64 {
         let bytes: i64 = self
             .op
@@ -81,7 +81,8 @@ impl Setup {
             .iter()
             .map(|arg| {
                 let n = (arg.extent.touched(self.tokens, self.hidden) * self.dtype(arg).size()) as i64;
-                if arg.role == Role::InOut { 2 * n } else { n }
+                // Read and written, but a paged cache: only written (entries appended).
+                if arg.role == Role::InOut && arg.extent != Extent::Pages { 2 * n } else { n }
             })
             .sum();
         bytes as f64

@@ -101,7 +101,8 @@ impl Op {
             inputs.map(|(arg, (storage, layout))| storage.view(arg.name, layout, &exec)).collect::<Result<Vec<_>>>()?;
         let input_shapes: Vec<(Extent, &Shape)> =
             self.info.tensors.iter().zip(operands).map(|(arg, (_, layout))| (arg.extent, layout.shape())).collect();
-        let shape = output_shape(&input_shapes, out_arg.extent);
+        let out = self.info.tensors.iter().position(|t| t.role == Role::Out).unwrap_or(operands.len());
+        let shape = output_shape(self, out, &input_shapes);
         let mut out = first.alloc_like(shape.elem_count(), out_arg.dtype)?;
         {
             // Scoped: the view (and its CUDA guard) must end before `out` is returned.
@@ -140,11 +141,13 @@ impl Op {
     }
 }
 
-/// The output's shape, by [`Extent::output_shape`] from the inputs' `(extent, shape)`.
-fn output_shape(inputs: &[(Extent, &Shape)], extent: Extent) -> Shape {
+/// Output `out`'s shape, by [`OpInfo::output_shape`] from the inputs' `(extent, shape)` and the
+/// op's scalars.
+fn output_shape(op: &Op, out: usize, inputs: &[(Extent, &Shape)]) -> Shape {
     let dims: Vec<Vec<i64>> = inputs.iter().map(|(_, s)| s.dims().iter().map(|&d| d as i64).collect()).collect();
     let inputs: Vec<(Extent, &[i64])> = inputs.iter().zip(&dims).map(|((e, _), d)| (*e, d.as_slice())).collect();
-    Shape::from(extent.output_shape(&inputs).into_iter().map(|d| d as usize).collect::<Vec<_>>())
+    let shape = op.info.output_shape(out, &inputs, &op.scalars);
+    Shape::from(shape.into_iter().map(|d| d.max(0) as usize).collect::<Vec<_>>())
 }
 
 /// One helper per op of a family's table (`ferrinfer_launch::norm_ops!(candle_functions)`):
@@ -176,6 +179,7 @@ ferrinfer_launch::activation_ops!(candle_functions);
 ferrinfer_launch::sampling_ops!(candle_functions);
 ferrinfer_launch::cascade_ops!(candle_functions);
 ferrinfer_launch::rope_ops!(candle_functions);
+ferrinfer_launch::page_ops!(candle_functions);
 
 /// How a helper runs its op, by what it returns.
 trait Produced: Sized {
@@ -211,8 +215,12 @@ impl Produced for (Tensor, Tensor) {
         let outputs = (tensors.len()..op.info.tensors.len())
             .map(|out| {
                 let (arg, source) = (&op.info.tensors[out], tensors[op.info.output_source(out)]);
-                let dtype = if arg.dtype == DTypeRule::F32 { candle_core::DType::F32 } else { source.dtype() };
-                Tensor::zeros(output_shape(&inputs, arg.extent), dtype, source.device())
+                let dtype = match arg.dtype {
+                    DTypeRule::F32 => candle_core::DType::F32,
+                    DTypeRule::I32 => candle_core::DType::I32,
+                    _ => source.dtype(),
+                };
+                Tensor::zeros(output_shape(op, out, &inputs), dtype, source.device())
             })
             .collect::<Result<Vec<_>>>()?;
         let [v, s] = <[Tensor; 2]>::try_from(outputs)

@@ -24,7 +24,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use ferrinfer_launch::cudarc::driver::CudaStream;
-use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, ScalarKind, TensorArg};
+use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, ScalarKind};
 use ferrinfer_launch::{DType, Device, Error, MAX_DIMS, Stream, TensorView, borrowed_stream};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
@@ -56,7 +56,10 @@ enum Parameter {
 /// FlashInfer's parameter order: required tensors, scalars, optional outputs, `enable_pdl` —
 /// the parameters the op's [`OpInfo::order`] names first, in that order.
 fn parameters(op: &OpInfo) -> Vec<Parameter> {
-    let tensors = |out: bool| (0..op.tensors.len()).filter(move |&i| (op.tensors[i].role == Role::Out) == out);
+    // A tensor of a group (see [`group`]) but its first has no parameter of its own.
+    let tensors = |out: bool| {
+        (0..op.tensors.len()).filter(move |&i| (op.tensors[i].role == Role::Out) == out && group(op, i).1 == 0)
+    };
     let table: Vec<Parameter> = tensors(false)
         .map(Parameter::Tensor)
         .chain((0..op.scalars.len()).map(Parameter::Scalar))
@@ -70,6 +73,58 @@ fn parameters(op: &OpInfo) -> Vec<Parameter> {
     let first = op.order.iter().filter_map(|name| table.iter().find(|p| named(p, name)));
     let rest = table.iter().filter(|p| !op.order.iter().any(|name| named(p, name)));
     first.chain(rest).copied().collect()
+}
+
+/// Tensor `i`'s group: consecutive tensors sharing an alias are one Python parameter of that
+/// name (`paged_kv_cache`: `paged_k_cache` and `paged_v_cache`), which takes a tuple of them or
+/// one tensor holding them along its second dimension. `(first tensor, i's part, parts)`; a
+/// tensor of its own is a group of one.
+fn group(op: &OpInfo, i: usize) -> (usize, usize, usize) {
+    let alias = op.tensors[i].alias;
+    let shares = |j: &usize| alias.is_some() && op.tensors[*j].alias == alias;
+    let first = (0..i).rev().take_while(|j| shares(j)).last().unwrap_or(i);
+    let parts = (first..op.tensors.len()).take_while(|j| *j == first || shares(j)).count();
+    (first, i - first, parts)
+}
+
+/// Part `part` of `parts` of a group's Python object: item `part` of a tuple or list of `parts`,
+/// or of one tensor, `object[:, part]` (a view).
+fn group_part<'py>(
+    op: &OpInfo,
+    first: usize,
+    (part, parts): (usize, usize),
+    object: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = object.py();
+    let name = op.tensors[first].alias.unwrap_or(op.tensors[first].name);
+    let names: Vec<&str> = op.tensors[first..first + parts].iter().map(|t| t.name).collect();
+    if object.is_instance_of::<PyTuple>() || object.is_instance_of::<pyo3::types::PyList>() {
+        let items = object.len()?;
+        if items != parts {
+            let expected = format!(
+                "a tuple of {parts} tensors ({}) or one tensor holding them along dimension 1",
+                names.join(", ")
+            );
+            return Err(PyValueError::new_err(format!("`{name}` must be {expected}; got {items} items")));
+        }
+        return object.get_item(part);
+    }
+    let shape: Vec<i64> = object.getattr(intern!(py, "shape")).and_then(|s| s.extract()).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "`{name}` must be a tuple of tensors ({}) or one tensor; got {}",
+            names.join(", "),
+            type_name(object)
+        ))
+    })?;
+    if shape.len() < 2 || shape[1] != parts as i64 {
+        let message = format!(
+            "`{name}` as one tensor holds {} along dimension 1 (of size {parts}); got shape {shape:?}",
+            names.join(", ")
+        );
+        return Err(PyValueError::new_err(message));
+    }
+    let index = PyTuple::new(py, [pyo3::types::PySlice::full(py).into_any(), part.into_pyobject(py)?.into_any()])?;
+    object.get_item(index)
 }
 
 fn parameter_name(op: &OpInfo, parameter: Parameter) -> &'static str {
@@ -90,6 +145,7 @@ fn signature(op: &OpInfo) -> String {
                 let (name, kind) = (op.scalars[i].name, op.scalars[i].kind);
                 match op.scalars[i].default {
                     Some(default) if default.is_nan() => format!("{name}=None"),
+                    Some(default) if let Some(choice) = kind.choice_name(default) => format!("{name}={choice:?}"),
                     Some(default) if kind == ScalarKind::Bool => {
                         format!("{name}={}", if default != 0.0 { "True" } else { "False" })
                     }
@@ -112,6 +168,16 @@ fn scalar(op: &OpInfo, i: usize, given: Option<&Bound<'_, PyAny>>) -> PyResult<f
     let arg = &op.scalars[i];
     match given {
         Some(value) if arg.kind == ScalarKind::OptionalI32 && value.is_none() => Ok(f64::NAN),
+        Some(value) if let ScalarKind::Choice(names) = arg.kind => {
+            let choices = names.join("\", \"");
+            let name: String = value.extract().map_err(|_| {
+                PyTypeError::new_err(format!("`{}` must be a str (\"{choices}\"); got {}", arg.name, type_name(value)))
+            })?;
+            let index = names.iter().position(|&n| n == name).ok_or_else(|| {
+                PyValueError::new_err(format!("`{}` is {name:?}; expected one of \"{choices}\"", arg.name))
+            })?;
+            Ok(index as f64)
+        }
         Some(value) if arg.kind == ScalarKind::Bool => value
             .extract::<bool>()
             .map(|v| if v { 1.0 } else { 0.0 })
@@ -150,16 +216,33 @@ fn call<'py>(
     let py = args.py();
     ferrinfer_launch::logging::experimental("the ferrinfer Python module", "its Python API may still change");
     let bound = bind(op, args, kwargs)?;
-    let tensor_object = |i: usize| bound.iter().find(|(p, _)| *p == Parameter::Tensor(i)).and_then(|(_, v)| v.clone());
-    let first = tensor_object(0)
+    let tensor_object = |i: usize| -> PyResult<Option<Bound<'py, PyAny>>> {
+        let (first, part, parts) = group(op, i);
+        let object = bound.iter().find(|(p, _)| *p == Parameter::Tensor(first)).and_then(|(_, v)| v.clone());
+        match object {
+            Some(object) if parts > 1 => group_part(op, first, (part, parts), &object).map(Some),
+            object => Ok(object),
+        }
+    };
+    let first = tensor_object(0)?
         .ok_or_else(|| PyTypeError::new_err(format!("{}: missing `{}`", op.name, op.tensors[0].name)))?;
     let target = Target::of(&first)?;
+    let scalar_object = |i: usize| bound.iter().find(|(p, _)| *p == Parameter::Scalar(i)).and_then(|(_, v)| v.as_ref());
+    // A per-row scalar given as a tensor: imported as the others.
+    let per_row_objects: Vec<Option<&Bound<PyAny>>> =
+        (0..op.scalars.len()).map(|i| scalar_object(i).filter(|v| op.scalars[i].per_row && is_tensor(v))).collect();
+    let scalars = (0..op.scalars.len())
+        .map(|i| match per_row_objects[i] {
+            Some(_) => Ok(f64::NAN),
+            None => scalar(op, i, scalar_object(i)),
+        })
+        .collect::<PyResult<Vec<f64>>>()?;
     let mut objects: Vec<Bound<PyAny>> = Vec::with_capacity(op.tensors.len());
     let mut input_shapes: Vec<(Extent, Vec<i64>)> = Vec::new();
     for (i, arg) in op.tensors.iter().enumerate() {
-        let object = match tensor_object(i) {
+        let object = match tensor_object(i)? {
             Some(object) => object,
-            None => allocate_like(&objects[op.output_source(i)], arg, &input_shapes)?,
+            None => allocate_like(&objects[op.output_source(i)], op, i, (&input_shapes, &scalars))?,
         };
         if arg.role != Role::Out {
             input_shapes.push((arg.extent, object.getattr(intern!(py, "shape"))?.extract()?));
@@ -173,10 +256,6 @@ fn call<'py>(
         .map(|(arg, object)| target.import(arg.name, object))
         .collect::<PyResult<Vec<_>>>()?;
     let views = imported.iter().map(Imported::view).collect::<PyResult<Vec<_>>>()?;
-    let scalar_object = |i: usize| bound.iter().find(|(p, _)| *p == Parameter::Scalar(i)).and_then(|(_, v)| v.as_ref());
-    // A per-row scalar given as a tensor: imported as the others.
-    let per_row_objects: Vec<Option<&Bound<PyAny>>> =
-        (0..op.scalars.len()).map(|i| scalar_object(i).filter(|v| op.scalars[i].per_row && is_tensor(v))).collect();
     let per_row_imported = op
         .scalars
         .iter()
@@ -187,12 +266,6 @@ fn call<'py>(
         .iter()
         .map(|imported| imported.as_ref().map(Imported::view).transpose())
         .collect::<PyResult<Vec<_>>>()?;
-    let scalars = (0..op.scalars.len())
-        .map(|i| match per_row_objects[i] {
-            Some(_) => Ok(f64::NAN),
-            None => scalar(op, i, scalar_object(i)),
-        })
-        .collect::<PyResult<Vec<f64>>>()?;
     let pdl = match bound.iter().find(|(p, _)| *p == Parameter::EnablePdl).and_then(|(_, v)| v.as_ref()) {
         Some(value) if !value.is_none() => Some(value.extract::<bool>()?),
         _ => None,
@@ -422,19 +495,21 @@ fn current_stream(input: &Bound<'_, PyAny>, torch: Option<&Torch>, ordinal: usiz
     Ok(None)
 }
 
-/// A new array for `Out` argument `arg`, like its source input `first` ([`OpInfo::output_source`]:
-/// the first input of its extent, else the first tensor): its shape by [`Extent::output_shape`]
-/// of the inputs' `(extent, shape)`, `first`'s device and (unless the output's dtype is fixed)
-/// dtype, from its own framework.
+/// A new array for `Out` argument `out`, like its source input `first` ([`OpInfo::output_source`]:
+/// the first input of its extent, else the first tensor): its shape by [`OpInfo::output_shape`]
+/// of the inputs' `(extent, shape)` and the scalars (a count output's: its scalar's), `first`'s
+/// device and (unless the output's dtype is fixed) dtype, from its own framework.
 fn allocate_like<'py>(
     first: &Bound<'py, PyAny>,
-    arg: &TensorArg,
-    inputs: &[(Extent, Vec<i64>)],
+    op: &OpInfo,
+    out: usize,
+    (inputs, scalars): (&[(Extent, Vec<i64>)], &[f64]),
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = first.py();
+    let arg = &op.tensors[out];
     let shape: Vec<i64> = first.getattr(intern!(py, "shape"))?.extract()?;
     let shapes: Vec<(Extent, &[i64])> = inputs.iter().map(|(e, s)| (*e, s.as_slice())).collect();
-    let out_shape = arg.extent.output_shape(&shapes);
+    let out_shape = op.output_shape(out, &shapes, scalars);
     // The output's own dtype where the table fixes it (the framework's name for it).
     let fixed = match arg.dtype {
         DTypeRule::F32 => Some("float32"),

@@ -104,6 +104,7 @@ ferrinfer_launch::activation_ops!(tch_functions);
 ferrinfer_launch::sampling_ops!(tch_functions);
 ferrinfer_launch::cascade_ops!(tch_functions);
 ferrinfer_launch::rope_ops!(tch_functions);
+ferrinfer_launch::page_ops!(tch_functions);
 
 /// The outputs an op produced, as its function returns them.
 trait Produced: Sized {
@@ -153,7 +154,7 @@ pub fn call(
         .zip(inputs.len()..)
         .map(|(given, out)| match given {
             Some(tensor) => Ok(tensor.shallow_clone()),
-            None => allocate_like(op, inputs, out),
+            None => allocate_like(op, inputs, out, scalars),
         })
         .collect::<Result<_, TchError>>()?;
     for (tensor, name) in outputs.iter().zip(names.skip(inputs.len())) {
@@ -167,8 +168,13 @@ pub fn call(
 /// A new tensor for output `arg` (argument `out`) of `op`, like its `inputs`: the device of
 /// its source ([`OpInfo::output_source`](ferrinfer_launch::OpInfo::output_source): `query_out`'s
 /// is `query`), its kind unless the output's is fixed (f32, int32), its shape by
-/// [`Extent::output_shape`].
-fn allocate_like(op: &ferrinfer_launch::OpInfo, inputs: &[&Tensor], out: usize) -> Result<Tensor, TchError> {
+/// [`OpInfo::output_shape`](ferrinfer_launch::OpInfo::output_shape) (a count output's: its scalar's).
+fn allocate_like(
+    op: &ferrinfer_launch::OpInfo,
+    inputs: &[&Tensor],
+    out: usize,
+    scalars: &[f64],
+) -> Result<Tensor, TchError> {
     let (arg, first) = (&op.tensors[out], inputs[op.output_source(out)]);
     let kind = match arg.dtype {
         DTypeRule::F32 => Kind::Float,
@@ -177,7 +183,7 @@ fn allocate_like(op: &ferrinfer_launch::OpInfo, inputs: &[&Tensor], out: usize) 
     };
     let sizes: Vec<Vec<i64>> = inputs.iter().map(|t| t.size()).collect();
     let shapes: Vec<(Extent, &[i64])> = op.tensors.iter().zip(&sizes).map(|(a, s)| (a.extent, s.as_slice())).collect();
-    let shape = arg.extent.output_shape(&shapes);
+    let shape = op.output_shape(out, &shapes, scalars);
     if shape == first.size() && kind == first.f_kind()? {
         return first.f_empty_like();
     }

@@ -14,9 +14,9 @@ use ferrinfer_launch::{DType, fused_add_rmsnorm};
 use half::{bf16, f16};
 
 fn check_every_op<T: Elem>(seed: u64) {
-    // Rope's heads and positions are not made here yet: its adapter paths have tests of their
-    // own below (issue 14 tracks folding them in).
-    for (i, op) in ferrinfer_launch::ops().filter(|op| op.family != "rope").enumerate() {
+    // Rope's heads and positions and the page family's page tables are not made here: their
+    // adapter paths have tests of their own below.
+    for (i, op) in ferrinfer_launch::ops().filter(|op| !matches!(op.family, "rope" | "page")).enumerate() {
         let seed = seed + 100 * i as u64;
         check_op::<T, T>(&Device::Cpu, op, &[19, 500], false, seed);
         check_op::<T, T>(&Device::Cpu, op, &[5, 4, 128], false, seed + 10); // tokens × heads × head_dim
@@ -283,4 +283,45 @@ fn candle_rope_matches_the_reference_and_runs_in_place() {
     let (q2, k2) = (q.copy().unwrap(), k.copy().unwrap());
     fc::apply_rope_pos_ids_inplace(&q2, &k2, &pos, None, false, 1.0, 1e4).unwrap();
     assert_eq!((values(&q2), values(&k2)), (values(&q_rope), values(&k_rope)));
+}
+
+/// Appending to a paged KV cache through candle on the CPU: the registry's problem (int32 page
+/// tables), both caches updated in place as the op's reference says.
+#[test]
+fn candle_append_paged_kv_cache_updates_both_caches() {
+    let (rows, hidden) = (40, 64);
+    let op = &ferrinfer_launch::append_paged_kv_cache::INFO;
+    let t: Vec<Tensor> = op
+        .tensors
+        .iter()
+        .enumerate()
+        .map(|(i, arg)| {
+            let shape = arg.extent.shape(rows, hidden);
+            match arg.domain.fixed(rows) {
+                Some(values) => {
+                    let values: Vec<i32> = values.iter().map(|&v| v as i32).collect();
+                    Tensor::from_vec(values, shape, &Device::Cpu).unwrap()
+                }
+                None => tensor::<f16>(&shape, false, 9_000 + i as u64),
+            }
+        })
+        .collect();
+    let before: Vec<Vec<f64>> = t.iter().map(values).collect();
+    let layout = ferrinfer_launch::KvLayout::Nhd;
+    fc::append_paged_kv_cache(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &t[7], &t[8], layout).unwrap();
+    let written = [values(&t[4]), values(&t[5])];
+    reference::check_written(op, DType::F16, hidden, &before, &written, &[0.0]).unwrap();
+    assert_ne!(written[0], before[4], "keys were appended");
+}
+
+/// `get_batch_indices_positions` through candle: its int32 outputs allocated `[nnz]` (the count
+/// scalar's length), past the bounds' tokens −1.
+#[test]
+fn candle_get_batch_indices_positions_allocates_nnz_outputs() {
+    let indptr = Tensor::new(&[0i64, 2, 2, 5], &Device::Cpu).unwrap();
+    let seq_lens = Tensor::new(&[5i64, 9, 3], &Device::Cpu).unwrap();
+    let (batch, pos) = fc::get_batch_indices_positions(&indptr, &seq_lens, 6).unwrap();
+    assert_eq!((batch.dims(), batch.dtype()), (&[6][..], CandleDType::I32));
+    assert_eq!(batch.to_vec1::<i32>().unwrap(), [0, 0, 2, 2, 2, -1]);
+    assert_eq!(pos.to_vec1::<i32>().unwrap(), [3, 4, 0, 1, 2, -1]);
 }

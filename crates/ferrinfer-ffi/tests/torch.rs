@@ -92,7 +92,7 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
                 tensor(Kind::Float, rows * STACKED, 1, false, seed + i as u64).reshape([rows, STACKED])
             }
             _ => {
-                unreachable!("rope's ops are tested on their own")
+                unreachable!("rope's and the page family's ops are tested on their own")
             }
         })
         .collect();
@@ -116,7 +116,7 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
         })
         .collect();
     let before: Vec<Vec<f64>> = inputs.iter().map(values).collect();
-    let scalars = op.examples(hidden as usize);
+    let scalars = op.examples(rows as usize, hidden as usize);
     let refs: Vec<&Tensor> = inputs.iter_mut().map(|t| &*t).collect();
     let produced = ft::call(op, &refs, outputs.iter().map(Some).collect(), &scalars, &TorchStream::Cpu).unwrap();
     let context = format!("{} {kind:?} wide={wide} narrow={narrow} hidden={hidden}", op.name);
@@ -145,9 +145,9 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
 /// Every op of the registry in every kind and layout, against its reference.
 #[test]
 fn torch_every_op_matches_the_reference() {
-    // Rope's heads and positions are not made here yet: its adapter paths have tests of their
-    // own below (issue 14 tracks folding them in).
-    for (o, op) in ferrinfer_launch::ops().filter(|op| op.family != "rope").enumerate() {
+    // Rope's heads and positions and the page family's page tables are not made here: their
+    // adapter paths have tests of their own below.
+    for (o, op) in ferrinfer_launch::ops().filter(|op| !matches!(op.family, "rope" | "page")).enumerate() {
         for (i, kind) in KINDS.into_iter().enumerate() {
             for (j, (narrow, hidden)) in
                 [(false, 1024), (true, 1024), (false, 111), (true, 111)].into_iter().enumerate()
@@ -323,4 +323,64 @@ fn torch_rope_matches_the_launch_layer_and_runs_in_place() {
     let (mut q2, mut k2) = (q.copy(), k.copy());
     ft::apply_rope_pos_ids_inplace(&mut q2, &mut k2, &pos, None, false, 1.0, 1e4, cpu).unwrap();
     assert_eq!((values(&q2), values(&k2)), (values(&q_rope), values(&k_rope)));
+}
+
+/// The registry's paged-KV problem of `rows` tokens of head_dim `hidden` as tch tensors: keys,
+/// values and caches of `kind` from `seed`, the page table's int32 parts.
+fn page_problem(kind: Kind, rows: usize, hidden: usize, seed: u64) -> Vec<Tensor> {
+    let op = &ferrinfer_launch::append_paged_kv_cache::INFO;
+    op.tensors
+        .iter()
+        .enumerate()
+        .map(|(i, arg)| {
+            let shape: Vec<i64> = arg.extent.shape(rows, hidden).iter().map(|&d| d as i64).collect();
+            match arg.domain.fixed(rows) {
+                Some(values) => Tensor::from_slice(&values.iter().map(|&v| v as i32).collect::<Vec<_>>()),
+                None => {
+                    let len = shape.iter().product::<i64>() as usize;
+                    Tensor::from_slice(&random_normal::<f32>(len, seed + i as u64)).view(shape.as_slice()).to_kind(kind)
+                }
+            }
+        })
+        .collect()
+}
+
+/// Appending to a paged KV cache through tch on the CPU: both caches updated in place as the
+/// op's reference says, "NHD".
+#[test]
+fn torch_append_paged_kv_cache_updates_both_caches() {
+    let (rows, hidden) = (40, 64);
+    let t = page_problem(Kind::BFloat16, rows, hidden, 9_000);
+    let before: Vec<Vec<f64>> = t.iter().map(values).collect();
+    let (mut k_cache, mut v_cache) = (t[4].copy(), t[5].copy());
+    let layout = ferrinfer_launch::KvLayout::Nhd;
+    ft::append_paged_kv_cache(
+        &t[0],
+        &t[1],
+        &t[2],
+        &t[3],
+        &mut k_cache,
+        &mut v_cache,
+        &t[6],
+        &t[7],
+        &t[8],
+        layout,
+        &TorchStream::Cpu,
+    )
+    .unwrap();
+    let op = &ferrinfer_launch::append_paged_kv_cache::INFO;
+    let written = [values(&k_cache), values(&v_cache)];
+    reference::check_written(op, DType::Bf16, hidden, &before, &written, &[0.0]).unwrap();
+    assert_ne!(written[0], before[4], "keys were appended");
+}
+
+/// `get_batch_indices_positions` through tch: its int32 outputs allocated `[nnz]` (the count
+/// scalar's length, not any input's), past the bounds' tokens −1.
+#[test]
+fn torch_get_batch_indices_positions_allocates_nnz_outputs() {
+    let (indptr, seq_lens) = (Tensor::from_slice(&[0i64, 2, 2, 5]), Tensor::from_slice(&[5i64, 9, 3]));
+    let (batch, pos) = ft::get_batch_indices_positions(&indptr, &seq_lens, None, None, 6, &TorchStream::Cpu).unwrap();
+    assert_eq!((batch.size(), batch.kind()), (vec![6], Kind::Int));
+    assert_eq!(Vec::<i32>::try_from(&batch).unwrap(), [0, 0, 2, 2, 2, -1]);
+    assert_eq!(Vec::<i32>::try_from(&pos).unwrap(), [3, 4, 0, 1, 2, -1]);
 }

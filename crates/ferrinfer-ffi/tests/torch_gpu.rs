@@ -122,7 +122,7 @@ fn tensors(op: &OpInfo, kind: Kind, narrow: bool, seed: u64, device: Device) -> 
                     tensor(Kind::Float, ROWS * STACKED, 1, false, seed, device).0.reshape([ROWS, STACKED])
                 }
                 _ => {
-                    unreachable!("rope's ops are tested on their own")
+                    unreachable!("rope's and the page family's ops are tested on their own")
                 }
             }
         })
@@ -158,7 +158,7 @@ fn run(op: &'static OpInfo, call: Call, stream: &TorchStream) -> (Vec<Vec<f64>>,
     // The inputs were written on torch's stream; a cudarc stream (non-blocking) does not wait.
     sync_torch(&call.inputs[0]);
     let refs: Vec<&Tensor> = call.inputs.iter().collect();
-    let scalars = op.examples(HIDDEN as usize);
+    let scalars = op.examples(ROWS as usize, HIDDEN as usize);
     ft::call(op, &refs, call.outputs.iter().map(|(o, _)| Some(o)).collect(), &scalars, stream).unwrap();
     if let TorchStream::Cuda(stream) = stream {
         stream.synchronize().unwrap();
@@ -184,16 +184,16 @@ fn torch_gpu_every_op_on_a_cudarc_stream_and_the_default_stream() {
     // SAFETY: 0 is the legacy default stream of device 0 (PyTorch's default), always alive.
     let default_stream = unsafe { TorchStream::cuda(0, 0) }.unwrap();
     let streams = [("cudarc stream", TorchStream::Cuda(cudarc_stream)), ("default stream", default_stream)];
-    // Rope's heads and positions are not made here yet: its adapter paths have tests of their
-    // own below (issue 14 tracks folding them in).
-    for (i, op) in ferrinfer_launch::ops().filter(|op| op.family != "rope").enumerate() {
+    // Rope's heads and positions and the page family's page tables are not made here: their
+    // adapter paths have tests of their own below.
+    for (i, op) in ferrinfer_launch::ops().filter(|op| !matches!(op.family, "rope" | "page")).enumerate() {
         for (j, kind) in [Kind::Float, Kind::Half, Kind::BFloat16].into_iter().enumerate() {
             for narrow in [false, true] {
                 let seed = 10_000 * i as u64 + 1_000 * j as u64 + 100 * narrow as u64;
                 let on_cpu = tensors(op, kind, narrow, seed, Device::Cpu);
                 let mut before: Vec<Vec<f64>> = on_cpu.inputs.iter().map(values).collect();
                 before.extend(on_cpu.outputs.iter().map(|_| Vec::new()));
-                let scalars = op.examples(HIDDEN as usize);
+                let scalars = op.examples(ROWS as usize, HIDDEN as usize);
                 for (name, stream) in &streams {
                     let (written, buffers) = run(op, tensors(op, kind, narrow, seed, CUDA), stream);
                     let context = format!("{} {kind:?} narrow={narrow} on the {name}", op.name);

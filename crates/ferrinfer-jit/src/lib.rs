@@ -27,6 +27,7 @@ mod fsutil;
 pub mod key;
 pub mod lock;
 pub mod norm;
+pub mod page;
 pub mod ptxas;
 pub mod rope;
 pub mod sampling;
@@ -73,7 +74,8 @@ impl Family {
 
 /// Every op family. Each kernel source file is a core file or belongs to one of these (a test
 /// checks it, so no file can change without changing the keys that depend on it).
-pub const FAMILIES: &[Family] = &[norm::FAMILY, activation::FAMILY, sampling::FAMILY, cascade::FAMILY, rope::FAMILY];
+pub const FAMILIES: &[Family] =
+    &[norm::FAMILY, activation::FAMILY, sampling::FAMILY, cascade::FAMILY, rope::FAMILY, page::FAMILY];
 
 /// Why a module could not be had.
 #[derive(Debug, thiserror::Error)]

@@ -22,6 +22,7 @@ pub mod cascade;
 pub mod element;
 pub mod math;
 pub mod norm;
+pub mod page;
 pub mod random;
 pub mod rope;
 pub mod sampling;

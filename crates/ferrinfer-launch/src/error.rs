@@ -41,6 +41,10 @@ pub enum Error {
     #[error("`{argument}` is {value}; expected {expected}")]
     InvalidScalar { argument: &'static str, value: f64, expected: &'static str },
 
+    /// A value of an index tensor (a page table's, read on the host) out of its range.
+    #[error("`{argument}`[{index}] is {value}; expected {expected}")]
+    InvalidIndex { argument: &'static str, index: usize, value: i64, expected: String },
+
     #[error(
         "`{argument}` overlaps `{other}` in memory; expected disjoint memory (in-place is allowed only where documented, as the identical view)"
     )]

@@ -300,6 +300,16 @@ pub(crate) fn index_type(view: &TensorView) -> IndexType {
     }
 }
 
+/// Every value of a 1-D host index tensor, `stride` elements apart.
+///
+/// # Safety
+/// `view` must be a host view holding its elements `stride` apart (validated).
+pub(crate) unsafe fn host_indices(view: &TensorView, stride: u64) -> Vec<i64> {
+    let count = view.shape().first().copied().unwrap_or(1).max(0) as u64;
+    // SAFETY: forwarded to the caller.
+    (0..count).map(|i| unsafe { host_index(index_type(view), view.address(), i, stride) }).collect()
+}
+
 /// The widest vector (in elements) every access allows: FlashInfer's `gcd(16 / size, hidden)`,
 /// narrowed further until it divides every row stride and every address in elements — a tensor
 /// that is not 16-byte aligned still runs, with narrower accesses, rather than failing.

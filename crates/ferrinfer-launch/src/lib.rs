@@ -16,7 +16,7 @@
 //!
 //! Shared files (`op`, `cuda`, `cpu`, `layout`, `tensor`, `tuning`, `error`, `logging`, `reference`)
 //! know no op family; each family's vocabulary stays in its own file (`norm.rs`, `activation.rs`,
-//! `sampling.rs`, `cascade.rs`, `rope.rs`).
+//! `sampling.rs`, `cascade.rs`, `rope.rs`, `page.rs`).
 //!
 //! This crate never names a framework (candle, torch, Python live in `ferrinfer-ffi`, above it),
 //! and nothing needs CUDA installed to build it: without a driver
@@ -31,6 +31,7 @@ mod layout;
 pub mod logging;
 pub mod norm;
 pub mod op;
+pub mod page;
 pub mod reference;
 pub mod rope;
 pub mod sampling;
@@ -44,6 +45,7 @@ pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
 pub use norm::{fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm};
 pub use op::{OpInfo, PerRow};
+pub use page::{KvLayout, append_paged_kv_cache, get_batch_indices_positions};
 pub use rope::{
     apply_llama31_rope, apply_llama31_rope_inplace, apply_llama31_rope_pos_ids, apply_llama31_rope_pos_ids_inplace,
     apply_rope, apply_rope_inplace, apply_rope_pos_ids, apply_rope_pos_ids_inplace, apply_rope_with_cos_sin_cache,
@@ -61,7 +63,14 @@ pub use {cudarc, half};
 
 /// Every op of every family, family by family in table order: one line per family.
 pub fn ops() -> impl Iterator<Item = &'static OpInfo> {
-    norm::OPS.iter().chain(activation::OPS).chain(sampling::OPS).chain(cascade::OPS).chain(rope::OPS).copied()
+    norm::OPS
+        .iter()
+        .chain(activation::OPS)
+        .chain(sampling::OPS)
+        .chain(cascade::OPS)
+        .chain(rope::OPS)
+        .chain(page::OPS)
+        .copied()
 }
 
 /// The op FlashInfer calls `name`.

@@ -62,6 +62,34 @@ pub enum Extent {
     /// calls take any number of rows). The rows a problem reads are those its
     /// [`Domain::TableRows`] input names: at most one a row of the problem (see [`Extent::touched`]).
     Table,
+    /// `[P, PAGE_SIZE, KH, H]`: a paged cache of [`KV_HEADS`] heads of `H` ([`PAGE_SIZE`] entries
+    /// a page, "NHD"), into which an op writes one entry a row of the problem; its problems hold
+    /// [`page_table`]'s pages and one spare page no row reaches. Calls take any page size, page
+    /// count and layout (the op's).
+    Pages,
+    /// `[U]`: the cache page of each page the problem's [`SEGMENTS`] sequences use, in order
+    /// (FlashInfer's `kv_indices`: [`page_table`]).
+    PageIds,
+    /// `[N]`: a value for each of `N` items, `N` the op's scalar whose example is the problem's
+    /// rows (`nnz: i32 (example rows)`: [`OpInfo::count`]); `[T]` in the problems.
+    Count,
+}
+
+/// The entries a page of [`Extent::Pages`] holds in the problems the benchmark and the tests make.
+pub const PAGE_SIZE: usize = 16;
+
+/// The page table of a problem of `rows` rows appended to a paged cache ([`Extent::Pages`]):
+/// row `i` belongs to sequence `i mod SEGMENTS` at position `i / SEGMENTS` (so every sequence's
+/// rows hold its first positions, and a sequence may have none), each sequence owns the fewest
+/// pages of [`PAGE_SIZE`] entries that hold them, sequence by sequence, and page `u` of that order is cache
+/// page `U − u` (pages out of order, cache page 0 spare). Returns each sequence's row count.
+pub fn page_table(rows: usize) -> [usize; SEGMENTS] {
+    std::array::from_fn(|b| (rows + SEGMENTS - 1 - b) / SEGMENTS)
+}
+
+/// The pages each sequence of [`page_table`] owns.
+fn pages_of(rows: usize) -> [usize; SEGMENTS] {
+    page_table(rows).map(|n| n.div_ceil(PAGE_SIZE))
 }
 
 /// The rows of [`Extent::Table`] in the problems the benchmark and the tests make.
@@ -97,6 +125,9 @@ impl Extent {
             Extent::FlatHeads => vec![rows, QUERY_HEADS * hidden],
             Extent::FlatKvHeads => vec![rows, KV_HEADS * hidden],
             Extent::Table => vec![TABLE_ROWS, hidden],
+            Extent::Pages => vec![pages_of(rows).iter().sum::<usize>() + 1, PAGE_SIZE, KV_HEADS, hidden],
+            Extent::PageIds => vec![pages_of(rows).iter().sum()],
+            Extent::Count => vec![rows],
         }
     }
 
@@ -106,6 +137,7 @@ impl Extent {
     pub fn touched(self, rows: usize, hidden: usize) -> usize {
         match self {
             Extent::Table => rows.min(TABLE_ROWS) * hidden,
+            Extent::Pages => rows * KV_HEADS * hidden,
             _ => self.shape(rows, hidden).iter().product(),
         }
     }
@@ -184,6 +216,47 @@ pub enum Domain {
     SegmentBounds,
     /// Row indices of the op's [`Extent::Table`]: integers in `[0, TABLE_ROWS)`.
     TableRows,
+    /// [`page_table`]'s sequence of each row (`batch_indices`).
+    PageSequences,
+    /// [`page_table`]'s position of each row in its sequence (`positions`).
+    PagePositions,
+    /// [`page_table`]'s cache page of each page the sequences use (`kv_indices`).
+    PageIds,
+    /// [`page_table`]'s bounds of each sequence's pages in `PageIds` (`kv_indptr`).
+    PageBounds,
+    /// [`page_table`]'s entries used in each sequence's last page (`kv_last_page_len`; 0 for a
+    /// sequence of no pages).
+    LastPageLengths,
+}
+
+impl Domain {
+    /// The values of an input of this domain in a problem of `rows` rows when they follow from
+    /// `rows` alone ([`page_table`]'s), else `None` (drawn at random).
+    pub fn fixed(self, rows: usize) -> Option<Vec<i64>> {
+        let (counts, pages) = (page_table(rows), pages_of(rows));
+        let count = |n: usize| n as i64;
+        Some(match self {
+            Domain::PageSequences => (0..rows).map(|i| count(i % SEGMENTS)).collect(),
+            Domain::PagePositions => (0..rows).map(|i| count(i / SEGMENTS)).collect(),
+            Domain::PageIds => {
+                let used: usize = pages.iter().sum();
+                (0..used).map(|u| count(used - u)).collect()
+            }
+            Domain::PageBounds => {
+                let ends = pages.iter().scan(0, |end, &p| {
+                    *end += count(p);
+                    Some(*end)
+                });
+                [0].into_iter().chain(ends).collect()
+            }
+            Domain::LastPageLengths => {
+                counts.iter().zip(pages).map(|(&n, p)| count(n) - count(p.saturating_sub(1) * PAGE_SIZE)).collect()
+            }
+            Domain::Any | Domain::Nonnegative | Domain::Positions | Domain::SegmentBounds | Domain::TableRows => {
+                return None;
+            }
+        })
+    }
 }
 
 /// One tensor argument of an op.
@@ -210,12 +283,53 @@ pub enum ScalarKind {
     Bool,
     /// `Option<i32>`: NaN in the registry for `None` (rope's `rotary_dim`, None meaning all).
     OptionalI32,
+    /// One of these names (a [`Choice`] type in the typed API, a string in Python): its index
+    /// in the registry (the page family's `kv_layout`, "NHD" or "HND").
+    Choice(&'static [&'static str]),
+}
+
+/// A scalar type whose values are named choices (`kv_layout`): the table writes its default
+/// as a name (`= "NHD"`), the registry carries its index in [`Choice::NAMES`].
+pub trait Choice: Copy {
+    /// Every value's name, by index.
+    const NAMES: &'static [&'static str];
+    /// The value of index `index`, if there is one.
+    fn from_index(index: f64) -> Option<Self>;
+}
+
+/// The index of `name` in `names`: a table's default choice, at compile time (a name not there
+/// fails the build).
+#[doc(hidden)]
+pub const fn choice_index(names: &[&str], name: &str) -> usize {
+    let mut i = 0;
+    while i < names.len() {
+        let (a, b) = (names[i].as_bytes(), name.as_bytes());
+        if a.len() == b.len() {
+            let mut j = 0;
+            while j < a.len() && a[j] == b[j] {
+                j += 1;
+            }
+            if j == a.len() {
+                return i;
+            }
+        }
+        i += 1;
+    }
+    panic!("a default that is none of its type's names")
 }
 
 impl ScalarKind {
     /// Whether a value must be whole.
     pub fn integer(self) -> bool {
-        matches!(self, ScalarKind::I32 | ScalarKind::U64 | ScalarKind::OptionalI32)
+        matches!(self, ScalarKind::I32 | ScalarKind::U64 | ScalarKind::OptionalI32 | ScalarKind::Choice(_))
+    }
+
+    /// The name of choice `value` (an index), if this is a choice and it has one.
+    pub fn choice_name(self, value: f64) -> Option<&'static str> {
+        match self {
+            ScalarKind::Choice(names) if value >= 0.0 && value.fract() == 0.0 => names.get(value as usize).copied(),
+            _ => None,
+        }
     }
 }
 
@@ -227,6 +341,8 @@ pub enum Example {
     /// The problem's `H` (`(example hidden)`: rope's `head_size`, which must match the
     /// tensors' shapes).
     Hidden,
+    /// The problem's `T` (`(example rows)`: `nnz`, the length of an [`Extent::Count`] output).
+    Rows,
 }
 
 /// One scalar argument: f32 (`eps`, `temperature`), an integer (`top_k`, `seed`), a bool or an
@@ -245,12 +361,13 @@ pub struct ScalarArg {
 }
 
 impl ScalarArg {
-    /// The value the benchmark and the tests that walk every op pass in a problem of rows of
-    /// `hidden`.
-    pub fn example_for(&self, hidden: usize) -> f64 {
+    /// The value the benchmark and the tests that walk every op pass in a problem of `rows` rows
+    /// of `hidden`.
+    pub fn example_for(&self, rows: usize, hidden: usize) -> f64 {
         match self.example {
             Example::Value(value) => value,
             Example::Hidden => hidden as f64,
+            Example::Rows => rows as f64,
         }
     }
 }
@@ -492,9 +609,29 @@ impl OpInfo {
         self.tensors.iter().position(|t| t.role != Role::Out && t.extent == extent).unwrap_or(0)
     }
 
-    /// The scalars' examples in a problem of rows of `hidden` ([`ScalarArg::example_for`]).
-    pub fn examples(&self, hidden: usize) -> Vec<f64> {
-        self.scalars.iter().map(|s| s.example_for(hidden)).collect()
+    /// The scalars' examples in a problem of `rows` rows of `hidden` ([`ScalarArg::example_for`]).
+    pub fn examples(&self, rows: usize, hidden: usize) -> Vec<f64> {
+        self.scalars.iter().map(|s| s.example_for(rows, hidden)).collect()
+    }
+
+    /// The index of the scalar giving an [`Extent::Count`] output's length (its example is the
+    /// problem's rows), if the op has one.
+    pub fn count(&self) -> Option<usize> {
+        self.scalars.iter().position(|s| s.example == Example::Rows)
+    }
+
+    /// The shape of a new output, argument `out`, for a call of inputs `(extent, shape)` and
+    /// scalars `scalars`: [`Extent::output_shape`], but an [`Extent::Count`] output's is the
+    /// count scalar's value (0 if it is not a count: the op's own checks refuse it). What
+    /// adapters allocate when the caller passes no output.
+    pub fn output_shape(&self, out: usize, inputs: &[(Extent, &[i64])], scalars: &[f64]) -> Vec<i64> {
+        match self.tensors[out].extent {
+            Extent::Count => {
+                let count = self.count().and_then(|i| scalars.get(i)).copied().unwrap_or(0.0);
+                vec![if count >= 0.0 && count <= i64::MAX as f64 { count as i64 } else { 0 }]
+            }
+            extent => extent.output_shape(inputs),
+        }
     }
 }
 
@@ -596,6 +733,21 @@ macro_rules! __domain {
     (table_rows) => {
         $crate::op::Domain::TableRows
     };
+    (page_sequences) => {
+        $crate::op::Domain::PageSequences
+    };
+    (page_positions) => {
+        $crate::op::Domain::PagePositions
+    };
+    (page_ids) => {
+        $crate::op::Domain::PageIds
+    };
+    (page_bounds) => {
+        $crate::op::Domain::PageBounds
+    };
+    (last_page_lengths) => {
+        $crate::op::Domain::LastPageLengths
+    };
 }
 
 /// `Some(default)` or `None` (a required scalar); an optional one's default is None (NaN).
@@ -609,7 +761,35 @@ macro_rules! __scalar_default {
         None
     };
     ($kind:tt; $default:tt) => {
-        Some($crate::__literal_f64!($default))
+        Some($crate::__scalar_literal!($kind; $default))
+    };
+}
+
+/// A scalar's literal (its default) as the registry's f64: a number or a bool
+/// ([`__literal_f64!`]), or for a [`Choice`](crate::op::Choice) type the index of its name.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scalar_literal {
+    ($kind:ident; $value:tt) => {
+        $crate::__scalar_literal!(@$kind; $value)
+    };
+    ([$kind:tt]; $value:tt) => {
+        $crate::__literal_f64!($value)
+    };
+    (@f32; $value:tt) => {
+        $crate::__literal_f64!($value)
+    };
+    (@i32; $value:tt) => {
+        $crate::__literal_f64!($value)
+    };
+    (@u64; $value:tt) => {
+        $crate::__literal_f64!($value)
+    };
+    (@bool; $value:tt) => {
+        $crate::__literal_f64!($value)
+    };
+    (@$choice:ident; $name:tt) => {
+        $crate::op::choice_index(<$crate::$choice as $crate::op::Choice>::NAMES, $name) as f64
     };
 }
 
@@ -636,11 +816,14 @@ macro_rules! __scalar_example {
     ($kind:tt $(<$inner:ident>)?; [$($default:tt)?]; [hidden]) => {
         $crate::op::Example::Hidden
     };
+    ($kind:tt $(<$inner:ident>)?; [$($default:tt)?]; [rows]) => {
+        $crate::op::Example::Rows
+    };
     ($kind:tt $(<$inner:ident>)?; [$($default:tt)?]; [$example:literal]) => {
         $crate::op::Example::Value($crate::__literal_f64!($example))
     };
     ($kind:tt $(<$inner:ident>)?; [$default:tt]; []) => {
-        $crate::op::Example::Value($crate::__literal_f64!($default))
+        $crate::op::Example::Value($crate::__scalar_literal!($kind; $default))
     };
     (Option<$inner:ident>; []; []) => {
         $crate::op::Example::Value(f64::NAN)
@@ -673,6 +856,9 @@ macro_rules! __scalar_kind {
     ([$kind:tt]) => {
         $crate::__scalar_kind!($kind)
     };
+    ($choice:ident) => {
+        $crate::op::ScalarKind::Choice(<$crate::$choice as $crate::op::Choice>::NAMES)
+    };
 }
 
 /// Whether a scalar's type is per row (`[f32]`).
@@ -693,19 +879,35 @@ macro_rules! __scalar_per_row {
 #[macro_export]
 macro_rules! __scalar_param {
     ([$kind:tt], $life:lifetime) => { impl Into<$crate::PerRow<$life, $kind>> };
-    ($kind:ident $(<$inner:ident>)?, $life:lifetime) => { $kind $(<$inner>)? };
+    ($kind:ident $(<$inner:ident>)?, $life:lifetime) => { $crate::__scalar_value!($kind $(<$inner>)?) };
 }
 
 /// A scalar's value type, whether or not it may be per row (what adapters that take one value
-/// for every row accept).
+/// for every row accept). A [`Choice`](crate::op::Choice) type is named at the crate root, where
+/// its family re-exports it (`ferrinfer_launch::KvLayout`): adapters import nothing per family.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scalar_value {
     ([$kind:tt]) => {
         $kind
     };
-    ($kind:ident $(<$inner:ident>)?) => {
-        $kind $(<$inner>)?
+    (Option<$inner:ident>) => {
+        Option<$inner>
+    };
+    (f32) => {
+        f32
+    };
+    (i32) => {
+        i32
+    };
+    (u64) => {
+        u64
+    };
+    (bool) => {
+        bool
+    };
+    ($choice:ident) => {
+        $crate::$choice
     };
 }
 
@@ -726,7 +928,7 @@ macro_rules! __scalar_split {
 ///
 /// The table's grammar, one line per op (what every consumer of a table matches):
 /// `fn NAME(INPUT: In|InOut [Extent (| f32 | as f32|index)? (, nonnegative|positions|segment_bounds)?], …) (-> OUTPUT: Out [Extent (as f32|i32)?], …)? (;
-/// SCALAR: f32|i32|u64|bool|Option<i32>|[f32]|[i32]|[u64] (= DEFAULT)? ((example VALUE|hidden))?, …)? => SELECTOR, reference PATH
+/// SCALAR: f32|i32|u64|bool|Option<i32>|[f32]|[i32]|[u64]|CHOICE (= DEFAULT)? ((example VALUE|hidden|rows))?, …)? => SELECTOR, reference PATH
 /// (, order (NAME, …))?;` with doc comments before it. `order` gives FlashInfer's positional order
 /// where it differs from the table's ([`OpInfo::order`]). `/ alias` after an argument's name gives FlashInfer's Python name when it
 /// differs; `| f32` lets an input be f32 whatever the first tensor's dtype, `as f32` (`as i32`)
@@ -893,7 +1095,7 @@ mod tests {
                         .unwrap()
                     })
                     .collect();
-                let scalars = op.examples(width);
+                let scalars = op.examples(rows, width);
                 let error = op.call(&views.iter().collect::<Vec<_>>(), &scalars, Stream::Cpu).unwrap_err();
                 let name = op.tensors[integer].name;
                 assert!(

@@ -101,8 +101,8 @@ pub const MAX_POSITION: f64 = (1 << 17) as f64;
 /// Seeded input values for argument `arg` of an op of `rows` rows ([`TensorArg::domain`]):
 /// [`random_normal`], made `|x|` for an input the op reads as probabilities, whole positions in
 /// `[0, MAX_POSITION)` spread as `|x| · MAX_POSITION / 4`, rows of a table uniform in `[0,
-/// TABLE_ROWS)`, or segment bounds — 0, then the rows cut at random points in order (some
-/// segments may be empty), then `rows`.
+/// TABLE_ROWS)`, segment bounds — 0, then the rows cut at random points in order (some
+/// segments may be empty), then `rows` — or a page table's part ([`Domain::fixed`]).
 pub fn random_input<T: HostElement>(arg: &TensorArg, len: usize, rows: usize, seed: u64) -> Vec<T> {
     let normal = || random_normal::<f32>(len, seed).into_iter().map(f64::from);
     match arg.domain {
@@ -117,6 +117,13 @@ pub fn random_input<T: HostElement>(arg: &TensorArg, len: usize, rows: usize, se
             // The normal's CDF (by the logistic approximation) makes it uniform in (0, 1).
             let rows = TABLE_ROWS as f64;
             normal().map(|v| T::from_f64((rows / (1.0 + (-1.702 * v).exp())).floor().min(rows - 1.0))).collect()
+        }
+        Domain::PageSequences
+        | Domain::PagePositions
+        | Domain::PageIds
+        | Domain::PageBounds
+        | Domain::LastPageLengths => {
+            arg.domain.fixed(rows).unwrap_or_default().into_iter().map(|v| T::from_f64(v as f64)).collect()
         }
         Domain::SegmentBounds => {
             let mut cuts: Vec<f64> =

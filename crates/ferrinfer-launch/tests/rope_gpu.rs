@@ -24,7 +24,7 @@ fn rope_gpu_grid() {
     // the large cases dominate the test's time).
     let scalars = |op: &_, case: &Case| match case.rows <= 128 {
         true => variants(op, case),
-        false => vec![op.examples(case.hidden)],
+        false => vec![op.examples(case.rows, case.hidden)],
     };
     run_cases_with(&gpu, &family("rope"), 5_100_000, &cases, &scalars);
 }
@@ -46,7 +46,7 @@ fn rope_gpu_over_2_pow_31_elements() {
     let case = Case::contiguous(530_000, 128);
     assert!(case.rows * ferrinfer_launch::op::QUERY_HEADS * case.hidden > 1 << 31);
     let op = &ferrinfer_launch::apply_rope_pos_ids::INFO;
-    let scalars = op.examples(case.hidden);
+    let scalars = op.examples(case.rows, case.hidden);
     let before = support::buffers(op, DType::Bf16, false, &case, 53);
     let mut after = before.clone();
     gpu.run(op, &mut after, &scalars).unwrap();
@@ -70,7 +70,7 @@ fn rope_gpu_cos_sin_cache_positions_outside_the_table_give_nan() {
     let Some(gpu) = Gpu::get("rope_gpu_cos_sin_cache_positions_outside_the_table_give_nan") else { return };
     let op = &ferrinfer_launch::apply_rope_with_cos_sin_cache::INFO;
     let case = Case::contiguous(4, 64);
-    let scalars = op.examples(case.hidden);
+    let scalars = op.examples(case.rows, case.hidden);
     let outside = [0i32, ferrinfer_launch::op::TABLE_ROWS as i32, 5, -1];
     let inside = [0i32, 1, 5, 2];
     let mut runs = [outside, inside].map(|positions| {

@@ -226,7 +226,7 @@ fn sampling_gpu_over_2_pow_31_elements() {
     let case = Case::contiguous(17_000, 128_256);
     assert!(case.rows * case.hidden > 1 << 31);
     for op in [&softmax::INFO, &top_k_mask_logits::INFO, &top_p_renorm_probs::INFO] {
-        let scalars = op.examples(case.hidden);
+        let scalars = op.examples(case.rows, case.hidden);
         let before: Vec<Buffer> = support::buffers(op, DType::Bf16, false, &case, 61);
         let mut after = before.clone();
         gpu.run(op, &mut after, &scalars).unwrap();

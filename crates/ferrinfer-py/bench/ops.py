@@ -25,7 +25,11 @@ tokens — one request below 128 —, and apply_rope_with_cos_sin_cache and its 
 vLLM's flattened heads, int64 positions uniform over a cos/sin cache of 8192 rows of 128 in f32
 (the Rust bench's table; bytes count one cache row a token, at most the cache) —: q of 32 heads
 and k of 8, head_dim 128, int32 positions but the cache ops', NeoX pairs, over tokens ∈ {1, 128,
-2048, 16384}; `T` is the tokens, `H` the head_dim).
+2048, 16384}; `T` is the tokens, `H` the head_dim), and `page` (append_paged_kv_cache: {1, 128,
+2048} tokens for each of 64 sequences holding 100 entries before, keys and values of 8 heads ×
+head_dim 128 into NHD caches of 16-entry pages in random order, a (k, v) pair, int32 page tables;
+torch's peer computes each token's page and entry and writes by index; `T` is the tokens, `H`
+the head_dim; bytes: keys and values read once and written once).
 `--eager` instead times the host path: the wall time per call of 2000 back-to-back calls outside
 any graph (T = 1), what eager PyTorch pays per op.
 
@@ -61,6 +65,8 @@ MERGE_STATES = 3  # merge_states' states a row, as the Rust bench's (`op::STACKE
 ROPE_Q_HEADS, ROPE_K_HEADS = 32, 8
 ROPE_GRID = [(128, T) for T in (1, 128, 2048, 16384)]
 ROPE_CACHE_ROWS = 8192
+PAGE_SEQUENCES, PAGE_PREFIX, PAGE_SIZE, PAGE_KV_HEADS = 64, 100, 16, 8
+PAGE_GRID = [(128, PAGE_SEQUENCES * n) for n in (1, 128, 2048)]
 TEMPERATURE = 0.7
 TOP_K = 50
 TOP_P = 0.9
@@ -547,6 +553,50 @@ def sampling_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
             del x, out
 
 
+def append_torch(key, value, batch, pos, k_cache, v_cache, ids, indptr, page_size):
+    """FlashInfer's append in torch: each token's page and entry from the page table, then one
+    indexed write a cache (NHD)."""
+    at = indptr[batch.long()].long() * page_size + pos.long()
+    page, entry = ids[at // page_size].long(), at % page_size
+    k_cache[page, entry] = key
+    v_cache[page, entry] = value
+
+
+def page_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
+    """append_paged_kv_cache of `T / PAGE_SEQUENCES` tokens to each of PAGE_SEQUENCES sequences
+    holding PAGE_PREFIX entries each, pages of PAGE_SIZE in random cache order, NHD caches as a
+    (k, v) pair; int32 page tables."""
+    if "append_paged_kv_cache" not in ops:
+        return
+    size = torch.tensor([], dtype=dtype).element_size()
+    compiled = torch.compile(append_torch)
+    for D, T in grid:
+        n = T // PAGE_SEQUENCES
+        lengths = torch.full((PAGE_SEQUENCES,), PAGE_PREFIX + n)
+        pages = (lengths + PAGE_SIZE - 1) // PAGE_SIZE
+        used = int(pages.sum())
+        indptr = torch.cat([torch.zeros(1, dtype=torch.int64), pages.cumsum(0)]).to("cuda", torch.int32)
+        last = (lengths - (pages - 1) * PAGE_SIZE).to("cuda", torch.int32)
+        ids = torch.randperm(used).to("cuda", torch.int32)
+        batch = torch.arange(PAGE_SEQUENCES, device="cuda", dtype=torch.int32).repeat_interleave(n)
+        pos = (PAGE_PREFIX + torch.arange(n, device="cuda", dtype=torch.int32)).repeat(PAGE_SEQUENCES)
+        k_cache, v_cache = (torch.zeros(used, PAGE_SIZE, PAGE_KV_HEADS, D, device="cuda", dtype=dtype) for _ in range(2))
+        key, value = (torch.randn(T, PAGE_KV_HEADS, D, device="cuda", dtype=dtype) for _ in range(2))
+        nbytes = 4 * T * PAGE_KV_HEADS * D * size
+        op = "append_paged_kv_cache"
+        args = (key, value, batch, pos, k_cache, v_cache, ids, indptr, PAGE_SIZE)
+        record(op, T, D, nbytes, "torch_eager" + impl_suffix, time_fn(lambda: append_torch(*args)))
+        compiled(*args)
+        record(op, T, D, nbytes, "torch_compile" + impl_suffix, time_fn(lambda: compiled(*args)))
+        caches = (k_cache, v_cache)
+        if fi:
+            peer_record(record, op, T, D, nbytes, "flashinfer" + impl_suffix, time_fn,
+                        lambda: fi.append_paged_kv_cache(key, value, batch, pos, caches, ids, indptr, last))
+        record(op, T, D, nbytes, "ferrinfer-py" + impl_suffix,
+               time_fn(lambda: ferrinfer.append_paged_kv_cache(key, value, batch, pos, caches, ids, indptr, last)))
+        del k_cache, v_cache, key, value, caches, args
+
+
 def only_tokens(grid, tokens):
     """The grid's (width, T) points whose T is in `tokens` (comma-separated); all if None."""
     if tokens is None:
@@ -557,7 +607,7 @@ def only_tokens(grid, tokens):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", default="norm", choices=["norm", "activation", "sampling", "cascade", "rope"])
+    parser.add_argument("--family", default="norm", choices=["norm", "activation", "sampling", "cascade", "rope", "page"])
     parser.add_argument("--ops", default=None, help="comma-separated (default: the family's ops)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--eager", action="store_true", help="time the host path (T = 1, no graph)")
@@ -592,6 +642,10 @@ def main():
         fi = flashinfer_module("rope")
         rope_cases(record, dtype, ops, fi, time_fn, suffix, grid)
         rope_cache_cases(record, dtype, ops, fi, time_fn, suffix, grid)
+    elif args.family == "page":
+        ops = (args.ops or "append_paged_kv_cache").split(",")
+        grid = [(128, PAGE_SEQUENCES)] if args.eager else only_tokens(PAGE_GRID, args.tokens)
+        page_cases(record, dtype, ops, flashinfer_module("page"), time_fn, suffix, grid)
     else:
         ops = (args.ops or "silu_and_mul,gelu_and_mul,gelu_tanh_and_mul").split(",")
         grid = [(4096, 1), (14336, 1)] if args.eager else only_tokens(ACTIVATION_GRID, args.tokens)

@@ -328,3 +328,52 @@ def test_rope_with_cos_sin_cache_on_packed_qkv_in_a_graph(dtype):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(query, q_out) and torch.equal(key, k_out) and torch.equal(value, v_before)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_append_paged_kv_cache_on_the_device_in_a_graph(dtype, layout):
+    """FlashInfer's decode call: one token for each of 64 sequences, positions from
+    `get_batch_indices_positions`' arithmetic, into a packed `[pages, 2, …]` cache, captured in a
+    CUDA graph; every other entry untouched."""
+    sequences, page_size, heads, dim = 64, 16, 8, 128
+    lengths = torch.randint(1, 200, (sequences,))
+    pages = (lengths + page_size - 1) // page_size
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int64), pages.cumsum(0)]).to(DEV, torch.int32)
+    used = int(pages.sum())
+    ids = torch.randperm(used + 5)[:used].to(DEV, torch.int32)
+    last = (lengths - (pages - 1) * page_size).to(DEV, torch.int32)
+    batch = torch.arange(sequences, device=DEV, dtype=torch.int32)
+    pos = (lengths - 1).to(DEV, torch.int32)
+    shape = (used + 5, 2, page_size, heads, dim) if layout == "NHD" else (used + 5, 2, heads, page_size, dim)
+    cache = randn(*shape, dtype=dtype)
+    key, value = randn(sequences, heads, dim, dtype=dtype), randn(sequences, heads, dim, dtype=dtype)
+    want = cache.clone()
+    for i in range(sequences):
+        at = int(indptr[i]) * page_size + int(pos[i])
+        page, entry = int(ids[at // page_size]), at % page_size
+        for kv, rows in ((0, key), (1, value)):
+            if layout == "NHD":
+                want[page, kv, entry] = rows[i]
+            else:
+                want[page, kv, :, entry] = rows[i]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ferrinfer.append_paged_kv_cache(key, value, batch, pos, cache, ids, indptr, last, kv_layout=layout)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(cache, want)
+
+
+def test_get_batch_indices_positions_feeds_the_append_on_the_device():
+    """FlashInfer's prefill pattern: positions from `get_batch_indices_positions`, then the
+    append, both on the device; the positions as FlashInfer defines them."""
+    append_lens = torch.tensor([3, 0, 5, 1], dtype=torch.int32)
+    seq_lens = (append_lens + torch.tensor([4, 2, 0, 30], dtype=torch.int32)).to(DEV)
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int32), append_lens.cumsum(0).to(torch.int32)]).to(DEV)
+    nnz = int(append_lens.sum())
+    batch, pos = ferrinfer.get_batch_indices_positions(indptr, seq_lens, nnz)
+    want_batch = torch.repeat_interleave(torch.arange(4), append_lens).to(DEV, torch.int32)
+    starts = (seq_lens.cpu() - append_lens)
+    want_pos = torch.cat([torch.arange(s, s + n) for s, n in zip(starts.tolist(), append_lens.tolist())]).to(DEV, torch.int32)
+    assert torch.equal(batch, want_batch) and torch.equal(pos, want_pos)

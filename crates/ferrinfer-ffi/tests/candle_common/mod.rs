@@ -89,7 +89,7 @@ pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &
         })
         .collect();
     let before: Vec<Vec<f64>> = inputs.iter().map(values).collect();
-    let scalars = op.examples(hidden);
+    let scalars = op.examples(rows(shape), hidden);
     let refs: Vec<&Tensor> = inputs.iter().collect();
     let out = fc::Op::of(op, &scalars).unwrap().apply(&refs).unwrap();
     let context = format!("{} {:?} {shape:?} narrow={narrow}", op.name, dtype::<T>());
