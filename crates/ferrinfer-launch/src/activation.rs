@@ -203,11 +203,11 @@ fn layout_override() -> Result<LayoutOverride, Error> {
 
 fn parse_layout(value: &str) -> Option<LayoutOverride> {
     let [block, grid_y, stream] = tuning::fields(value)?;
-    let block_ok = block.is_none_or(|b| b > 0 && b.is_multiple_of(32) && b <= MAX_BLOCK as u64);
+    let block = tuning::block_field(block)?;
     let grid_y_ok = grid_y.is_none_or(|y| (1..=MAX_GRID_Y).contains(&y));
     let stream_ok = stream.is_none_or(|e| e <= 1);
-    (block_ok && grid_y_ok && stream_ok).then_some(LayoutOverride {
-        block: block.map(|b| b as u32),
+    (grid_y_ok && stream_ok).then_some(LayoutOverride {
+        block,
         grid_y: grid_y.map(|y| y as u32),
         streams: stream.map(|e| e == 1),
     })

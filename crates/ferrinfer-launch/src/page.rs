@@ -572,8 +572,7 @@ fn layout_override() -> Result<LayoutOverride, Error> {
 
 fn parse_layout(value: &str) -> Option<LayoutOverride> {
     let [block, waves] = tuning::fields(value)?;
-    let block_ok = block.is_none_or(|b| b > 0 && b.is_multiple_of(32) && b <= 1024);
-    block_ok.then_some(LayoutOverride { block: block.map(|b| b as u32), waves })
+    Some(LayoutOverride { block: tuning::block_field(block)?, waves })
 }
 
 impl Plan {
@@ -680,4 +679,28 @@ pub fn batch_indices_positions_reference(problem: &Problem) -> Vec<Vec<f64>> {
         }
     }
     out.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_override_takes_a_block_and_waves() {
+        assert_eq!(parse_layout("256:2"), Some(LayoutOverride { block: Some(256), waves: Some(2) }));
+        assert_eq!(parse_layout("*:0"), Some(LayoutOverride { block: None, waves: Some(0) }));
+        assert_eq!(parse_layout("100"), None, "a block not a multiple of 32");
+        assert_eq!(parse_layout("1:2:3"), None);
+    }
+
+    #[test]
+    fn kv_layout_choices_are_the_registry_indices() {
+        for layout in [KvLayout::Nhd, KvLayout::Hnd] {
+            let index = ScalarValue::to_f64(layout);
+            assert_eq!(KvLayout::from_index(index), Some(layout));
+            assert_eq!(KvLayout::NAMES[index as usize], format!("{layout:?}").to_uppercase());
+        }
+        assert_eq!(append_paged_kv_cache::INFO.scalars[0].default, Some(0.0), "the table's \"NHD\"");
+        assert_eq!(KvLayout::from_index(0.5), None);
+    }
 }

@@ -697,9 +697,8 @@ fn layout_override() -> Result<LayoutOverride, Error> {
 
 fn parse_layout(value: &str) -> Option<LayoutOverride> {
     let [block, tokens] = tuning::fields(value)?;
-    let block_ok = block.is_none_or(|b| b > 0 && b.is_multiple_of(32) && b <= 1024);
-    let tokens_ok = tokens.is_none_or(|t| t >= 1);
-    (block_ok && tokens_ok).then_some(LayoutOverride { block: block.map(|b| b as u32), tokens_per_block: tokens })
+    let block = tuning::block_field(block)?;
+    tokens.is_none_or(|t| t >= 1).then_some(LayoutOverride { block, tokens_per_block: tokens })
 }
 
 impl Plan {

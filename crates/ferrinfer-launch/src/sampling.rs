@@ -612,10 +612,9 @@ fn layout_override() -> Result<LayoutOverride, Error> {
 
 fn parse_layout(value: &str) -> Option<LayoutOverride> {
     let [block, slices] = tuning::fields(value)?;
-    let block_ok = block.is_none_or(|b| b > 0 && b.is_multiple_of(32) && b <= MAX_BLOCK as u64);
+    let block = tuning::block_field(block)?;
     let slices_ok = slices.is_none_or(|s| s.is_power_of_two() && s <= MAX_CLUSTER_BLOCKS as u64);
-    (block_ok && slices_ok)
-        .then_some(LayoutOverride { block: block.map(|b| b as u32), slices: slices.map(|s| s as u32) })
+    slices_ok.then_some(LayoutOverride { block, slices: slices.map(|s| s as u32) })
 }
 
 impl Plan {

@@ -8,6 +8,7 @@ use std::ffi::OsStr;
 use std::sync::OnceLock;
 
 use crate::Error;
+use crate::cuda::MAX_BLOCK;
 
 /// The `N` fields of `value`, separated by `:`: each a number, or `*`, empty or left off at the
 /// end for the planner's choice (`None`). `None` if a field is neither, or there are more than `N`.
@@ -24,6 +25,16 @@ pub(crate) fn fields<const N: usize>(value: &str) -> Option<[Option<u64>; N]> {
         };
     }
     Some(fields)
+}
+
+/// A field giving threads a block: a multiple of 32 up to [`MAX_BLOCK`], or the planner's choice
+/// (`Some(None)`); `None` for any other number (the override is rejected).
+pub(crate) fn block_field(field: Option<u64>) -> Option<Option<u32>> {
+    match field {
+        None => Some(None),
+        Some(b) if b > 0 && b.is_multiple_of(32) && b <= MAX_BLOCK as u64 => Some(Some(b as u32)),
+        Some(_) => None,
+    }
 }
 
 /// The override in `var`, parsed by `parse` on the first call and kept in `parsed` (the family's
@@ -65,6 +76,16 @@ mod tests {
         assert_eq!(fields::<2>(""), Some([None, None]));
         for bad in ["1:2:3", "x", "-1", "1.5", "1:*x"] {
             assert_eq!(fields::<2>(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_block_field_is_a_multiple_of_32_up_to_1024() {
+        assert_eq!(block_field(None), Some(None), "the planner's choice");
+        assert_eq!(block_field(Some(256)), Some(Some(256)));
+        assert_eq!(block_field(Some(1024)), Some(Some(1024)));
+        for bad in [0, 31, 100, 1056] {
+            assert_eq!(block_field(Some(bad)), None, "{bad}");
         }
     }
 
