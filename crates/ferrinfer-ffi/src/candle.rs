@@ -93,7 +93,8 @@ impl Op {
 
     /// A new contiguous output for an op with one `Out` argument, from its inputs' storages.
     fn new_output<S: Backend>(&self, operands: &[(&S, &Layout)]) -> Result<(S, Shape)> {
-        let out_arg = self.output_arg()?;
+        let out_index = self.output_arg()?;
+        let out_arg = &self.info.tensors[out_index];
         let first = operands[0].0;
         let exec = first.exec();
         let inputs = self.info.tensors.iter().zip(operands);
@@ -101,8 +102,7 @@ impl Op {
             inputs.map(|(arg, (storage, layout))| storage.view(arg.name, layout, &exec)).collect::<Result<Vec<_>>>()?;
         let input_shapes: Vec<(Extent, &Shape)> =
             self.info.tensors.iter().zip(operands).map(|(arg, (_, layout))| (arg.extent, layout.shape())).collect();
-        let out = self.info.tensors.iter().position(|t| t.role == Role::Out).unwrap_or(operands.len());
-        let shape = output_shape(self, out, &input_shapes);
+        let shape = output_shape(self, out_index, &input_shapes);
         let mut out = first.alloc_like(shape.elem_count(), out_arg.dtype)?;
         {
             // Scoped: the view (and its CUDA guard) must end before `out` is returned.
@@ -128,11 +128,12 @@ impl Op {
         self.run(&views, &exec)
     }
 
-    /// The op's output argument (candle ops produce exactly one).
-    fn output_arg(&self) -> Result<&'static ferrinfer_launch::op::TensorArg> {
-        let outputs: Vec<_> = self.info.tensors.iter().filter(|t| t.role == Role::Out).collect();
+    /// The op's output argument, by position (candle ops produce exactly one).
+    fn output_arg(&self) -> Result<usize> {
+        let outputs: Vec<usize> =
+            (0..self.info.tensors.len()).filter(|&i| self.info.tensors[i].role == Role::Out).collect();
         match outputs.as_slice() {
-            [one] => Ok(one),
+            [one] => Ok(*one),
             _ => Err(candle_core::Error::Msg(format!(
                 "`{}` updates its tensors in place; call ferrinfer_ffi::candle::{} instead of applying it as an op",
                 self.info.name, self.info.name
