@@ -85,19 +85,8 @@ struct Plan {
 
 /// Every check, in the order a caller would fix them; `None` when there is nothing to compute.
 fn plan(input: &TensorView, out: &TensorView, stream: &Stream) -> Result<Option<Plan>, Error> {
-    let (device, dtype) = (input.device(), input.dtype());
-    if stream.device() != device {
-        return Err(Error::DeviceMismatch {
-            argument: "stream",
-            reference: "input",
-            expected: device,
-            found: stream.device(),
-        });
-    }
-    layout::check_device("out", out, "input", device)?;
-    for (argument, view) in [("input", input), ("out", out)] {
-        layout::check_aligned(argument, view)?;
-    }
+    let dtype = input.dtype();
+    layout::check_placement(stream, [("input", input), ("out", out)])?;
     layout::check_dtype("out", out, "input", dtype)?;
     layout::check_writable("out", out)?;
     let x = layout::row_layout("input", input)?;

@@ -24,7 +24,7 @@ use ferrinfer_kernels::cascade::{MergeParams, merge_row};
 use ferrinfer_kernels::element::DType;
 
 use crate::cuda::{self, KernelModule, Launch, Limits, ModuleCache};
-use crate::layout;
+use crate::layout::{self, Named};
 use crate::op::{Call, FamilyOp, Problem, STACKED_STATES};
 use crate::{Error, Stream, TensorView, cpu, logging};
 
@@ -126,29 +126,13 @@ fn plan(op: CascadeOp, call: &Call) -> Result<Option<Plan>, Error> {
     two_states_plan(&states, &call.stream)
 }
 
-/// A tensor argument and its name.
-type Named<'a> = (&'static str, &'a TensorView<'a>);
-
 /// The checks every op makes first, in the order a caller would fix them: the stream's and every
 /// tensor's device, alignment, the values' one dtype (the first's), the scores' f32, the outputs
 /// (each list's last) writable. The values' dtype.
 fn check_tensors(values: &[Named], scores: &[Named], stream: &Stream) -> Result<DType, Error> {
     let (v_name, v) = values[0];
-    let (device, dtype) = (v.device(), v.dtype());
-    if stream.device() != device {
-        return Err(Error::DeviceMismatch {
-            argument: "stream",
-            reference: v_name,
-            expected: device,
-            found: stream.device(),
-        });
-    }
-    for &(name, view) in values[1..].iter().chain(scores) {
-        layout::check_device(name, view, v_name, device)?;
-    }
-    for &(name, view) in values.iter().chain(scores) {
-        layout::check_aligned(name, view)?;
-    }
+    let dtype = v.dtype();
+    layout::check_placement(stream, values.iter().chain(scores).copied())?;
     for &(name, view) in &values[1..] {
         layout::check_dtype(name, view, v_name, dtype)?;
     }

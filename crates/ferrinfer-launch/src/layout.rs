@@ -4,7 +4,29 @@
 use ferrinfer_jit::spec::IndexType;
 use ferrinfer_kernels::element::DType;
 
-use crate::{Device, Error, TensorView};
+use crate::{Device, Error, Stream, TensorView};
+
+/// A tensor argument and its name.
+pub(crate) type Named<'a> = (&'static str, &'a TensorView<'a>);
+
+/// The checks every op makes first, in the order a caller would fix them: the stream on the first
+/// tensor's device, every other tensor on it, then every tensor aligned to its element. The
+/// first tensor is the one errors name as the reference.
+pub(crate) fn check_placement<'a, 'v: 'a>(
+    stream: &Stream,
+    tensors: impl IntoIterator<Item = (&'static str, &'a TensorView<'v>), IntoIter: Clone>,
+) -> Result<(), Error> {
+    let mut tensors = tensors.into_iter();
+    let Some((reference, first)) = tensors.clone().next() else { return Ok(()) };
+    let device = first.device();
+    if stream.device() != device {
+        return Err(Error::DeviceMismatch { argument: "stream", reference, expected: device, found: stream.device() });
+    }
+    for (name, view) in tensors.clone().skip(1) {
+        check_device(name, view, reference, device)?;
+    }
+    tensors.try_for_each(|(name, view)| check_aligned(name, view))
+}
 
 /// A tensor seen as `rows` rows of `hidden` contiguous elements, `row_stride` elements apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -28,7 +28,7 @@ use ferrinfer_kernels::{MAX_STAGING_STAGES, STAGING_HEADER_BYTES};
 use crate::cuda::{self, KernelModule, Launch, Limits, MAX_BLOCK, ModuleCache};
 use crate::layout::{self, RowLayout};
 use crate::op::{Call, FamilyOp, Problem};
-use crate::{Device, Error, Stream, TensorView, cpu, logging, tuning};
+use crate::{Error, Stream, TensorView, cpu, logging, tuning};
 
 /// The norm family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)):
 /// FlashInfer's name, the input tensors with their role and shape (`/ alias`: FlashInfer's Python
@@ -137,13 +137,9 @@ impl<'c, 'v> NormCall<'c, 'v> {
         if !self.eps.is_finite() || self.eps < 0.0 {
             return Err(Error::InvalidScalar { argument: "eps", value: self.eps, expected: "a finite number ≥ 0" });
         }
-        let (device, dtype) = (self.input.device(), self.input.dtype());
-        check_stream(stream, device)?;
+        let dtype = self.input.dtype();
+        layout::check_placement(stream, self.tensors())?;
         let weight_dtype = self.weight_dtype()?;
-        for (argument, view) in self.tensors() {
-            layout::check_device(argument, view, "input", device)?;
-            layout::check_aligned(argument, view)?;
-        }
         for (argument, view) in self.written() {
             layout::check_dtype(argument, view, "input", dtype)?;
             layout::check_writable(argument, view)?;
@@ -226,7 +222,7 @@ impl<'c, 'v> NormCall<'c, 'v> {
     }
 
     /// Every tensor of the call, by argument name.
-    fn tensors(&self) -> impl Iterator<Item = (&'static str, &TensorView<'v>)> {
+    fn tensors(&self) -> impl Iterator<Item = (&'static str, &TensorView<'v>)> + Clone {
         [("input", self.input), self.weight, self.output]
             .into_iter()
             .chain(self.residual.map(|r| ("residual", r)))
@@ -276,13 +272,6 @@ impl<'c, 'v> NormCall<'c, 'v> {
             threads_per_row: 1,
             stages: 0,
         }
-    }
-}
-
-fn check_stream(stream: &Stream, device: Device) -> Result<(), Error> {
-    match stream.device() {
-        found if found == device => Ok(()),
-        found => Err(Error::DeviceMismatch { argument: "stream", reference: "input", expected: device, found }),
     }
 }
 
@@ -826,6 +815,7 @@ fn layernorm_reference(p: &Problem) -> Vec<Vec<f64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Device;
 
     fn plan(rows: u64, hidden: u32, vec: u32, dtype: DType, fused: bool) -> Plan {
         let params = NormParams {

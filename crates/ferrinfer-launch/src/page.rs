@@ -37,9 +37,10 @@ use ferrinfer_kernels::page::{AppendParams, PositionsParams, append_token, write
 use std::sync::OnceLock;
 
 use crate::cuda::{self, KernelModule, Launch, Limits, ModuleCache};
+use crate::layout::{self, Named};
 use crate::op::{Call, Choice, FamilyOp, PAGE_SIZE, Problem, ScalarValue};
+use crate::tuning;
 use crate::{Error, Stream, TensorView, cpu, logging};
-use crate::{layout, tuning};
 
 /// The page family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
 #[macro_export]
@@ -198,17 +199,7 @@ fn positions_plan(call: &Call) -> Result<Option<(PositionsParams, IndexType)>, E
         [("append_indptr", bounds), ("seq_lens", lengths)],
         [("batch_indices", batch_out), ("positions", positions_out)],
     );
-    let device = bounds.device();
-    if call.stream.device() != device {
-        let found = call.stream.device();
-        return Err(Error::DeviceMismatch { argument: "stream", reference: "append_indptr", expected: device, found });
-    }
-    for &(name, view) in inputs.iter().chain(&outputs).skip(1) {
-        layout::check_device(name, view, "append_indptr", device)?;
-    }
-    for &(name, view) in inputs.iter().chain(&outputs) {
-        layout::check_aligned(name, view)?;
-    }
+    layout::check_placement(&call.stream, inputs.iter().chain(&outputs).copied())?;
     layout::check_dtype("seq_lens", lengths, "append_indptr", bounds.dtype())?;
     for &(name, view) in &outputs {
         layout::check_writable(name, view)?;
@@ -286,9 +277,6 @@ struct Plan {
     index: IndexType,
     vec: u32,
 }
-
-/// A tensor argument and its name.
-type Named<'a> = (&'static str, &'a TensorView<'a>);
 
 /// Every check, in the order a caller would fix them; `None` when there is nothing to append.
 fn plan(call: &Call) -> Result<Option<Plan>, Error> {
@@ -375,18 +363,7 @@ fn check_tensors(
     stream: &Stream,
 ) -> Result<DType, Error> {
     let (first, key) = rows[0];
-    let device = key.device();
-    if stream.device() != device {
-        let found = stream.device();
-        return Err(Error::DeviceMismatch { argument: "stream", reference: first, expected: device, found });
-    }
-    let all = || rows.iter().chain(caches).chain(indices);
-    for &(name, view) in all().skip(1) {
-        layout::check_device(name, view, first, device)?;
-    }
-    for &(name, view) in all() {
-        layout::check_aligned(name, view)?;
-    }
+    layout::check_placement(stream, rows.iter().chain(caches).chain(indices).copied())?;
     for &(name, view) in rows[1..].iter().chain(caches) {
         layout::check_dtype(name, view, first, key.dtype())?;
     }

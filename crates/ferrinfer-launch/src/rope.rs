@@ -40,7 +40,7 @@ use ferrinfer_kernels::element::DType;
 use ferrinfer_kernels::rope::{ANGLE_BYTES, Cached, Computed, Ids, RopeParams, Segments, lanes, rope_token};
 
 use crate::cuda::{self, KernelModule, Launch, Limits, ModuleCache};
-use crate::layout;
+use crate::layout::{self, Named};
 use crate::op::{Call, FamilyOp, Problem};
 use crate::{Error, Stream, TensorView, cpu, logging, tuning};
 
@@ -192,9 +192,6 @@ struct Plan {
     source: RopeSource,
     vec: u32,
 }
-
-/// A tensor argument and its name.
-type Named<'a> = (&'static str, &'a TensorView<'a>);
 
 /// A call's tensors by what they are.
 struct Arguments<'a> {
@@ -507,21 +504,8 @@ fn check_written(outputs: [Named; 2], read_only: &[Named]) -> Result<(), Error> 
 /// tensor's device, alignment, one dtype for the heads (q's), the written tensors writable (the
 /// positions' integer dtypes the registry checked). The heads' dtype.
 fn check_tensors(heads: &[Named; 4], others: &[Named], stream: &Stream) -> Result<DType, Error> {
-    let (q_name, device, dtype) = (heads[0].0, heads[0].1.device(), heads[0].1.dtype());
-    if stream.device() != device {
-        return Err(Error::DeviceMismatch {
-            argument: "stream",
-            reference: q_name,
-            expected: device,
-            found: stream.device(),
-        });
-    }
-    for &(name, view) in heads[1..].iter().chain(others) {
-        layout::check_device(name, view, q_name, device)?;
-    }
-    for &(name, view) in heads.iter().chain(others) {
-        layout::check_aligned(name, view)?;
-    }
+    let (q_name, dtype) = (heads[0].0, heads[0].1.dtype());
+    layout::check_placement(stream, heads.iter().chain(others).copied())?;
     for &(name, view) in &heads[1..] {
         layout::check_dtype(name, view, q_name, dtype)?;
     }

@@ -212,31 +212,6 @@ fn vocabulary_rows(input_name: &'static str, input: &TensorView) -> Result<RowLa
     layout::bounded_rows(input_name, input, "the vocabulary")
 }
 
-/// The device checks, first of all: the stream's, then the output's (`out_name`), then every
-/// alignment.
-fn check_devices(
-    input_name: &'static str,
-    input: &TensorView,
-    out_name: &'static str,
-    out: &TensorView,
-    stream: &Stream,
-) -> Result<(), Error> {
-    let device = input.device();
-    if stream.device() != device {
-        return Err(Error::DeviceMismatch {
-            argument: "stream",
-            reference: input_name,
-            expected: device,
-            found: stream.device(),
-        });
-    }
-    layout::check_device(out_name, out, input_name, device)?;
-    for (argument, view) in [(input_name, input), (out_name, out)] {
-        layout::check_aligned(argument, view)?;
-    }
-    Ok(())
-}
-
 /// `softmax`'s checks and parameters: one temperature, or `temperatures` a row.
 fn softmax_plan(
     logits: &TensorView,
@@ -245,7 +220,7 @@ fn softmax_plan(
     temperatures: Option<&TensorView>,
     stream: &Stream,
 ) -> Result<Option<Plan>, Error> {
-    check_devices("logits", logits, "out", out, stream)?;
+    layout::check_placement(stream, [("logits", logits), ("out", out)])?;
     if out.dtype() != DType::F32 {
         return Err(Error::UnsupportedDType {
             argument: "out",
@@ -295,7 +270,7 @@ fn filter_plan(
     thresholds: Option<&TensorView>,
     stream: &Stream,
 ) -> Result<Option<Plan>, Error> {
-    check_devices(input_name, input, "out", out, stream)?;
+    layout::check_placement(stream, [(input_name, input), ("out", out)])?;
     let dtype = input.dtype();
     layout::check_dtype("out", out, input_name, dtype)?;
     layout::check_writable("out", out)?;
@@ -390,7 +365,7 @@ fn sample_plan(
     let filter = filter_of(kernel).0;
     let thresholds = threshold_filters(filter);
     let random = thresholds.len();
-    check_devices(input_name, probs, "samples", samples, &call.stream)?;
+    layout::check_placement(&call.stream, [(input_name, probs), ("samples", samples)])?;
     if samples.dtype() != DType::I32 {
         let expected = "int32 (one token a row)".to_owned();
         return Err(Error::UnsupportedDType { argument: "samples", found: samples.dtype().to_string(), expected });
