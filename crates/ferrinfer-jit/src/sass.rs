@@ -20,6 +20,60 @@ pub struct Sass {
     pub opcodes: BTreeMap<String, u32>,
     /// Every immediate operand written as hex (`0x7fff`), for rules about constants.
     pub hex_immediates: BTreeMap<String, u32>,
+    /// The most global loads issued, one after another, before an instruction reads a register
+    /// one of them loads: how many of a batch are in flight together. ptxas may issue a batch's
+    /// loads one at a time, each right before its own arithmetic (docs/device-code.md, Memory).
+    pub loads_in_flight: u32,
+}
+
+/// The global loads issued since the last read of a loaded register, and the registers they load.
+#[derive(Default)]
+struct LoadBatch {
+    issued: u32,
+    registers: Vec<u32>,
+}
+
+impl LoadBatch {
+    /// Follows one instruction (`opcode` with its modifiers, then its operands); the batch's
+    /// depth when the instruction reads a register a pending load writes (which ends the batch).
+    fn step(&mut self, opcode: &str, operands: &str) -> Option<u32> {
+        let mut operands = operands.split(',');
+        // The first operand is written, but by stores and reductions (which write memory).
+        let written = if opcode.starts_with("ST") || opcode.starts_with("RED") { None } else { operands.next() };
+        let read: Vec<u32> = operands.flat_map(registers).collect();
+        let depth = read.iter().any(|r| self.registers.contains(r)).then(|| std::mem::take(self).issued);
+        if opcode.starts_with("LDG") {
+            let width = if opcode.contains(".128") {
+                4
+            } else if opcode.contains(".64") {
+                2
+            } else {
+                1
+            };
+            let first = written.and_then(|w| registers(w).next()).unwrap_or(u32::MAX);
+            self.registers.extend((0..width).map(|i| first.saturating_add(i)));
+            self.issued += 1;
+        }
+        depth
+    }
+}
+
+/// The general registers an operand names (`R4`, `R4.reuse`, `-R4`, `desc[UR4][R2.64]`: R2 and
+/// R3), not `RZ` nor uniform ones.
+fn registers(operand: &str) -> impl Iterator<Item = u32> + '_ {
+    operand
+        .match_indices('R')
+        .filter_map(move |(at, _)| {
+            let before = operand[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_ascii_alphanumeric()) {
+                return None;
+            }
+            let digits: String = operand[at + 1..].chars().take_while(char::is_ascii_digit).collect();
+            let register = digits.parse::<u32>().ok()?;
+            let pair = operand[at + 1 + digits.len()..].starts_with(".64");
+            Some([register].into_iter().chain(pair.then_some(register + 1)))
+        })
+        .flatten()
 }
 
 impl Sass {
@@ -50,6 +104,7 @@ pub fn disassemble(nvdisasm: &Path, cubin: &Path) -> Result<BTreeMap<String, Sas
 /// an instruction.
 pub fn parse(text: &str) -> BTreeMap<String, Sass> {
     let mut functions: BTreeMap<String, Sass> = BTreeMap::new();
+    let mut batches: BTreeMap<String, LoadBatch> = BTreeMap::new();
     let mut current: Option<String> = None;
     for line in text.lines() {
         let line = line.trim();
@@ -69,6 +124,10 @@ pub fn parse(text: &str) -> BTreeMap<String, Sass> {
         }
         let sass = functions.entry(name.clone()).or_default();
         *sass.opcodes.entry(base.to_owned()).or_default() += 1;
+        let operands: String = words.collect::<Vec<_>>().join(" ");
+        if let Some(depth) = batches.entry(name.clone()).or_default().step(opcode, operands.trim_end_matches(';')) {
+            sass.loads_in_flight = sass.loads_in_flight.max(depth);
+        }
         for word in instruction.split([' ', ',', ';', '[', ']']) {
             if let Some(hex) = word.strip_prefix("0x") {
                 *sass.hex_immediates.entry(format!("0x{hex}")).or_default() += 1;
@@ -136,7 +195,11 @@ pub fn violations(entry: &EntrySpec, sass: &Sass, registers: u32, ptx: &str) -> 
 /// One line of the report: registers, spills, instruction count and the mix by class.
 pub fn report_line(name: &str, sass: &Sass, registers: u32, spill_bytes: u32) -> String {
     let mix: Vec<String> = CLASSES.iter().map(|class| format!("{class} {}", sass.count(class))).collect();
-    format!("{name}: {registers} regs, {spill_bytes} B spilled, {} instr | {}", sass.instructions(), mix.join(", "))
+    let (instructions, in_flight) = (sass.instructions(), sass.loads_in_flight);
+    format!(
+        "{name}: {registers} regs, {spill_bytes} B spilled, {instructions} instr, {in_flight} LDG in flight | {}",
+        mix.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -175,6 +238,31 @@ k_a:
         assert_eq!((a.count("LDG"), a.count("STG"), a.count("F2FP"), a.instructions()), (1, 1, 1, 4));
         assert_eq!(parsed["k_b"].opcodes.get("LD"), Some(&1));
         assert_eq!(parsed["k_b"].hex_immediates.get("0x7fff"), Some(&1));
+    }
+
+    #[test]
+    fn loads_in_flight_counts_a_batch_until_its_first_use() {
+        let batched = "\
+\t.section\t.text.k,\"ax\",@progbits
+        /*0000*/              @!P0 LDG.E.128.CONSTANT R24, desc[UR4][R2.64] ;
+        /*0010*/                   IADD3 R30, P0, R2, 0x200, RZ ;
+        /*0020*/              @!P1 LDG.E.128.CONSTANT R28, desc[UR4][R30.64] ;
+        /*0030*/                   LDG.E.64 R32, desc[UR4][R2.64+0x400] ;
+        /*0040*/                   FMNMX R40, RZ, R27, !PT ;
+        /*0050*/                   LDG.E R34, desc[UR4][R2.64] ;
+        /*0060*/                   STG.E desc[UR4][R6.64], R34 ;
+";
+        assert_eq!(parse(batched)["k"].loads_in_flight, 3, "three loads before R27 (the first's) is read");
+        let one_at_a_time = "\
+\t.section\t.text.k,\"ax\",@progbits
+        /*0000*/                   LDG.E.128.CONSTANT R24, desc[UR4][R2.64] ;
+        /*0010*/                   FSETP.GEU.AND P0, PT, R24, UR11, PT ;
+        /*0020*/                   LDG.E.128.CONSTANT R28, desc[UR4][R24.64] ;
+        /*0030*/                   FMUL R30, R28.reuse, UR19 ;
+";
+        assert_eq!(parse(one_at_a_time)["k"].loads_in_flight, 1, "each load read before the next is issued");
+        assert_eq!(registers("desc[UR4][R2.64+0x10]").collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(registers("-R7.reuse").chain(registers("RZ")).chain(registers("UR5")).collect::<Vec<_>>(), [7]);
     }
 
     #[test]

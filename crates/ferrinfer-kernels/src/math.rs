@@ -37,6 +37,25 @@ pub fn choose(keep: bool, value: f32, otherwise: f32) -> f32 {
     if keep { value } else { otherwise }
 }
 
+/// `x` truncated toward zero to a u64, for `x` in 0..2^64 (both saturate outside it, NaN to 0):
+/// one `cvt.rzi.u64.f32` on the GPU, opaque to LLVM — which otherwise moves a select of the f32
+/// below the conversion, as two selects of a u64 (the sampling weighings: docs/perf/sampling.md).
+#[inline(always)]
+pub fn truncate_to_u64(x: f32) -> u64 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let r: u64;
+        unsafe {
+            core::arch::asm!("cvt.rzi.u64.f32 {r}, {x};", r = out(reg64) r, x = in(reg32) x, options(pure, nomem, nostack))
+        };
+        r
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        x as u64
+    }
+}
+
 /// 1/√v for v ≥ 0. On the GPU `rsqrt.approx.ftz.f32` (one MUFU op, relative error < 2^-22.9, as
 /// FlashInfer's `rsqrtf`; a subnormal `v` counts as 0); on the host the portable [`rsqrt_exact`].
 #[inline(always)]

@@ -27,7 +27,7 @@
 //! their sum (a fixed tree on the device) and 0 in place of the others.
 
 use crate::element::Element;
-use crate::math::{exp2, exp2_portable};
+use crate::math::{choose, exp2, exp2_portable, truncate_to_u64};
 
 /// Arguments of every softmax kernel, passed by value. Strides and counts in elements.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -527,10 +527,15 @@ pub fn share_of(mass: u64, share: f32) -> u64 {
 /// it, before it knows the largest entry. Negative, infinite and NaN entries weigh 0. Integer
 /// weights sum to the same total in any order: the device's blocks and the CPU find the same
 /// pivot and draw the same token, bit for bit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MassScale {
-    /// The biased exponent an entry must have to weigh its mantissa as it is (`e − F + 23`).
-    base: i32,
+    /// `2^(F − e)` as two powers of two, each a normal f32 (the product alone ranges over
+    /// 2^−97..2^188): an entry times both is its weight, exactly — a product by a power of two
+    /// is exact wherever it stays normal, and where the first product falls to a subnormal the
+    /// weight is below 1 either way.
+    factors: [f32; 2],
+    /// `2^63 / 2^(F − e)` (or infinity where that is beyond f32): entries from it up weigh 0.
+    limit: f32,
 }
 
 impl MassScale {
@@ -540,7 +545,10 @@ impl MassScale {
         let fraction_bits = 62 - (32 - vocab.max(1).wrapping_sub(1).leading_zeros()) as i32;
         let max_exponent = ((max.to_bits() >> 23) & 0xff).clamp(1, 254) as i32;
         let exponent = if Self::PROBABILITY_EXPONENTS.contains(&max_exponent) { Self::ONE } else { max_exponent };
-        MassScale { base: exponent - fraction_bits + 23 }
+        let total = fraction_bits - (exponent - Self::ONE);
+        let first = total.div_euclid(2);
+        let limit = if 63 - total > 127 { f32::INFINITY } else { power_of_two(63 - total) };
+        MassScale { factors: [power_of_two(first), power_of_two(total - first)], limit }
     }
 
     /// The biased exponent of 1.
@@ -554,18 +562,31 @@ impl MassScale {
         Self::new(1.0, vocab)
     }
 
-    /// `x`'s weight: its mantissa (24 bits) shifted by its exponent relative to the scale's —
-    /// left by at most `F − 23 ≤ 39` bits, or right: written as one right shift of the mantissa
-    /// placed 39 bits up, selects rather than branches.
+    /// `x`'s weight, `⌊x · 2^(F − e)⌋`; 0 for negatives, NaN, and where that would be 2^63 or
+    /// more (infinities; any entry weighed at the probabilities' scale before a row's largest
+    /// is known).
     #[inline(always)]
     pub fn mass(&self, x: f32) -> u64 {
-        let bits = x.to_bits();
-        // With the sign: negative values' exponents read ≥ 256.
-        let exponent = (bits >> 23) as i32;
-        let mantissa = ((bits & 0x7f_ffff) | if exponent > 0 { 0x80_0000 } else { 0 }) as u64;
-        let right = 39 + self.base - exponent.max(1);
-        if exponent >= 255 || !(0..64).contains(&right) { 0 } else { (mantissa << 39) >> right as u32 }
+        self.mass_from(x, 0.0)
     }
+
+    /// As [`MassScale::mass`] for `x` at least `lowest` (≥ 0, or NaN: nothing is), else 0: the
+    /// entry chosen as an f32 (two compares, one select), then two exact products and one
+    /// truncating conversion ([`truncate_to_u64`]) — a dozen fewer integer instructions an
+    /// entry than shifting the mantissa by the exponent, the weighings' bottleneck
+    /// (docs/perf/sampling.md, session 30).
+    #[inline(always)]
+    pub fn mass_from(&self, x: f32, lowest: f32) -> u64 {
+        let [first, second] = self.factors;
+        let weighed = lowest <= x && x < self.limit;
+        truncate_to_u64(choose(weighed, x, 0.0) * first * second)
+    }
+}
+
+/// `2^n` for `n` in −126..=127.
+#[inline(always)]
+fn power_of_two(n: i32) -> f32 {
+    f32::from_bits(((n + 127) as u32) << 23)
 }
 
 /// A row's entries on the host, as the device reads them: values, keys, the largest value (or
@@ -1514,25 +1535,33 @@ mod device_kernels {
             }
         }
 
-        /// The mass under `scale` of an entry `x` weighed when its bits are at least `lowest`.
+        /// The batch's bound for [`MassScale::mass_from`] — the value of the bits `lowest` (NaN,
+        /// weighing nothing, past infinity's) — and the bits of its largest entry (0 for
+        /// negatives and NaN, as `f32::max` from 0 on the host). The bound depends on every
+        /// entry of the batch (it never changes it): ptxas then issues all of the batch's loads
+        /// before it weighs any, where it would otherwise weigh each vector as it arrives,
+        /// one load in flight at a time (docs/perf/sampling.md, session 30).
         #[inline(always)]
-        fn entry_mass(x: f32, scale: &MassScale, lowest: u32) -> u64 {
-            if x.to_bits() >= lowest { scale.mass(x) } else { 0 }
+        fn batch_bound(loaded: &[Packed<T, VEC>; STEPS], lowest: u32) -> (f32, u32) {
+            let mut top = 0f32;
+            #[allow(clippy::needless_range_loop)]
+            for k in 0..Self::BATCH {
+                for i in 0..VEC {
+                    top = top.max(loaded[k].get_f32(i));
+                }
+            }
+            let bound = f32::from_bits(lowest.min(f32::NAN.to_bits()));
+            (choose(top >= 0.0, bound, f32::NAN), top.to_bits() & !(1 << 31))
         }
 
-        /// The masses of `vector`'s entries under `scale` (those whose bits are at least
-        /// `lowest`), summed; and the bits of its largest entry (0 for negatives and NaN, as
-        /// `f32::max` from 0 on the host).
+        /// The masses of `vector`'s entries under `scale` from `bound` up, summed.
         #[inline(always)]
-        fn vector_mass(vector: &Packed<T, VEC>, scale: &MassScale, lowest: u32) -> (u64, u32) {
-            let (mut mass, mut max) = (0u64, 0u32);
+        fn vector_mass(vector: &Packed<T, VEC>, scale: &MassScale, bound: f32) -> u64 {
+            let mut mass = 0u64;
             for i in 0..VEC {
-                let x = vector.get_f32(i);
-                mass += Self::entry_mass(x, scale, lowest);
-                let bits = x.to_bits();
-                max = max.max(if bits <= f32::INFINITY.to_bits() { bits } else { 0 });
+                mass += scale.mass_from(vector.get_f32(i), bound);
             }
-            (mass, max)
+            mass
         }
 
         /// The span's masses under `scale` of the entries whose bits are at least `lowest`,
@@ -1553,13 +1582,13 @@ mod device_kernels {
             let mut step = 0;
             while step < steps {
                 let loaded = self.load_batch(step);
+                let (bound, top) = Self::batch_bound(&loaded, lowest);
+                max = max.max(top);
                 // The steps loaded together are of one group: one warp sum for them.
                 let mut mass = 0u64;
                 #[allow(clippy::needless_range_loop)]
                 for k in 0..Self::BATCH {
-                    let (vector_mass, top) = Self::vector_mass(&loaded[k], scale, lowest);
-                    mass += vector_mass;
-                    max = max.max(top);
+                    mass += Self::vector_mass(&loaded[k], scale, bound);
                 }
                 let steps_mass = warp_sum_u64(mass);
                 group += if divide(step, self.group) == lane { steps_mass } else { 0 };
@@ -1665,6 +1694,7 @@ mod device_kernels {
             let mut step = group as usize * self.group;
             while step < self.steps() {
                 let loaded = self.load_batch(step);
+                let (bound, _) = Self::batch_bound(&loaded, lowest);
                 // Without an exit from the loop (which would index `loaded` from local memory).
                 let (mut found, mut token) = (false, None);
                 #[allow(clippy::needless_range_loop)]
@@ -1673,14 +1703,14 @@ mod device_kernels {
                     if found {
                         continue;
                     }
-                    let (lane_mass, _) = Self::vector_mass(vector, scale, lowest);
+                    let lane_mass = Self::vector_mass(vector, scale, bound);
                     let lanes = warp_inclusive_sum_u64(lane_mass);
                     let holder = warp_ballot(below + lanes > target);
                     found = holder != 0;
                     if found && lane_index() == holder.trailing_zeros() {
                         let v = self.lo + (step + k) * 32 + lane_index() as usize;
                         let (entry, bits) =
-                            Self::entry_passing(vector, below + lanes - lane_mass, target, scale, lowest);
+                            Self::entry_passing(vector, below + lanes - lane_mass, target, scale, bound);
                         token = Some(((v * VEC + entry) as u32, bits));
                     }
                     below += warp_broadcast_u64(lanes, 31);
@@ -1693,21 +1723,21 @@ mod device_kernels {
             None
         }
 
-        /// The first entry of `vector` (of bits at least `lowest`) at which the masses summed
-        /// from `below` pass `target`, and its bits (`VEC` where none does): a loop without an
-        /// exit unrolls (an exit would index the vector from local memory).
+        /// The first entry of `vector` (from `bound` up) at which the masses summed from `below`
+        /// pass `target`, and its bits (`VEC` where none does): a loop without an exit unrolls
+        /// (an exit would index the vector from local memory).
         #[inline(always)]
         fn entry_passing(
             vector: &Packed<T, VEC>,
             mut below: u64,
             target: u64,
             scale: &MassScale,
-            lowest: u32,
+            bound: f32,
         ) -> (usize, u32) {
             let (mut hit, mut hit_bits) = (VEC, 0);
             for i in 0..VEC {
                 let x = vector.get_f32(i);
-                below += Self::entry_mass(x, scale, lowest);
+                below += scale.mass_from(x, bound);
                 let passes = hit == VEC && below > target;
                 (hit, hit_bits) = if passes { (i, x.to_bits()) } else { (hit, hit_bits) };
             }
@@ -2299,6 +2329,52 @@ mod tests {
         let one = MassScale::new(1.0, 1);
         assert_eq!(one.mass(1.0), 1 << 62);
         assert_eq!(MassScale::new(0.0, 5).mass(1e-45), 1 << 36, "F = 59: the least subnormal is 2^(F − 23) of 2^−126");
+    }
+
+    /// `⌊x · 2^(F − e)⌋` by the definition, in integers: `x`'s mantissa shifted by its exponent
+    /// (0 for negatives, NaN, infinities and weights of 2^63 or more).
+    fn mass_by_definition(x: f32, max: f32, vocab: u32) -> u64 {
+        let fraction_bits = 62 - (32 - vocab.max(1).wrapping_sub(1).leading_zeros()) as i32;
+        let max_exponent = ((max.to_bits() >> 23) & 0xff).clamp(1, 254) as i32;
+        let e = if (107..=127).contains(&max_exponent) { 0 } else { max_exponent - 127 };
+        let bits = x.to_bits();
+        let exponent = (bits >> 23) as i32;
+        if bits >> 31 != 0 || exponent == 255 {
+            return 0;
+        }
+        // x = mantissa · 2^(max(exponent, 1) − 150).
+        let mantissa = (bits & 0x7f_ffff | if exponent > 0 { 0x80_0000 } else { 0 }) as u128;
+        let shift = exponent.max(1) - 150 + fraction_bits - e;
+        // A mantissa of at least 1 shifted 63 places or more weighs 2^63 or more.
+        let weight = match shift {
+            63.. => return 0,
+            0.. => mantissa << shift,
+            _ => mantissa >> (-shift).min(127),
+        };
+        if weight >= 1 << 63 { 0 } else { weight as u64 }
+    }
+
+    #[test]
+    fn masses_are_the_definitions_floor_for_every_kind_of_value_and_scale() {
+        let vocabs = [1, 5, 32_000, 128_256, 1 << 20, u32::MAX];
+        let maxima =
+            [0.0, 1e-45, 1e-38, 2f32.powi(-100), 1e-7, 2f32.powi(-21), 0.75, 1.5, 3.0, 1e30, f32::MAX, f32::INFINITY];
+        // Every exponent and sign, with mantissas spread over their range (and both ends).
+        let values = || (0..=u32::MAX).step_by(65_521).chain([0, 1, 0x7f_ffff, 0x7f7f_ffff, 0x7f80_0000, 0x8000_0000]);
+        for vocab in vocabs {
+            for max in maxima {
+                let scale = MassScale::new(max, vocab);
+                for x in values().map(f32::from_bits) {
+                    let expected = mass_by_definition(x, max, vocab);
+                    assert_eq!(scale.mass(x), expected, "x = {x:e} ({:#x}), max {max:e}, vocab {vocab}", x.to_bits());
+                    // From a bound: the entry's weight at or above it, nothing below.
+                    for bound in [0.0, 1e-30, 0.5, f32::NAN] {
+                        let from = if x >= bound { expected } else { 0 };
+                        assert_eq!(scale.mass_from(x, bound), from, "x = {x:e}, from {bound:e}, max {max:e}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
