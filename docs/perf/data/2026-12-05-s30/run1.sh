@@ -1,21 +1,17 @@
 #!/bin/bash
-# Session 30 run 1 — to make on the next lent GPU (carry .bundle built at this commit; run from
-# the repository root, where docs/perf/data/2026-12-05-s30/sweep.py is): the sampling GPU tests on
-# the new weighing (the GPU must still draw the CPU's tokens, bitwise across batches), then the
-# layouts of top-p, min-p and sampling_from_probs swept through the Python module (seeded rows),
-# since a cheaper weighing may move the planner's best split.
-set -x
-R=$OUT/r1; mkdir -p $R
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > $R/gpu.txt
-SUITE_OUT=/tmp/r1t TESTS_FILTER=sampling_gpu TESTS_SKIP=over_2_pow_31 timeout 240 bash .bundle/suite.sh tests > $R/tests.log 2>&1
-echo "tests rc=$?" >> $R/tests.log
-wheel=$(ls .bundle/wheels/*.whl | head -1)
-site=/tmp/ferrinfer-site-s30
-python3 -m pip install -q --no-deps --target $site $wheel > $R/pip.log 2>&1
-export FERRINFER_DISABLE_JIT=1 FERRINFER_AOT_DIR=/tmp/ferrinfer-aot
-mkdir -p /tmp/ferrinfer-aot && tar -xJf .bundle/aot.tar.xz -C /tmp/ferrinfer-aot
-for layout in "*:*" "256:1" "512:1" "1024:1" "256:2" "512:2" "128:2" "128:4" "256:4"; do
-  FERRINFER_SAMPLING_LAYOUT=$layout PYTHONPATH=$site timeout 45 python3 docs/perf/data/2026-12-05-s30/sweep.py \
-    top_p_sampling_from_probs,min_p_sampling_from_probs,sampling_from_probs >> $R/sweep.csv 2>> $R/sweep.err
-done
-tail -5 $R/sweep.err
+# Session 30 run 1 (made, H200; carry .bundle built at f958101 with the variant
+# .bundle/aot-pass.tar.xz from batched-pass.patch — see run3.sh): the sampling GPU tests on the
+# new weighing, the page tests (get_batch_indices_positions' first GPU run), then the sampling
+# tests again on the `pass` variant (grid skipped). Results in run1/.
+export SUITE_OUT=/tmp/s30r1; mkdir -p $SUITE_OUT
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $SUITE_OUT/gpu.txt
+cat .bundle/commit >> $SUITE_OUT/gpu.txt
+TESTS_FILTER=sampling_gpu TESTS_SKIP=over_2_pow_31 timeout 300 bash .bundle/suite.sh tests > /dev/null 2>&1
+echo "sampling rc=$?" >> $SUITE_OUT/gpu.txt
+TESTS_FILTER=page_gpu timeout 90 bash .bundle/suite.sh tests > /dev/null 2>&1
+echo "page rc=$?" >> $SUITE_OUT/gpu.txt
+mv $SUITE_OUT/tests.log $SUITE_OUT/tests-main.log
+AOT_VARIANT=pass TESTS_FILTER=sampling_gpu TESTS_SKIP="over_2_pow_31 _grid" timeout 120 bash .bundle/suite.sh tests > /dev/null 2>&1
+echo "pass-variant rc=$?" >> $SUITE_OUT/gpu.txt
+mv $SUITE_OUT/tests.log $SUITE_OUT/tests-pass.log
+tar czf $OUT/s30r1.tgz -C $SUITE_OUT .

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 30 run 3 — to make on the next lent GPU: the filters' passes with every load of a batch
+# Session 30 run 3 (made, H200; results in run3/): the filters' passes with every load of a batch
 # issued before any is turned into keys (batched-pass.patch: `Slice::batch_keys`,
 # `Packed::batch_zero`; the 16-bit mask's register cap 64 → 72, where it spilled 8 bytes at 64),
 # beside the committed kernels (whose first pass ptxas issues one load at a time: "1 LDG in
@@ -12,5 +12,5 @@ source .peers/b/install.sh
 export PYBENCH_FAMILIES=sampling PYBENCH_DTYPES="float32 bfloat16" PYBENCH_EAGER=0
 export PYBENCH_OPS=top_k_mask_logits,top_k_renorm_probs,top_p_renorm_probs,top_k_sampling_from_probs
 SUITE_OUT=/tmp/s30r3 timeout 280 bash .bundle/suite.sh pybench
-SUITE_OUT=/tmp/s30r3 AOT_VARIANT=pass timeout 280 bash .bundle/suite.sh pybench
+SUITE_OUT=/tmp/s30r3 AOT_VARIANT=pass timeout 250 bash .bundle/suite.sh pybench
 tar czf $OUT/s30-r3.tgz -C /tmp/s30r3 .
