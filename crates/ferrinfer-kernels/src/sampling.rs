@@ -1040,9 +1040,51 @@ mod device_kernels {
         step: usize,
         staged: bool,
         in_shared: bool,
+        /// Whether a pass issues a batch's loads together ([`Slice::batch_keys`]) — a constant
+        /// of the kernel, which every kernel but the 16-bit mask takes: its batch needs 72
+        /// registers, and a cap of 72 leaves it three blocks a multiprocessor instead of four
+        /// (22 % slower at 32000 × 256, docs/perf/sampling.md, session 30).
+        batched: bool,
     }
 
     impl<T: Element, const VEC: usize> Slice<T, VEC> {
+        /// [`Slice::each_keys`], but from the row every load of the batch is issued before any
+        /// vector is turned into keys ([`Packed::batch_zero`]; with each conversion in the branch
+        /// of its own load, ptxas issued a pass's loads one at a time).
+        #[inline(always)]
+        fn batch_keys(&self, v: usize) -> [Packed<T, VEC>; UNROLL] {
+            if self.in_shared {
+                return self.each_keys(v);
+            }
+            let mut loaded = [Packed::<T, VEC>::ZERO; UNROLL];
+            let at = |k: usize| v + k * self.step;
+            for (k, vector) in loaded.iter_mut().enumerate() {
+                let src = self.input.wrapping_add(at(k) * VEC);
+                *vector = unsafe { Packed::<T, VEC>::load_if::<Reused>(at(k) < self.end, src) };
+            }
+            let zero = Packed::batch_zero(&loaded);
+            for (k, vector) in loaded.iter_mut().enumerate() {
+                if at(k) < self.end {
+                    *vector = vector.map_words(|word| word_keys::<T>(word) ^ zero);
+                }
+            }
+            loaded
+        }
+
+        /// The keys of the batch of vectors `v + k · step` (zeros past the slice's end), staged
+        /// or from the row, each loaded and converted in a branch of its own: fewer registers
+        /// than [`Slice::batch_keys`], but ptxas issues the row's loads one at a time.
+        #[inline(always)]
+        fn each_keys(&self, v: usize) -> [Packed<T, VEC>; UNROLL] {
+            let mut loaded = [Packed::<T, VEC>::ZERO; UNROLL];
+            for (k, vector) in loaded.iter_mut().enumerate() {
+                if v + k * self.step < self.end {
+                    *vector = self.keys(v + k * self.step);
+                }
+            }
+            loaded
+        }
+
         /// Where vector `v` is staged: after the header, from the block's first vector on.
         #[inline(always)]
         fn staged_at(&self, v: usize) -> *mut T {
@@ -1070,12 +1112,7 @@ mod device_kernels {
         fn pass(&mut self, mut visit: impl FnMut(&Packed<T, VEC>, bool)) {
             let mut v = self.first;
             while warp_any(v < self.end) {
-                let mut loaded = [Packed::<T, VEC>::ZERO; UNROLL];
-                for (k, vector) in loaded.iter_mut().enumerate() {
-                    if v + k * self.step < self.end {
-                        *vector = self.keys(v + k * self.step);
-                    }
-                }
+                let loaded = if self.batched { self.batch_keys(v) } else { self.each_keys(v) };
                 for (k, vector) in loaded.iter().enumerate() {
                     let here = v + k * self.step < self.end;
                     if here && self.staged && !self.in_shared {
@@ -1322,8 +1359,17 @@ mod device_kernels {
             let input = (p.input as *const T).wrapping_add((row * p.input_row_stride) as usize);
             let output = (p.output as *mut T).wrapping_add((row * p.output_row_stride) as usize);
             // Keys, not values, are staged: the passes after the first read them as they are.
-            let mut slice =
-                Slice::<T, VEC> { input, header, begin, first, end, step, staged: p.staged != 0, in_shared: false };
+            let mut slice = Slice::<T, VEC> {
+                input,
+                header,
+                begin,
+                first,
+                end,
+                step,
+                staged: p.staged != 0,
+                in_shared: false,
+                batched: size_of::<T>() == 4 || RENORM,
+            };
             let (search, weights) = if TOP_P {
                 let search = PivotSearch::top_p::<T>(unsafe { row_top_p(p, row) });
                 // Top-p ≥ 1 keeps the row: no pass for its masses either.
@@ -1803,8 +1849,17 @@ mod device_kernels {
         let mut round = 0u32;
         while row < f.rows {
             let input = (f.input as *const T).wrapping_add((row * f.input_row_stride) as usize);
-            let mut slice =
-                Slice::<T, VEC> { input, header, begin, first, end, step, staged: f.staged != 0, in_shared: false };
+            let mut slice = Slice::<T, VEC> {
+                input,
+                header,
+                begin,
+                first,
+                end,
+                step,
+                staged: f.staged != 0,
+                in_shared: false,
+                batched: true,
+            };
             let max = row_max(&mut slice, &cluster, EntryWeight::least(LOGITS), &mut round);
             let weight = EntryWeight::of_row(LOGITS, max);
             let scale = weight.scale(max, f.vocab);

@@ -11,6 +11,7 @@ use core::marker::PhantomData;
 use core::mem::size_of;
 
 use crate::element::Element;
+use crate::math::choose;
 
 /// How a load may be cached. On the host every kind is a plain read.
 pub trait Load {
@@ -370,6 +371,23 @@ impl<T: Element, const VEC: usize> Packed<T, VEC> {
             *word = f(*word);
         }
         self
+    }
+
+    /// 0 — computed from every word of every vector of `batch`, so ptxas cannot know it.
+    /// XORed into what a batch's arithmetic first reads, it makes ptxas issue all of the
+    /// batch's loads before that arithmetic: left to itself it may issue each load right
+    /// before its own vector's arithmetic, one in flight at a time (docs/device-code.md,
+    /// Memory). Costs a max and a compare-and-select a word, and the XOR.
+    #[inline(always)]
+    pub fn batch_zero<const N: usize>(batch: &[Self; N]) -> u32 {
+        let mut top = 0f32;
+        for vector in batch {
+            for &word in vector.words.iter().take(Self::BYTES.div_ceil(4)) {
+                top = top.max(f32::from_bits(word));
+            }
+        }
+        // `top` is at least 0 (a maximum from 0 that ignores NaN): always 0.0's bits.
+        choose(top >= 0.0, 0.0, f32::NAN).to_bits()
     }
 
     /// Element `i` (< `VEC`; the `& 7` keeps the index provably in bounds, so no panic path).
