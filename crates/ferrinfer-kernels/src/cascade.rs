@@ -51,14 +51,34 @@ pub struct MergeParams {
 }
 
 impl MergeParams {
-    /// Element offset of row `row` in a tensor of `strides`.
+    /// Row `row`'s `(outer, head)` indices.
     #[inline(always)]
-    fn offset(&self, row: u64, strides: [u64; 2]) -> usize {
+    fn position(&self, row: u64) -> (u64, u64) {
         // Through NonZeroU64: a division that cannot fail has no panic path for the device.
         let heads = core::num::NonZeroU64::new(self.heads).unwrap_or(core::num::NonZeroU64::MIN);
-        let (outer, head) = if self.heads == 1 { (row, 0) } else { (row / heads, row % heads) };
-        (outer * strides[0] + head * strides[1]) as usize
+        if self.heads == 1 { (row, 0) } else { (row / heads, row % heads) }
     }
+
+    /// The row at `(outer, head)` in each tensor: state 0's scores and values, the merged
+    /// values and score.
+    #[inline(always)]
+    fn row_pointers<T>(&self, (outer, head): (u64, u64)) -> RowPointers<T> {
+        let offset = |strides: [u64; 2]| (outer * strides[0] + head * strides[1]) as usize;
+        RowPointers {
+            s: (self.s as *const f32).wrapping_add(offset(self.s_strides)),
+            v: (self.v as *const T).wrapping_add(offset(self.v_strides)),
+            v_out: (self.v_out as *mut T).wrapping_add(offset(self.v_out_strides)),
+            s_out: (self.s_out as *mut f32).wrapping_add(offset(self.s_out_strides)),
+        }
+    }
+}
+
+/// One row's place in each tensor ([`MergeParams::row_pointers`]), computed once a row.
+struct RowPointers<T> {
+    s: *const f32,
+    v: *const T,
+    v_out: *mut T,
+    s_out: *mut f32,
 }
 
 /// The larger of two scores, never a NaN (`f32::max` would drop it too): a NaN score reaches the
@@ -87,8 +107,10 @@ fn merged<const VEC: usize, const STEP: usize>(
     let mut k = 0;
     while k < states {
         let live: [bool; STEP] = core::array::from_fn(|j| k + (j as u32) < states);
-        let read: [f32; STEP] = core::array::from_fn(|j| score(k + j as u32, live[j]));
+        // The values read first: the scores' arithmetic comes first, and a load issued after
+        // it waits on the scores (ptxas moved state 0's value load there when scores came first).
         let v: [[f32; VEC]; STEP] = core::array::from_fn(|j| values(k + j as u32, live[j]));
+        let read: [f32; STEP] = core::array::from_fn(|j| score(k + j as u32, live[j]));
         let s: [f32; STEP] = core::array::from_fn(|j| if live[j] { read[j] } else { f32::NEG_INFINITY });
         let step_max = s.iter().fold(m, |a, &b| larger(a, b));
         // While every score so far is −∞, weigh against 0: each weight is then 0, not NaN.
@@ -115,10 +137,7 @@ fn merged<const VEC: usize, const STEP: usize>(
 /// `params` must describe valid memory as the launcher validates it: every row of every state in
 /// bounds; the outputs disjoint from the inputs or exactly state 0 (in place).
 pub unsafe fn merge_row<T: Element>(p: &MergeParams, row: u64) {
-    let s = (p.s as *const f32).wrapping_add(p.offset(row, p.s_strides));
-    let v = (p.v as *const T).wrapping_add(p.offset(row, p.v_strides));
-    let v_out = (p.v_out as *mut T).wrapping_add(p.offset(row, p.v_out_strides));
-    let s_out = (p.s_out as *mut f32).wrapping_add(p.offset(row, p.s_out_strides));
+    let RowPointers { s, v, v_out, s_out } = p.row_pointers::<T>(p.position(row));
     let score = |k: u32, read: bool| match read {
         true => unsafe { s.wrapping_offset(k as isize * p.s_state_stride as isize).read() },
         false => 0.0,
@@ -176,7 +195,7 @@ pub use device_kernels::merge_rows;
 #[cfg(target_arch = "nvptx64")]
 mod device_kernels {
     use super::*;
-    use crate::device::{RowGroup, chain_after_prior_grids, warp_sync};
+    use crate::device::{block_size, chain_after_prior_grids, thread_index, warp_sync};
     use crate::vector::{Coherent, Kept, Packed};
 
     /// The device kernel. A row is worked on by `p.lanes` threads (a power of two ≤ 32, so a
@@ -192,8 +211,10 @@ mod device_kernels {
     #[inline(always)]
     pub unsafe fn merge_rows<T: Element, const VEC: usize, const STATES: u32>(p: &MergeParams) {
         chain_after_prior_grids();
-        let group = RowGroup::of_thread(p.lanes);
-        let groups = group.per_block();
+        // Lanes a power of two (the launcher's guarantee): groups by shifts, no division.
+        let shift = p.lanes.trailing_zeros();
+        let (group, lane) = (thread_index().wrapping_shr(shift), thread_index() & p.lanes.wrapping_sub(1));
+        let groups = block_size().wrapping_shr(shift);
         let vectors = p.width / VEC as u32;
         let (block_row, grid_rows) = unsafe {
             (
@@ -203,33 +224,30 @@ mod device_kernels {
         };
         let mut first = block_row;
         while first < p.rows {
-            let row = first + group.group as u64;
+            let row = first + group as u64;
             let live = row < p.rows;
+            let at = p.row_pointers::<T>(p.position(row));
             let mut merged_score = f32::NEG_INFINITY;
             if live {
-                merged_score = unsafe { merge_vectors::<T, VEC, STATES>(p, row, group.lane, vectors) };
+                merged_score = unsafe { merge_vectors::<T, VEC, STATES>(p, &at, lane, vectors) };
             }
             warp_sync();
-            if live && group.lane == 0 {
-                let s_out = (p.s_out as *mut f32).wrapping_add(p.offset(row, p.s_out_strides));
-                unsafe { Packed::<f32, 1>::from_f32([merged_score]).store::<Kept>(s_out) };
+            if live && lane == 0 {
+                unsafe { Packed::<f32, 1>::from_f32([merged_score]).store::<Kept>(at.s_out) };
             }
             first += grid_rows;
         }
     }
 
-    /// This lane's vectors of `row`; the merged score (−∞ for a lane without a vector; lane 0
-    /// always has one).
+    /// This lane's vectors of the row at `at`; the merged score (−∞ for a lane without a
+    /// vector; lane 0 always has one).
     #[inline(always)]
     unsafe fn merge_vectors<T: Element, const VEC: usize, const STATES: u32>(
         p: &MergeParams,
-        row: u64,
+        &RowPointers { s, v, v_out, .. }: &RowPointers<T>,
         lane: u32,
         vectors: u32,
     ) -> f32 {
-        let s = (p.s as *const f32).wrapping_add(p.offset(row, p.s_strides));
-        let v = (p.v as *const T).wrapping_add(p.offset(row, p.v_strides));
-        let v_out = (p.v_out as *mut T).wrapping_add(p.offset(row, p.v_out_strides));
         let score = |k: u32, read: bool| {
             let at = s.wrapping_offset(k as isize * p.s_state_stride as isize);
             unsafe { Packed::<f32, 1>::load_if::<Coherent>(read, at) }.get(0)
