@@ -19,7 +19,7 @@
 //! type, the index type and the vector width; the positions, over the index type.
 
 use crate::element::Element;
-use crate::vector::{Evicted, Index, Kept, Once, Packed};
+use crate::vector::{Index, Kept, Once, Packed, Store};
 
 /// Arguments of the append kernel, passed by value. Keys and values `[tokens, heads, width]`,
 /// addressed by `[token, head]` strides; caches by `[page, entry, head]` strides (all in
@@ -54,7 +54,10 @@ pub struct AppendParams {
     /// Values a head (`head_dim`).
     pub width: u32,
     pub page_size: u32,
-    pub _reserved: u32,
+    /// The store policy, the launcher's choice by the call's size: nonzero, the entries are
+    /// stored evicted first (`vector::Evicted`, an append larger than L2); zero, as usual
+    /// (`vector::Kept`).
+    pub streams: u32,
 }
 
 /// Token `token`'s cache page and entry, or `None` where its page table leads outside the cache
@@ -121,15 +124,13 @@ pub unsafe fn load_vectors<T: Element, const VEC: usize>(
     }
 }
 
-/// Stores [`load_vectors`]' pair at head `head`, `column` of cache entry `entry`, where there is one.
-/// Streaming stores ([`Evicted`]): the appended entries leave L2 first rather than the rows
-/// still to be read — 2–3 % faster from 8192 tokens on the H200, the same at 64
-/// (docs/perf/page.md, session 31).
+/// Stores [`load_vectors`]' pair at head `head`, `column` of cache entry `entry`, where there is
+/// one, as `S` stores.
 ///
 /// # Safety
 /// As [`load_vectors`]; `entry` from [`entry_of`].
 #[inline(always)]
-pub unsafe fn store_vectors<T: Element, const VEC: usize>(
+pub unsafe fn store_vectors<T: Element, S: Store, const VEC: usize>(
     p: &AppendParams,
     [key, value]: [Packed<T, VEC>; 2],
     (head, column): (u64, usize),
@@ -139,8 +140,8 @@ pub unsafe fn store_vectors<T: Element, const VEC: usize>(
     let k_at = (p.k_cache as *mut T).wrapping_add(cache_offset(p.k_cache_strides, at, head) + column);
     let v_at = (p.v_cache as *mut T).wrapping_add(cache_offset(p.v_cache_strides, at, head) + column);
     unsafe {
-        key.store_if::<Evicted>(write, k_at);
-        value.store_if::<Evicted>(write, v_at);
+        key.store_if::<S>(write, k_at);
+        value.store_if::<S>(write, v_at);
     }
 }
 
@@ -154,7 +155,7 @@ pub unsafe fn append_token<T: Element, I: Index>(p: &AppendParams, token: u64) {
         for column in 0..p.width as usize {
             unsafe {
                 let pair = load_vectors::<T, 1>(p, (token, head, column), true);
-                store_vectors(p, pair, (head, column), entry);
+                store_vectors::<T, Kept, 1>(p, pair, (head, column), entry);
             }
         }
     }
@@ -234,6 +235,7 @@ mod device_kernels {
 
     use super::*;
     use crate::device::{block_index, block_size, chain_after_prior_grids, grid_size, thread_index};
+    use crate::vector::Evicted;
 
     /// Vectors a thread copies in one step: every one's loads in flight before any store.
     const STEP: usize = 2;
@@ -242,10 +244,19 @@ mod device_kernels {
     /// consecutive (so a warp's loads and stores are runs of consecutive vectors), dealt to the
     /// grid's threads in turn: thread `g` copies vectors `g`, `g + threads`, … ([`STEP`] a
     /// step). Launcher's guarantees: `width`, every row stride and pointer multiples of `VEC`
-    /// elements, `heads · width / VEC ≥ 1`.
+    /// elements, `heads · width / VEC ≥ 1`. The store policy (`p.streams`) picks one of two
+    /// copies of the loop, as the activation kernel's does.
     #[inline(always)]
     pub unsafe fn append_rows<T: Element, I: Index, const VEC: usize>(p: &AppendParams) {
         chain_after_prior_grids();
+        match p.streams {
+            0 => unsafe { append_with::<T, I, Kept, VEC>(p) },
+            _ => unsafe { append_with::<T, I, Evicted, VEC>(p) },
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn append_with<T: Element, I: Index, S: Store, const VEC: usize>(p: &AppendParams) {
         // Non-zero divisors (the launcher's guarantee) divide without a panic path.
         let vectors = NonZeroU32::new(p.width / VEC as u32).unwrap_or(NonZeroU32::MIN);
         let per_token = NonZeroU64::new(p.heads as u64 * vectors.get() as u64).unwrap_or(NonZeroU64::MIN);
@@ -277,7 +288,7 @@ mod device_kernels {
                 place.map(|(token, _, _)| if token < p.tokens { unsafe { entry_of::<I>(p, token) } } else { None });
             for s in 0..STEP {
                 let (_, head, column) = place[s];
-                unsafe { store_vectors(p, rows[s], (head, column), entries[s]) };
+                unsafe { store_vectors::<T, S, VEC>(p, rows[s], (head, column), entries[s]) };
             }
             at = advance(work[STEP - 1]);
         }

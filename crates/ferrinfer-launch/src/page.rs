@@ -334,7 +334,7 @@ fn plan(call: &Call) -> Result<Option<Plan>, Error> {
         heads: heads as u32,
         width: width as u32,
         page_size: cache.page_size as u32,
-        _reserved: 0,
+        streams: 0,
     };
     if matches!(call.stream, Stream::Cpu) {
         check_page_table(&params, &indices, last_stride)?;
@@ -567,7 +567,18 @@ impl Plan {
             waves => waves * wave,
         };
         let grid = vectors.div_ceil(block as u64).clamp(1, blocks.min(MAX_GRID_X)) as u32;
-        Launch { entry, params: *p, grid: (grid, 1), block, shared_bytes: 0, cluster: 1 }
+        let params = AppendParams { streams: self.streams(limits.l2_bytes) as u32, ..*p };
+        Launch { entry, params, grid: (grid, 1), block, shared_bytes: 0, cluster: 1 }
+    }
+
+    /// Whether the append stores evicted first (`AppendParams::streams`): the entries it writes
+    /// pass the L2's size. H200, bf16, 64 sequences from Python beside the peers
+    /// (docs/perf/page.md, session 31): 131072 tokens (537 MB written) 289.9 → 279.5 µs
+    /// evicted first, but 8192 tokens (34 MB) 19.63 → 20.03.
+    fn streams(&self, l2_bytes: u64) -> bool {
+        let p = &self.params;
+        let entry_bytes = 2 * p.heads as u64 * p.width as u64 * self.dtype.size() as u64;
+        p.tokens.saturating_mul(entry_bytes) > l2_bytes
     }
 }
 
@@ -679,5 +690,41 @@ mod tests {
         }
         assert_eq!(append_paged_kv_cache::INFO.scalars[0].default, Some(0.0), "the table's \"NHD\"");
         assert_eq!(KvLayout::from_index(0.5), None);
+    }
+
+    #[test]
+    fn appends_larger_than_l2_store_evicted_first() {
+        const H200_L2: u64 = 50 << 20;
+        let plan = |tokens: u64| {
+            let params = AppendParams {
+                key: 0,
+                value: 0,
+                k_cache: 0,
+                v_cache: 0,
+                batch_indices: 0,
+                positions: 0,
+                kv_indices: 0,
+                kv_indptr: 0,
+                tokens,
+                sequences: 1,
+                page_ids: 1,
+                pages: 1,
+                key_strides: [1024, 128],
+                value_strides: [1024, 128],
+                k_cache_strides: [16384, 1024, 128],
+                v_cache_strides: [16384, 1024, 128],
+                index_strides: [1; 4],
+                heads: 8,
+                width: 128,
+                page_size: 16,
+                streams: 0,
+            };
+            Plan { params, dtype: DType::Bf16, index: IndexType::I32, vec: 8 }
+        };
+        assert!(!plan(8192).streams(H200_L2), "8192 tokens × 8 heads × 128, bf16: 32 MiB written");
+        assert!(!plan(12800).streams(H200_L2), "50 MiB: not past L2");
+        assert!(plan(12801).streams(H200_L2), "just past L2");
+        assert!(plan(131_072).streams(H200_L2), "512 MiB");
+        assert!(plan(u64::MAX).streams(H200_L2), "no overflow");
     }
 }
