@@ -1048,6 +1048,19 @@ mod device_kernels {
     }
 
     impl<T: Element, const VEC: usize> Slice<T, VEC> {
+        /// The slice of vectors `first`, `first + step`, … below `end` of the row at `input`
+        /// (its block's from `begin`), not yet staged.
+        #[inline(always)]
+        fn new(
+            input: *const T,
+            header: usize,
+            (begin, first, end, step): (usize, usize, usize, usize),
+            staged: bool,
+            batched: bool,
+        ) -> Self {
+            Slice { input, header, begin, first, end, step, staged, in_shared: false, batched }
+        }
+
         /// [`Slice::each_keys`], but from the row every load of the batch is issued before any
         /// vector is turned into keys ([`Packed::batch_zero`]; with each conversion in the branch
         /// of its own load, ptxas issued a pass's loads one at a time).
@@ -1359,17 +1372,13 @@ mod device_kernels {
             let input = (p.input as *const T).wrapping_add((row * p.input_row_stride) as usize);
             let output = (p.output as *mut T).wrapping_add((row * p.output_row_stride) as usize);
             // Keys, not values, are staged: the passes after the first read them as they are.
-            let mut slice = Slice::<T, VEC> {
+            let mut slice = Slice::<T, VEC>::new(
                 input,
                 header,
-                begin,
-                first,
-                end,
-                step,
-                staged: p.staged != 0,
-                in_shared: false,
-                batched: size_of::<T>() == 4 || RENORM,
-            };
+                (begin, first, end, step),
+                p.staged != 0,
+                size_of::<T>() == 4 || RENORM,
+            );
             let (search, weights) = if TOP_P {
                 let search = PivotSearch::top_p::<T>(unsafe { row_top_p(p, row) });
                 // Top-p ≥ 1 keeps the row: no pass for its masses either.
@@ -1849,17 +1858,7 @@ mod device_kernels {
         let mut round = 0u32;
         while row < f.rows {
             let input = (f.input as *const T).wrapping_add((row * f.input_row_stride) as usize);
-            let mut slice = Slice::<T, VEC> {
-                input,
-                header,
-                begin,
-                first,
-                end,
-                step,
-                staged: f.staged != 0,
-                in_shared: false,
-                batched: true,
-            };
+            let mut slice = Slice::<T, VEC>::new(input, header, (begin, first, end, step), f.staged != 0, true);
             let max = row_max(&mut slice, &cluster, EntryWeight::least(LOGITS), &mut round);
             let weight = EntryWeight::of_row(LOGITS, max);
             let scale = weight.scale(max, f.vocab);
