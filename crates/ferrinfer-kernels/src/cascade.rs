@@ -88,28 +88,31 @@ fn larger(a: f32, b: f32) -> f32 {
     if b > a { b } else { a }
 }
 
-/// `VEC` values of the merge of a row's `states` and its merged score: `Σ wₖ vₖ / W` with
-/// `wₖ = 2^(sₖ − m)`, `W = Σ wₖ`, `m = max sₖ`, and `log₂ W + m`; zeros and −∞ when every score
-/// is −∞ (or NaN). States are taken `STEP` a step, every state's score and values read before
-/// any is used — on the device one memory round trip a step: a single step for `merge_state`'s
-/// two, and for `merge_states`' up to four — and the sums rescaled when a step raises the
-/// largest score (a step's arithmetic does not depend on what is loaded, so no load waits on a
-/// score). A step's states past the last are not read (`score(k, false)`, `values(k, false)`
+/// `UNROLL` vectors of `VEC` values of the merge of a row's `states`, and its merged score:
+/// `Σ wₖ vₖ / W` with `wₖ = 2^(sₖ − m)`, `W = Σ wₖ`, `m = max sₖ`, and `log₂ W + m`; zeros and
+/// −∞ when every score is −∞ (or NaN). States are taken `STEP` a step, every state's score and
+/// values read in the source before any is used, and the sums rescaled when a step raises the
+/// largest score (a step's arithmetic does not depend on what is loaded, so no load needs to
+/// wait on a score): on the device one memory round trip a step — a single step for
+/// `merge_state`'s two, and for `merge_states`' up to four — where ptxas keeps that order. It
+/// does but in the two-state entries of 8-byte vectors (four 16-bit elements, two f32), where
+/// it issues the values after the scores' comparison (the `jit_sass` snapshot's "LDG in
+/// flight"). A step's states past the last are not read (`score(k, false)`, `values(k, false)`
 /// give anything finite) and weigh 0. The host and the device run this same function: their
 /// merges differ only in `exp2`/`log2`.
 #[inline(always)]
-fn merged<const VEC: usize, const STEP: usize>(
+fn merged<const VEC: usize, const UNROLL: usize, const STEP: usize>(
     states: u32,
     score: impl Fn(u32, bool) -> f32,
-    values: impl Fn(u32, bool) -> [f32; VEC],
-) -> ([f32; VEC], f32) {
-    let (mut m, mut total, mut sum) = (f32::NEG_INFINITY, 0.0f32, [0.0f32; VEC]);
+    values: impl Fn(u32, bool) -> [[f32; VEC]; UNROLL],
+) -> ([[f32; VEC]; UNROLL], f32) {
+    let (mut m, mut total, mut sum) = (f32::NEG_INFINITY, 0.0f32, [[0.0f32; VEC]; UNROLL]);
     let mut k = 0;
     while k < states {
         let live: [bool; STEP] = core::array::from_fn(|j| k + (j as u32) < states);
         // The values read first: the scores' arithmetic comes first, and a load issued after
         // it waits on the scores (ptxas moved state 0's value load there when scores came first).
-        let v: [[f32; VEC]; STEP] = core::array::from_fn(|j| values(k + j as u32, live[j]));
+        let v: [[[f32; VEC]; UNROLL]; STEP] = core::array::from_fn(|j| values(k + j as u32, live[j]));
         let read: [f32; STEP] = core::array::from_fn(|j| score(k + j as u32, live[j]));
         let s: [f32; STEP] = core::array::from_fn(|j| if live[j] { read[j] } else { f32::NEG_INFINITY });
         let step_max = s.iter().fold(m, |a, &b| larger(a, b));
@@ -118,8 +121,10 @@ fn merged<const VEC: usize, const STEP: usize>(
         let w: [f32; STEP] = core::array::from_fn(|j| exp2(s[j] - base));
         let scale = if k == 0 { 0.0 } else { exp2(m - base) };
         total = mul_add(total, scale, w.iter().skip(1).fold(w[0], |a, &b| a + b));
-        for i in 0..VEC {
-            sum[i] = (0..STEP).fold(sum[i] * scale, |acc, j| mul_add(w[j], v[j][i], acc));
+        for (u, sum) in sum.iter_mut().enumerate() {
+            for i in 0..VEC {
+                sum[i] = (0..STEP).fold(sum[i] * scale, |acc, j| mul_add(w[j], v[j][u][i], acc));
+            }
         }
         m = step_max;
         k += STEP as u32;
@@ -128,7 +133,8 @@ fn merged<const VEC: usize, const STEP: usize>(
     // value loads under it, after the scores' round trip.
     let merged = m != f32::NEG_INFINITY;
     let inverse = reciprocal(total);
-    (sum.map(|x| choose(merged, x * inverse, 0.0)), choose(merged, log2(total) + m, f32::NEG_INFINITY))
+    let values = sum.map(|vector| vector.map(|x| choose(merged, x * inverse, 0.0)));
+    (values, choose(merged, log2(total) + m, f32::NEG_INFINITY))
 }
 
 /// One row on the host (the CPU backend's inner loop).
@@ -148,15 +154,16 @@ pub unsafe fn merge_row<T: Element>(p: &MergeParams, row: u64) {
     let mut i = 0;
     while i < width {
         if width - i >= HOST_CHUNK {
-            let (out, score_out) =
-                merged::<HOST_CHUNK, 2>(p.states, score, |k, read| unsafe { state_values(p, v, k, i, read) });
+            let ([out], score_out) =
+                merged::<HOST_CHUNK, 1, 2>(p.states, score, |k, read| [unsafe { state_values(p, v, k, i, read) }]);
             for (j, x) in out.into_iter().enumerate() {
                 unsafe { v_out.add(i + j).write(T::from_f32(x)) };
             }
             merged_score = score_out;
             i += HOST_CHUNK;
         } else {
-            let ([x], score_out) = merged::<1, 2>(p.states, score, |k, read| unsafe { state_values(p, v, k, i, read) });
+            let ([[x]], score_out) =
+                merged::<1, 1, 2>(p.states, score, |k, read| [unsafe { state_values(p, v, k, i, read) }]);
             unsafe { v_out.add(i).write(T::from_f32(x)) };
             merged_score = score_out;
             i += 1;
@@ -199,17 +206,20 @@ mod device_kernels {
     use crate::vector::{Coherent, Kept, Packed};
 
     /// The device kernel. A row is worked on by `p.lanes` threads (a power of two ≤ 32, so a
-    /// row never spans warps), each taking every `lanes`-th vector of `VEC` values; a block's
-    /// groups take consecutive rows and the grid (x) strides over the rest. Every
-    /// thread of a warp runs the same number of row steps (a row past the end is skipped, not
-    /// the step), so the warp can synchronise inside one: a row's scores are read by every lane
-    /// before its first lane writes the merged score, which in place overwrites state 0's.
+    /// row never spans warps), each taking every `lanes`-th vector of `VEC` values, `UNROLL` of
+    /// them merged at once (a row's scores, weights and pointers once for all: where a row is
+    /// short, those are most of a lane's instructions); a block's groups take consecutive rows
+    /// and the grid (x) strides over the rest. Every thread of a warp runs the same number of
+    /// row steps (a row past the end is skipped, not the step), so the warp can synchronise
+    /// inside one: a row's scores are read by every lane before its first lane writes the
+    /// merged score, which in place overwrites state 0's.
     /// Loads are coherent: in place the kernel writes what it reads. `STATES`: the states
     /// merged, fixed (2: `merge_state`, an entry of its own, whose merge is one unrolled step
-    /// in fewer registers) or 0, `p.states` at run time. Launcher's guarantees: `width`, every
-    /// stride and pointer are multiples of `VEC` elements (scores: f32-aligned).
+    /// in fewer registers, for rows of one head) or 0, `p.states` at run time. Launcher's
+    /// guarantees: `width`, every stride and pointer are multiples of `VEC` elements (scores:
+    /// f32-aligned); `p.heads` is 1 where `STATES` is 2.
     #[inline(always)]
-    pub unsafe fn merge_rows<T: Element, const VEC: usize, const STATES: u32>(p: &MergeParams) {
+    pub unsafe fn merge_rows<T: Element, const VEC: usize, const UNROLL: usize, const STATES: u32>(p: &MergeParams) {
         chain_after_prior_grids();
         // Lanes a power of two (the launcher's guarantee): groups by shifts, no division.
         let shift = p.lanes.trailing_zeros();
@@ -226,10 +236,13 @@ mod device_kernels {
         while first < p.rows {
             let row = first + group as u64;
             let live = row < p.rows;
-            let at = p.row_pointers::<T>(p.position(row));
+            // A two-state entry's rows have one head (the launcher's guarantee): a row's place
+            // is its index, and its pointers one product of a stride each.
+            let position = if STATES == 2 { (row, 0) } else { p.position(row) };
+            let at = p.row_pointers::<T>(position);
             let mut merged_score = f32::NEG_INFINITY;
             if live {
-                merged_score = unsafe { merge_vectors::<T, VEC, STATES>(p, &at, lane, vectors) };
+                merged_score = unsafe { merge_vectors::<T, VEC, UNROLL, STATES>(p, &at, lane, vectors) };
             }
             warp_sync();
             if live && lane == 0 {
@@ -242,7 +255,7 @@ mod device_kernels {
     /// This lane's vectors of the row at `at`; the merged score (−∞ for a lane without a
     /// vector; lane 0 always has one).
     #[inline(always)]
-    unsafe fn merge_vectors<T: Element, const VEC: usize, const STATES: u32>(
+    unsafe fn merge_vectors<T: Element, const VEC: usize, const UNROLL: usize, const STATES: u32>(
         p: &MergeParams,
         &RowPointers { s, v, v_out, .. }: &RowPointers<T>,
         lane: u32,
@@ -256,19 +269,26 @@ mod device_kernels {
         let mut merged_score = f32::NEG_INFINITY;
         let mut column = lane;
         while column < vectors {
-            let at = column as usize * VEC;
+            // The step's vectors `lanes` apart, so that each load of a warp is contiguous; the
+            // first always in the row, the others where they are.
+            let has: [bool; UNROLL] = core::array::from_fn(|u| column + u as u32 * p.lanes < vectors);
+            let at: [usize; UNROLL] = core::array::from_fn(|u| (column + u as u32 * p.lanes) as usize * VEC);
             let values = |k: u32, read: bool| {
-                let state = v.wrapping_offset(k as isize * p.v_state_stride as isize).wrapping_add(at);
-                unsafe { Packed::<T, VEC>::load_if::<Coherent>(read, state) }.to_f32()
+                let state = v.wrapping_offset(k as isize * p.v_state_stride as isize);
+                core::array::from_fn(|u| {
+                    unsafe { Packed::<T, VEC>::load_if::<Coherent>(read && has[u], state.wrapping_add(at[u])) }.to_f32()
+                })
             };
             // `merge_state`'s two states in one step; any count four a step.
             let (out, score_out) = match STATES {
-                2 => merged::<VEC, 2>(states, score, values),
-                _ => merged::<VEC, ANY_COUNT_STEP>(states, score, values),
+                2 => merged::<VEC, UNROLL, 2>(states, score, values),
+                _ => merged::<VEC, UNROLL, ANY_COUNT_STEP>(states, score, values),
             };
             merged_score = score_out;
-            unsafe { Packed::<T, VEC>::from_f32(out).store::<Kept>(v_out.wrapping_add(at)) };
-            column += p.lanes;
+            for u in 0..UNROLL {
+                unsafe { Packed::<T, VEC>::from_f32(out[u]).store_if::<Kept>(has[u], v_out.wrapping_add(at[u])) };
+            }
+            column += p.lanes * UNROLL as u32;
         }
         merged_score
     }

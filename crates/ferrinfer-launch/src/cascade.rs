@@ -18,7 +18,9 @@
 //!
 //! Every partition empty (both scores −∞) merges to values 0 and score −∞, not NaN.
 
-use ferrinfer_jit::cascade::CascadeModule;
+use std::sync::OnceLock;
+
+use ferrinfer_jit::cascade::{CascadeModule, UNROLLED};
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::cascade::{MergeParams, merge_row};
 use ferrinfer_kernels::element::DType;
@@ -26,7 +28,7 @@ use ferrinfer_kernels::element::DType;
 use crate::cuda::{self, KernelModule, Launch, Limits, ModuleCache};
 use crate::layout::{self, Named};
 use crate::op::{Call, FamilyOp, Problem, STACKED_STATES};
-use crate::{Error, Stream, TensorView, cpu, logging};
+use crate::{Error, Stream, TensorView, cpu, logging, tuning};
 
 /// The cascade family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
 #[macro_export]
@@ -69,6 +71,7 @@ pub enum CascadeOp {
 
 impl FamilyOp for CascadeOp {
     fn run(&self, call: &Call) -> Result<(), Error> {
+        let forced = layout_override()?;
         let Some(plan) = plan(*self, call)? else { return Ok(()) };
         logging::input_statistics(call);
         match call.stream {
@@ -79,10 +82,12 @@ impl FamilyOp for CascadeOp {
             Stream::Cuda(stream) => {
                 static MODULES: ModuleCache<CascadeModule> = ModuleCache::new();
                 let module = CascadeModule { dtype: plan.dtype };
+                let launch = plan.kernel(forced);
+                let (vec, unroll, states) = launch.shape;
                 let entry = module
-                    .entry(plan.vec, plan.params.states)
-                    .ok_or_else(|| Error::NoEntryPoint { module: format!("{module:?}"), entry: plan.vec as usize })?;
-                cuda::launch(stream, &MODULES, module, |_: &Limits| Ok(plan.kernel(entry)))
+                    .entry(vec, unroll, states)
+                    .ok_or_else(|| Error::NoEntryPoint { module: format!("{module:?}"), entry: vec as usize })?;
+                cuda::launch(stream, &MODULES, module, |limits: &Limits| launch.of_entry(entry, limits))
             }
         }
     }
@@ -323,16 +328,81 @@ const MAX_LANES: u32 = 32;
 /// The grid's x dimension at most (CUDA's limit).
 const MAX_GRID_X: u64 = (1 << 31) - 1;
 
+/// `FERRINFER_CASCADE_LAYOUT=unroll:lanes:block` (each a number or `*`, the planner's choice):
+/// forces the vectors a lane merges at once where two states merge in the dtype's widest
+/// vectors (1, or 2 = [`UNROLLED`]; other calls go one at a time), the threads on a row (a power of
+/// two, 1 to 32; a lane takes every `lanes`-th vector) and the threads a block (a multiple of 32
+/// to 1024) — knobs for the benchmark, read once. A value outside those makes every cascade
+/// call a configuration error naming the variable.
+pub const LAYOUT_VAR: &str = "FERRINFER_CASCADE_LAYOUT";
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct LayoutOverride {
+    unroll: Option<u32>,
+    lanes: Option<u32>,
+    block: Option<u32>,
+}
+
+fn layout_override() -> Result<LayoutOverride, Error> {
+    static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
+    tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
+        format!(
+            "unroll:lanes:block, each a number or *, unroll 1 or {UNROLLED}, lanes a power of two ≤ {MAX_LANES}, \
+             block a multiple of 32 to 1024"
+        )
+    })
+}
+
+fn parse_layout(value: &str) -> Option<LayoutOverride> {
+    let [unroll, lanes, block] = tuning::fields(value)?;
+    let unroll_ok = unroll.is_none_or(|u| u == 1 || u == UNROLLED as u64);
+    let lanes_ok = lanes.is_none_or(|l| l.is_power_of_two() && l <= MAX_LANES as u64);
+    (unroll_ok && lanes_ok).then_some(LayoutOverride {
+        unroll: unroll.map(|u| u as u32),
+        lanes: lanes.map(|l| l as u32),
+        block: tuning::block_field(block)?,
+    })
+}
+
+/// A planned launch (its entry to be found) and the kernel it needs: vector width, vectors a
+/// lane merges at once, states merged (0 where rows have heads, which only the any-count entry
+/// takes: [`CascadeModule::entry`] maps a count without an entry of its own to that one).
+struct MergeLaunch {
+    launch: Launch<MergeParams>,
+    shape: (u32, u32, u32),
+}
+
+impl MergeLaunch {
+    /// The launch of `entry`, which `limits` must allow: only a forced block can pass the
+    /// entry's most threads (the planner's is 128).
+    fn of_entry(self, entry: usize, limits: &Limits) -> Result<Launch<MergeParams>, Error> {
+        let (block, most) = (self.launch.block, limits.max_threads(entry));
+        if block > most {
+            let expected = format!("at most {most}, the most this kernel can have");
+            return Err(Error::Config(format!("{LAYOUT_VAR}: a block of {block} threads; expected {expected}")));
+        }
+        Ok(Launch { entry, ..self.launch })
+    }
+}
+
 impl Plan {
     /// A row's vectors across up to a warp of lanes, the block's groups on consecutive rows,
-    /// a block for every `groups` rows (the kernel strides past 2^31 − 1 of them).
-    fn kernel(&self, entry: usize) -> Launch<MergeParams> {
+    /// a block for every `groups` rows (the kernel strides past 2^31 − 1 of them); the unroll,
+    /// the lanes and the block as `forced` says where it does. Two states merge in their own entry where
+    /// a row is one head (`merge_state`'s always; `merge_states`' of two states when the
+    /// heads are one): it takes a row's place to be its index.
+    fn kernel(&self, forced: LayoutOverride) -> MergeLaunch {
         let vectors = (self.params.width / self.vec).max(1);
-        let lanes = vectors.next_power_of_two().min(MAX_LANES);
-        let groups = (BLOCK_THREADS / lanes) as u64;
+        let states = if self.params.heads == 1 { self.params.states } else { 0 };
+        let widest = self.vec as usize * self.dtype.size() == 16;
+        let unroll = if widest && states == 2 { forced.unroll.unwrap_or(1) } else { 1 };
+        let lanes = forced.lanes.unwrap_or_else(|| vectors.div_ceil(unroll).next_power_of_two().min(MAX_LANES));
+        let block = forced.block.unwrap_or(BLOCK_THREADS);
+        let groups = (block / lanes) as u64;
         let grid_x = self.params.rows.div_ceil(groups).clamp(1, MAX_GRID_X) as u32;
         let params = MergeParams { lanes, ..self.params };
-        Launch { entry, params, grid: (grid_x, 1), block: BLOCK_THREADS, shared_bytes: 0, cluster: 1 }
+        let launch = Launch { entry: 0, params, grid: (grid_x, 1), block, shared_bytes: 0, cluster: 1 };
+        MergeLaunch { launch, shape: (self.vec, unroll, states) }
     }
 }
 
@@ -422,14 +492,48 @@ mod tests {
         }
     }
 
+    fn launch_of(width: u32, vec: u32, rows: u64) -> Launch<MergeParams> {
+        plan_of(width, vec, rows).kernel(LayoutOverride::default()).launch
+    }
+
     #[test]
     fn a_row_takes_a_warp_at_most_and_a_block_takes_the_rest_in_rows() {
-        let launch = plan_of(128, 8, 32 * 16384).kernel(0);
+        let launch = launch_of(128, 8, 32 * 16384);
         assert_eq!((launch.params.lanes, launch.block), (16, 128), "head_dim 128 bf16: 16 vectors, 8 rows a block");
         assert_eq!(launch.grid, (65_536, 1), "524288 rows / 8 a block");
-        assert_eq!(plan_of(1000, 8, 3).kernel(0).params.lanes, 32, "125 vectors: a warp, 4 each");
-        assert_eq!(plan_of(6, 2, 5).kernel(0).params.lanes, 4, "3 vectors: 4 lanes, one idle");
-        assert_eq!(plan_of(6, 2, 5).kernel(0).grid, (1, 1));
-        assert_eq!(plan_of(128, 8, u64::MAX / 2).kernel(0).grid, ((1 << 31) - 1, 1), "past 2^31 − 1 blocks: strides");
+        assert_eq!(launch_of(1000, 8, 3).params.lanes, 32, "125 vectors: a warp, 4 each");
+        assert_eq!(launch_of(6, 2, 5).params.lanes, 4, "3 vectors: 4 lanes, one idle");
+        assert_eq!(launch_of(6, 2, 5).grid, (1, 1));
+        assert_eq!(launch_of(128, 8, u64::MAX / 2).grid, ((1 << 31) - 1, 1), "past 2^31 − 1 blocks: strides");
+    }
+
+    #[test]
+    fn two_states_take_their_entry_only_where_a_row_is_one_head() {
+        let plan = plan_of(128, 8, 64);
+        assert_eq!(plan.kernel(LayoutOverride::default()).shape, (8, 1, 2));
+        let heads = Plan { params: MergeParams { heads: 32, ..plan.params }, ..plan };
+        assert_eq!(heads.kernel(LayoutOverride::default()).shape, (8, 1, 0), "heads: the any-count entry");
+    }
+
+    #[test]
+    fn a_forced_unroll_halves_the_lanes_of_two_states_in_the_widest_vectors_only() {
+        let forced = LayoutOverride { unroll: Some(2), ..LayoutOverride::default() };
+        let unrolled = plan_of(128, 8, 64).kernel(forced);
+        assert_eq!((unrolled.shape, unrolled.launch.params.lanes), ((8, 2, 2), 8), "16 vectors, 2 a lane");
+        assert_eq!(plan_of(6, 2, 5).kernel(forced).shape, (2, 1, 2), "4-byte vectors: one at a time");
+        let three = Plan { params: MergeParams { states: 3, ..plan_of(128, 8, 64).params }, ..plan_of(128, 8, 64) };
+        assert_eq!(three.kernel(forced).shape, (8, 1, 3), "any count: one at a time");
+        let lanes = LayoutOverride { lanes: Some(4), block: Some(256), ..LayoutOverride::default() };
+        let launch = plan_of(128, 8, 64).kernel(lanes).launch;
+        assert_eq!((launch.params.lanes, launch.block, launch.grid.0), (4, 256, 1), "64 rows of 4 lanes: a block");
+    }
+
+    #[test]
+    fn the_layout_override_takes_an_unroll_of_1_or_2_lanes_a_power_of_two_and_a_block() {
+        assert_eq!(parse_layout("2:8"), Some(LayoutOverride { unroll: Some(2), lanes: Some(8), block: None }));
+        assert_eq!(parse_layout("*:*:512"), Some(LayoutOverride { block: Some(512), ..LayoutOverride::default() }));
+        for bad in ["3", "0", "*:3", "*:64", "*:0", "1:2:3", "1:2:64:1"] {
+            assert_eq!(parse_layout(bad), None, "{bad}");
+        }
     }
 }

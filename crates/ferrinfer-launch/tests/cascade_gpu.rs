@@ -1,7 +1,9 @@
 //! The cascade family on a CUDA GPU through the public API: every op and dtype over head
 //! dimensions and row counts (past the grid's 65535 blocks too), `merge_states` of 1 to 9
 //! states, every kernel path at sanitizer-friendly sizes, and more than 2^31 elements a state. Without a CUDA driver or
-//! device every test prints that it was skipped and passes (CI has no GPU).
+//! device every test prints that it was skipped and passes (CI has no GPU). The planner never
+//! picks the entries merging two vectors a lane; run the binary again with
+//! `FERRINFER_CASCADE_LAYOUT=2` for them (docs/perf/data/2026-12-05-s32/run1.sh does).
 
 mod support;
 
