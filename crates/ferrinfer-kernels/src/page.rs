@@ -249,35 +249,68 @@ mod device_kernels {
     #[inline(always)]
     pub unsafe fn append_rows<T: Element, I: Index, const VEC: usize>(p: &AppendParams) {
         chain_after_prior_grids();
+        // Set up once, outside the two copies (each had its own divisions).
+        let walk = Walk::of_thread(p, VEC as u32);
         match p.streams {
-            0 => unsafe { append_with::<T, I, Kept, VEC>(p) },
-            _ => unsafe { append_with::<T, I, Evicted, VEC>(p) },
+            0 => unsafe { append_with::<T, I, Kept, VEC>(p, &walk) },
+            _ => unsafe { append_with::<T, I, Evicted, VEC>(p, &walk) },
+        }
+    }
+
+    /// A thread's walk over the vectors, each a (token, vector of the token) pair: the first
+    /// divided once, the next ones stepped from it by adding the grid's own pair with a carry.
+    struct Walk {
+        /// Vectors a head's row (non-zero: the launcher's guarantee, so no panic path).
+        vectors: NonZeroU32,
+        /// Vectors a token, ≥ 1.
+        per_token: u64,
+        /// The grid's threads as (tokens, vectors).
+        step: (u64, u64),
+        first: (u64, u64),
+    }
+
+    impl Walk {
+        #[inline(always)]
+        fn of_thread(p: &AppendParams, vec: u32) -> Self {
+            let vectors = NonZeroU32::new(p.width / vec).unwrap_or(NonZeroU32::MIN);
+            let per_token = NonZeroU64::new(p.heads as u64 * vectors.get() as u64).unwrap_or(NonZeroU64::MIN);
+            let threads = grid_size() as u64 * block_size() as u64;
+            let first = block_index() as u64 * block_size() as u64 + thread_index() as u64;
+            Walk {
+                vectors,
+                per_token: per_token.get(),
+                step: (threads / per_token, threads % per_token),
+                first: (first / per_token, first % per_token),
+            }
+        }
+
+        #[inline(always)]
+        fn advance(&self, (token, unit): (u64, u64)) -> (u64, u64) {
+            match unit + self.step.1 {
+                next if next >= self.per_token => (token + self.step.0 + 1, next - self.per_token),
+                next => (token + self.step.0, next),
+            }
+        }
+
+        /// Vector `unit` of a token as (head, first element of the head's row).
+        #[inline(always)]
+        fn place(&self, unit: u64, vec: usize) -> (u64, usize) {
+            let unit = unit as u32;
+            ((unit / self.vectors) as u64, (unit % self.vectors) as usize * vec)
         }
     }
 
     #[inline(always)]
-    unsafe fn append_with<T: Element, I: Index, S: Store, const VEC: usize>(p: &AppendParams) {
-        // Non-zero divisors (the launcher's guarantee) divide without a panic path.
-        let vectors = NonZeroU32::new(p.width / VEC as u32).unwrap_or(NonZeroU32::MIN);
-        let per_token = NonZeroU64::new(p.heads as u64 * vectors.get() as u64).unwrap_or(NonZeroU64::MIN);
-        let threads = grid_size() as u64 * block_size() as u64;
-        let first = block_index() as u64 * block_size() as u64 + thread_index() as u64;
-        // A vector as (token, vector of the token): divided once here, then stepped by adding
-        // the step's own (token, vector) with a carry.
-        let (token_step, unit_step) = (threads / per_token, threads % per_token);
-        let advance = |(token, unit): (u64, u64)| match unit + unit_step {
-            next if next >= per_token.get() => (token + token_step + 1, next - per_token.get()),
-            next => (token + token_step, next),
-        };
-        let mut at = (first / per_token, first % per_token);
+    unsafe fn append_with<T: Element, I: Index, S: Store, const VEC: usize>(p: &AppendParams, walk: &Walk) {
+        let mut at = walk.first;
         while at.0 < p.tokens {
             let mut work = [at; STEP];
             for s in 1..STEP {
-                work[s] = advance(work[s - 1]);
+                work[s] = walk.advance(work[s - 1]);
             }
             let place = work.map(|(token, unit)| {
-                let unit = unit as u32;
-                (token, (unit / vectors) as u64, (unit % vectors) as usize * VEC)
+                let (head, column) = walk.place(unit, VEC);
+                (token, head, column)
             });
             // Every vector's loads before any page table is read: the loads do not wait on the
             // table's chain of dependent reads.
@@ -290,7 +323,7 @@ mod device_kernels {
                 let (_, head, column) = place[s];
                 unsafe { store_vectors::<T, S, VEC>(p, rows[s], (head, column), entries[s]) };
             }
-            at = advance(work[STEP - 1]);
+            at = walk.advance(work[STEP - 1]);
         }
     }
 

@@ -528,34 +528,42 @@ fn check_page_table(p: &AppendParams, indices: &[Named; 5], last_stride: u64) ->
     Ok(())
 }
 
-/// The variable forcing the append launch's layout, `block:waves` (each a number or `*`, the
-/// planner's choice): threads a block (a multiple of 32 to 1024) and the grid's size in waves —
+/// The variable forcing the append launch's layout, `block:waves:stream` (each a number or `*`,
+/// the planner's choice): threads a block (a multiple of 32 to 1024), the grid's size in waves —
 /// blocks as many times as every multiprocessor holds at once (0: a vector a thread, however many
-/// blocks that takes) — the knobs the benchmark sweeps (scripts/gpu/suite.sh's `layouts`).
+/// blocks that takes) — and the store policy (`AppendParams::streams`, 0 or 1: the sanitizer's
+/// small cases reach the evicted-first copy of the loop only so) — the knobs the benchmark
+/// sweeps (scripts/gpu/suite.sh's `layouts`).
 pub const LAYOUT_VAR: &str = "FERRINFER_PAGE_LAYOUT";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct LayoutOverride {
     block: Option<u32>,
     waves: Option<u64>,
+    streams: Option<bool>,
 }
 
 fn layout_override() -> Result<LayoutOverride, Error> {
     static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
     tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
-        "block:waves, each a number or *, block a multiple of 32 to 1024".into()
+        "block:waves:stream, each a number or *, block a multiple of 32 to 1024, stream 0 or 1".into()
     })
 }
 
 fn parse_layout(value: &str) -> Option<LayoutOverride> {
-    let [block, waves] = tuning::fields(value)?;
-    Some(LayoutOverride { block: tuning::block_field(block)?, waves })
+    let [block, waves, stream] = tuning::fields(value)?;
+    let streams = match stream {
+        None => None,
+        Some(stream @ (0 | 1)) => Some(stream == 1),
+        Some(_) => return None,
+    };
+    Some(LayoutOverride { block: tuning::block_field(block)?, waves, streams })
 }
 
 impl Plan {
     /// Blocks of [`BLOCK_THREADS`], one wave of them (as many as every multiprocessor holds at
-    /// once: a thread's steps copy the rest), fewer where the work is small; both may be
-    /// `forced`.
+    /// once: a thread's steps copy the rest), fewer where the work is small; the stores
+    /// [`Plan::streams`]; each may be `forced`.
     fn kernel(&self, entry: usize, limits: &Limits, forced: LayoutOverride) -> Launch<AppendParams> {
         let p = &self.params;
         let block = forced.block.unwrap_or(BLOCK_THREADS);
@@ -567,7 +575,8 @@ impl Plan {
             waves => waves * wave,
         };
         let grid = vectors.div_ceil(block as u64).clamp(1, blocks.min(MAX_GRID_X)) as u32;
-        let params = AppendParams { streams: self.streams(limits.l2_bytes) as u32, ..*p };
+        let streams = forced.streams.unwrap_or_else(|| self.streams(limits.l2_bytes));
+        let params = AppendParams { streams: streams as u32, ..*p };
         Launch { entry, params, grid: (grid, 1), block, shared_bytes: 0, cluster: 1 }
     }
 
@@ -674,11 +683,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_layout_override_takes_a_block_and_waves() {
-        assert_eq!(parse_layout("256:2"), Some(LayoutOverride { block: Some(256), waves: Some(2) }));
-        assert_eq!(parse_layout("*:0"), Some(LayoutOverride { block: None, waves: Some(0) }));
+    fn the_layout_override_takes_a_block_waves_and_a_store_policy() {
+        assert_eq!(parse_layout("256:2"), Some(LayoutOverride { block: Some(256), waves: Some(2), streams: None }));
+        assert_eq!(parse_layout("*:0"), Some(LayoutOverride { block: None, waves: Some(0), streams: None }));
+        assert_eq!(parse_layout("*:*:1"), Some(LayoutOverride { streams: Some(true), ..LayoutOverride::default() }));
+        assert_eq!(parse_layout("*:*:0"), Some(LayoutOverride { streams: Some(false), ..LayoutOverride::default() }));
         assert_eq!(parse_layout("100"), None, "a block not a multiple of 32");
-        assert_eq!(parse_layout("1:2:3"), None);
+        assert_eq!(parse_layout("*:*:2"), None, "a store policy is 0 or 1");
+        assert_eq!(parse_layout("1:2:3:4"), None);
     }
 
     #[test]
