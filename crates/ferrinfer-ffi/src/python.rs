@@ -226,7 +226,7 @@ fn call<'py>(
     };
     let first = tensor_object(0)?
         .ok_or_else(|| PyTypeError::new_err(format!("{}: missing `{}`", op.name, op.tensors[0].name)))?;
-    let target = Target::of(&first)?;
+    let target = Target::of(op.tensors[0].name, &first)?;
     let scalar_object = |i: usize| bound.iter().find(|(p, _)| *p == Parameter::Scalar(i)).and_then(|(_, v)| v.as_ref());
     // A per-row scalar given as a tensor: imported as the others.
     let per_row_objects: Vec<Option<&Bound<PyAny>>> =
@@ -399,7 +399,8 @@ fn as_torch<'a, 'py>(object: &Bound<'py, PyAny>, torch: Option<&'a Torch>) -> Py
     })
 }
 
-/// Where a call runs, decided by `input`: the CPU backend, or the producer's current CUDA stream.
+/// Where a call runs, decided by the op's first tensor: the CPU backend, or the producer's
+/// current CUDA stream.
 enum Target {
     Cpu,
     Cuda {
@@ -414,11 +415,12 @@ enum Target {
 }
 
 impl Target {
-    fn of(input: &Bound<'_, PyAny>) -> PyResult<Self> {
+    /// The target of a call whose first tensor, `argument`, is `input`.
+    fn of(argument: &'static str, input: &Bound<'_, PyAny>) -> PyResult<Self> {
         let torch = as_torch(input, torch(input.py())?)?;
         let cuda = match torch {
-            Some(_) => torch_cuda_ordinal(input)?,
-            None => match dlpack_device("input", input)? {
+            Some(_) => torch_cuda_ordinal(argument, input)?,
+            None => match dlpack_device(argument, input)? {
                 (DLPACK_CUDA, ordinal) => Some(ordinal),
                 _ => None,
             },
@@ -570,7 +572,7 @@ fn torch_parts(argument: &'static str, object: &Bound<'_, PyAny>, torch: &Torch)
     if object.call_method0(intern!(py, "is_neg"))?.extract::<bool>()? {
         return Err(layout_error("a lazily negated view (neg bit set); call `resolve_neg()` first".into()));
     }
-    let device = match torch_cuda_ordinal(object).map_err(|e| rename_error(py, e, argument))? {
+    let device = match torch_cuda_ordinal(argument, object)? {
         Some(ordinal) => Device::Cuda(ordinal),
         None => Device::Cpu,
     };
@@ -586,7 +588,7 @@ fn torch_parts(argument: &'static str, object: &Bound<'_, PyAny>, torch: &Torch)
 /// A torch tensor's CUDA device ordinal, `None` on the CPU, an error naming any other device.
 /// One call for a CUDA tensor (`get_device()` is -1 off CUDA: meta, MPS, … too, hence the CPU
 /// check then).
-fn torch_cuda_ordinal(object: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+fn torch_cuda_ordinal(argument: &'static str, object: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
     let py = object.py();
     let ordinal: i64 = object.call_method0(intern!(py, "get_device"))?.extract()?;
     if ordinal >= 0 {
@@ -597,13 +599,7 @@ fn torch_cuda_ordinal(object: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
     }
     let kind: String = object.getattr(intern!(py, "device"))?.getattr(intern!(py, "type"))?.extract()?;
     let reason = format!("on device `{kind}`; ferrinfer runs CPU and CUDA tensors");
-    Err(to_python(Error::UnsupportedLayout { argument: "input", reason }))
-}
-
-/// `error` with the argument named `argument` (a device error raised before the name was known).
-fn rename_error(py: Python<'_>, error: PyErr, argument: &str) -> PyErr {
-    let message = error.value(py).to_string().replacen("`input`", &format!("`{argument}`"), 1);
-    PyErr::from_type(error.get_type(py), message)
+    Err(to_python(Error::UnsupportedLayout { argument, reason }))
 }
 
 /// A tensor taken without copying: a torch tensor's parts (alive while the caller holds the

@@ -123,6 +123,9 @@ def test_apply_rope_with_cos_sin_cache_by_position(rotary, is_neox):
 def test_cos_sin_cache_errors_name_the_argument():
     query, key = np.zeros((3, 64), np.float32), np.zeros((3, 32), np.float32)
     cache, pos = np.zeros((10, 32), np.float32), np.array([0, 9, 2], np.int32)
+    # `positions` comes first: the call's device is read from it, and a problem there names it.
+    with pytest.raises(TypeError, match="`positions` is a list, which supports neither"):
+        ferrinfer.apply_rope_with_cos_sin_cache([0, 9, 2], query, key, 32, cache)
     with pytest.raises(TypeError, match="cos_sin_cache"):
         ferrinfer.apply_rope_with_cos_sin_cache(pos, query, key, 32, cache.astype(np.float16))
     with pytest.raises(ValueError, match="positions"):
