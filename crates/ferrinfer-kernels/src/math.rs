@@ -4,6 +4,20 @@
 
 const TWO_POW_MINUS_100: f32 = 7.888_609e-31;
 
+/// One PTX instruction of one f32 operand and result (`approx!("ex2.approx.ftz.f32", x)`),
+/// opaque to LLVM: the device side of the functions below (their host side is portable
+/// arithmetic, which tests compare it with).
+#[cfg(target_arch = "nvptx64")]
+macro_rules! approx {
+    ($instruction:literal, $x:expr) => {{
+        let r: f32;
+        unsafe {
+            core::arch::asm!(concat!($instruction, " {r}, {x};"), r = out(reg32) r, x = in(reg32) $x, options(pure, nomem, nostack))
+        };
+        r
+    }};
+}
+
 /// `a · b + c`: one fused multiply-add (`fma.rn.f32`) on the GPU — Rust never contracts `a * b + c`
 /// by itself — and an unfused multiply then add on the host.
 #[inline(always)]
@@ -61,13 +75,7 @@ pub fn truncate_to_u64(x: f32) -> u64 {
 #[inline(always)]
 pub fn rsqrt(v: f32) -> f32 {
     #[cfg(target_arch = "nvptx64")]
-    {
-        let r: f32;
-        unsafe {
-            core::arch::asm!("rsqrt.approx.ftz.f32 {r}, {v};", r = out(reg32) r, v = in(reg32) v, options(pure, nomem, nostack))
-        };
-        r
-    }
+    return approx!("rsqrt.approx.ftz.f32", v);
     #[cfg(not(target_arch = "nvptx64"))]
     rsqrt_exact(v)
 }
@@ -99,13 +107,7 @@ pub fn rsqrt_exact(v: f32) -> f32 {
 #[inline(always)]
 pub fn exp2(x: f32) -> f32 {
     #[cfg(target_arch = "nvptx64")]
-    {
-        let r: f32;
-        unsafe {
-            core::arch::asm!("ex2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
-        };
-        r
-    }
+    return approx!("ex2.approx.ftz.f32", x);
     #[cfg(not(target_arch = "nvptx64"))]
     exp2_portable(x)
 }
@@ -147,13 +149,7 @@ fn floor_small(x: f32) -> f32 {
 #[inline(always)]
 pub fn log2(x: f32) -> f32 {
     #[cfg(target_arch = "nvptx64")]
-    {
-        let r: f32;
-        unsafe {
-            core::arch::asm!("lg2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
-        };
-        r
-    }
+    return approx!("lg2.approx.ftz.f32", x);
     #[cfg(not(target_arch = "nvptx64"))]
     log2_portable(x)
 }
@@ -191,13 +187,7 @@ pub fn log2_portable(x: f32) -> f32 {
 #[inline(always)]
 pub fn reciprocal(x: f32) -> f32 {
     #[cfg(target_arch = "nvptx64")]
-    {
-        let r: f32;
-        unsafe {
-            core::arch::asm!("rcp.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
-        };
-        r
-    }
+    return approx!("rcp.approx.ftz.f32", x);
     #[cfg(not(target_arch = "nvptx64"))]
     {
         1.0 / x
