@@ -81,8 +81,7 @@ impl Setup {
             .iter()
             .map(|arg| {
                 let n = (arg.extent.touched(self.tokens, self.hidden) * self.dtype(arg).size()) as i64;
-                // Read and written, but a paged cache: only written (entries appended).
-                if arg.role == Role::InOut && arg.extent != Extent::Pages { 2 * n } else { n }
+                if arg.role == Role::InOut && arg.extent.read_in_place() { 2 * n } else { n }
             })
             .sum();
         bytes as f64

@@ -142,6 +142,13 @@ impl Extent {
         }
     }
 
+    /// Whether an in-out argument of this extent is read as well as written: not a paged
+    /// cache, into which an op only writes (entries appended). The benchmark counts the
+    /// [`touched`](Extent::touched) bytes of one that is twice.
+    pub fn read_in_place(self) -> bool {
+        self != Extent::Pages
+    }
+
     /// The shape of a new output of this extent, made for a call whose inputs (`(extent,
     /// shape)` each, in argument order) are `inputs`: the shape of the first input of the same
     /// extent (rope's `k_rope` like `k`), else from the first tensor's — its row dimensions (its
