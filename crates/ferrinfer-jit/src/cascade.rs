@@ -30,8 +30,8 @@ impl CascadeModule {
 
     /// Every entry, in the module's order: any count of states, then each fixed count, its
     /// widest vector unrolled first. (Not the any-count merge: unrolled, ptxas issued 5 of its
-    /// 12 loads together, where the entry of one vector a lane issues all 8 — and `merge_states`
-    /// is bound by memory, not instructions.)
+    /// 12 loads together, where the 16-bit `v8` entry of one vector a lane issues all 8 — and
+    /// `merge_states` is bound by memory, not instructions.)
     fn entries(&self) -> impl Iterator<Item = MergeEntry> + use<> {
         let dtype = self.dtype;
         let widest = vector_widths(dtype).next();

@@ -10,7 +10,8 @@
 //!
 //! One parameter struct shared with the host, the per-vector math (the device kernel and the CPU
 //! backend alike; [`crate::math`] gives each side its `exp2` and `log2`) and one device kernel,
-//! generic over the element type and the vector width.
+//! generic over the element type, the vector width, the vectors a lane merges at once and the
+//! states (two, or any count).
 
 use crate::element::Element;
 use crate::math::{choose, exp2, log2, mul_add, reciprocal};
@@ -95,9 +96,9 @@ fn larger(a: f32, b: f32) -> f32 {
 /// largest score (a step's arithmetic does not depend on what is loaded, so no load needs to
 /// wait on a score): on the device one memory round trip a step — a single step for
 /// `merge_state`'s two, and for `merge_states`' up to four — where ptxas keeps that order. It
-/// does but in the two-state entries of 8-byte vectors (four 16-bit elements, two f32), where
-/// it issues the values after the scores' comparison (the `jit_sass` snapshot's "LDG in
-/// flight"). A step's states past the last are not read (`score(k, false)`, `values(k, false)`
+/// does in most entries; not in the two-state entries of four 16-bit elements (`v4_s2`: the
+/// values after the scores' comparison), and in f32's any-count `v4` and unrolled `v4x2_s2`
+/// one load comes late (the `jit_sass` snapshot's "LDG in flight"). A step's states past the last are not read (`score(k, false)`, `values(k, false)`
 /// give anything finite) and weigh 0. The host and the device run this same function: their
 /// merges differ only in `exp2`/`log2`.
 #[inline(always)]

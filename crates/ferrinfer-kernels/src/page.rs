@@ -249,7 +249,7 @@ mod device_kernels {
     #[inline(always)]
     pub unsafe fn append_rows<T: Element, I: Index, const VEC: usize>(p: &AppendParams) {
         chain_after_prior_grids();
-        // Set up once, outside the two copies (each had its own divisions).
+        // Set up once, outside the two copies: inside, each copy kept its own divisions.
         let walk = Walk::of_thread(p, VEC as u32);
         match p.streams {
             0 => unsafe { append_with::<T, I, Kept, VEC>(p, &walk) },

@@ -53,8 +53,16 @@ fn cascade_gpu_over_2_pow_31_elements() {
 #[test]
 fn cascade_gpu_merge_states_of_any_count() {
     let Some(gpu) = Gpu::get("cascade_gpu_merge_states_of_any_count") else { return };
+    // One head too: two states of rows of one head take the two-state entry.
+    for heads in [1usize, 3] {
+        merge_states_against_f64(&gpu, heads);
+    }
+}
+
+/// `merge_states` of 1 to 9 states of `[37, states, heads, 64]` f32 against the f64 merge.
+fn merge_states_against_f64(gpu: &Gpu, heads: usize) {
     let op = &ferrinfer_launch::merge_states::INFO;
-    let (seq, heads, width) = (37usize, 3usize, 64usize);
+    let (seq, width) = (37usize, 64usize);
     for states in 1..=9usize {
         let v: Vec<f32> = random_normal(seq * states * heads * width, 40 + states as u64);
         let mut s: Vec<f32> =
@@ -82,7 +90,7 @@ fn cascade_gpu_merge_states_of_any_count() {
             }
             want_s.push(if total > 0.0 { total.log2() + base } else { f64::NEG_INFINITY });
         }
-        let context = |what: &str, e: String| format!("{states} states, `{what}`: {e}");
+        let context = |what: &str, e: String| format!("{states} states, {heads} heads, `{what}`: {e}");
         reference::compare(DType::F32, &buffers[2].values(), &want_v).map_err(|e| context("v_merged", e)).unwrap();
         reference::compare(DType::F32, &buffers[3].values(), &want_s).map_err(|e| context("s_merged", e)).unwrap();
     }
