@@ -19,7 +19,8 @@ tensor — softmax's logits converted to f32 first —, as its API does; the ren
 ops' input is a softmax's probabilities in the run's dtype), and `cascade` (merge_state,
 merge_state_in_place: two attention states of 32 heads × head_dim 128 over seq ∈ {1, 128, 2048,
 16384}, values in the run's dtype, f32 scores; merge_states: three states stacked a position,
-`[seq, 3, 32, 128]`; `T` is seq · 32 rows, `H` the head_dim), and `rope`
+`[seq, 3, 32, 128]`, and `merge_states_2` — two, only when `--ops` names it; `T` is seq · 32
+rows, `H` the head_dim), and `rope`
 (apply_rope_pos_ids and its in-place form, apply_rope over a ragged batch of requests of 128
 tokens — one request below 128 —, and apply_rope_with_cos_sin_cache and its in-place form —
 vLLM's flattened heads, int64 positions uniform over a cos/sin cache of 8192 rows of 128 in f32
@@ -287,9 +288,11 @@ def cascade_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
                        time_fn(lambda: fi.merge_state_in_place(v_a, s_a, v_b, s_b)))
             record("merge_state_in_place", T, D, nbytes, "ferrinfer-py" + impl_suffix,
                    time_fn(lambda: ferrinfer.merge_state_in_place(v_a, s_a, v_b, s_b)))
-        if "merge_states" in ops:
-            # MERGE_STATES states a (position, head), stacked on the second dimension.
-            op, n = "merge_states", MERGE_STATES
+        # MERGE_STATES states a (position, head), stacked on the second dimension; or two
+        # (`merge_states_2`, not in the default ops: the launcher's two-state route with heads).
+        for op, n in [("merge_states", MERGE_STATES), ("merge_states_2", 2)]:
+            if op not in ops:
+                continue
             v = torch.randn(seq, n, CASCADE_HEADS, D, device="cuda", dtype=dtype)
             s = torch.randn(seq, n, CASCADE_HEADS, device="cuda", dtype=torch.float32) * 4
             v_out, s_out = torch.empty_like(v_a), torch.empty_like(s_a)
