@@ -192,14 +192,9 @@ fn layout_override() -> Result<LayoutOverride, Error> {
 
 fn parse_layout(value: &str) -> Option<LayoutOverride> {
     let [block, grid_y, stream] = tuning::fields(value)?;
-    let block = tuning::block_field(block)?;
+    let (block, streams) = (tuning::block_field(block)?, tuning::flag_field(stream)?);
     let grid_y_ok = grid_y.is_none_or(|y| (1..=MAX_GRID_Y).contains(&y));
-    let stream_ok = stream.is_none_or(|e| e <= 1);
-    (grid_y_ok && stream_ok).then_some(LayoutOverride {
-        block,
-        grid_y: grid_y.map(|y| y as u32),
-        streams: stream.map(|e| e == 1),
-    })
+    grid_y_ok.then_some(LayoutOverride { block, grid_y: grid_y.map(|y| y as u32), streams })
 }
 
 impl Plan {

@@ -552,12 +552,7 @@ fn layout_override() -> Result<LayoutOverride, Error> {
 
 fn parse_layout(value: &str) -> Option<LayoutOverride> {
     let [block, waves, stream] = tuning::fields(value)?;
-    let streams = match stream {
-        None => None,
-        Some(stream @ (0 | 1)) => Some(stream == 1),
-        Some(_) => return None,
-    };
-    Some(LayoutOverride { block: tuning::block_field(block)?, waves, streams })
+    Some(LayoutOverride { block: tuning::block_field(block)?, waves, streams: tuning::flag_field(stream)? })
 }
 
 impl Plan {

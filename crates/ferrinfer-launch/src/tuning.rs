@@ -37,6 +37,16 @@ pub(crate) fn block_field(field: Option<u64>) -> Option<Option<u32>> {
     }
 }
 
+/// A field that is 0 or 1 (a policy on or off), or the planner's choice (`Some(None)`); `None`
+/// for any other number (the override is rejected).
+pub(crate) fn flag_field(field: Option<u64>) -> Option<Option<bool>> {
+    match field {
+        None => Some(None),
+        Some(flag @ (0 | 1)) => Some(Some(flag == 1)),
+        Some(_) => None,
+    }
+}
+
 /// The override in `var`, parsed by `parse` on the first call and kept in `parsed` (the family's
 /// own static) for the process: unset is `T::default()`, the planner's choice everywhere. A value
 /// `parse` rejects is [`Error::Config`]: `VAR="value": expected …` with `expected()`'s text, on
@@ -87,6 +97,14 @@ mod tests {
         for bad in [0, 31, 100, 1056] {
             assert_eq!(block_field(Some(bad)), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_flag_field_is_0_or_1() {
+        assert_eq!(flag_field(None), Some(None), "the planner's choice");
+        assert_eq!(flag_field(Some(0)), Some(Some(false)));
+        assert_eq!(flag_field(Some(1)), Some(Some(true)));
+        assert_eq!(flag_field(Some(2)), None);
     }
 
     #[test]
