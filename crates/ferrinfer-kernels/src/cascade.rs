@@ -98,9 +98,9 @@ fn larger(a: f32, b: f32) -> f32 {
 /// `merge_state`'s two, and for `merge_states`' up to four — where ptxas keeps that order. It
 /// does in most entries; not in the two-state entries of four 16-bit elements (`v4_s2`: the
 /// values after the scores' comparison), and in f32's any-count `v4` and unrolled `v4x2_s2`
-/// one load comes late (the `jit_sass` snapshot's "LDG in flight"). A step's states past the last are not read (`score(k, false)`, `values(k, false)`
-/// give anything finite) and weigh 0. The host and the device run this same function: their
-/// merges differ only in `exp2`/`log2`.
+/// one load comes late (the `jit_sass` snapshot's "LDG in flight"). A step's states past the
+/// last are not read (`score(k, false)`, `values(k, false)` give anything finite) and weigh 0.
+/// The host and the device run this same function: their merges differ only in `exp2`/`log2`.
 #[inline(always)]
 fn merged<const VEC: usize, const UNROLL: usize, const STEP: usize>(
     states: u32,

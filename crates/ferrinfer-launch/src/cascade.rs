@@ -21,6 +21,7 @@
 use std::sync::OnceLock;
 
 use ferrinfer_jit::cascade::{CascadeModule, UNROLLED};
+use ferrinfer_jit::spec::vector_widths;
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::cascade::{MergeParams, merge_row};
 use ferrinfer_kernels::element::DType;
@@ -331,9 +332,8 @@ const MAX_GRID_X: u64 = (1 << 31) - 1;
 /// `FERRINFER_CASCADE_LAYOUT=unroll:lanes:block` (each a number or `*`, the planner's choice):
 /// forces the vectors a lane merges at once where two states of rows of one head merge in the
 /// dtype's widest vectors (1, or 2 = [`UNROLLED`]; other calls go one at a time), the threads
-/// on a row (a power of
-/// two, 1 to 32; a lane takes every `lanes`-th vector) and the threads a block (a multiple of 32
-/// to 1024) — knobs for the benchmark, read once. A value outside those makes every cascade
+/// on a row (a power of two, 1 to 32; a lane takes every `lanes`-th vector) and the threads a
+/// block (a multiple of 32 to 1024) — knobs for the benchmark, read once. A value outside those makes every cascade
 /// call a configuration error naming the variable.
 pub const LAYOUT_VAR: &str = "FERRINFER_CASCADE_LAYOUT";
 
@@ -389,13 +389,13 @@ impl MergeLaunch {
 impl Plan {
     /// A row's vectors across up to a warp of lanes, the block's groups on consecutive rows,
     /// a block for every `groups` rows (the kernel strides past 2^31 − 1 of them); the unroll,
-    /// the lanes and the block as `forced` says where it does. Two states merge in their own entry where
-    /// a row is one head (`merge_state`'s always; `merge_states`' of two states when the
-    /// heads are one): it takes a row's place to be its index.
+    /// the lanes and the block as `forced` says where it does. Two states merge in their own
+    /// entry where a row is one head (`merge_state`'s always; `merge_states`' of two states
+    /// when the heads are one): it takes a row's place to be its index.
     fn kernel(&self, forced: LayoutOverride) -> MergeLaunch {
         let vectors = (self.params.width / self.vec).max(1);
         let states = if self.params.heads == 1 { self.params.states } else { 0 };
-        let widest = self.vec as usize * self.dtype.size() == 16;
+        let widest = vector_widths(self.dtype).next() == Some(self.vec);
         let unroll = if widest && states == 2 { forced.unroll.unwrap_or(1) } else { 1 };
         let lanes = forced.lanes.unwrap_or_else(|| vectors.div_ceil(unroll).next_power_of_two().min(MAX_LANES));
         let block = forced.block.unwrap_or(BLOCK_THREADS);
