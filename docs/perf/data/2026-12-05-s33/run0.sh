@@ -6,8 +6,8 @@
 # its results copied to $OUT as it ends (a run cut at its limit still returns them):
 # 1. the committed cascade and page kernels (sessions 32's two-state entries and append walk,
 #    never run on a GPU): their GPU tests (not the > 2^31 case, not the page layouts sweep);
-# 2. the variant `floor`: the sampling GPU tests (not > 2^31, the million draws, softmax);
-# 3. `floor` beside the bundle's kernels (`base`), Rust bench, interleaved, twice, bf16 top-k;
+# 2. `floor` beside the bundle's kernels (`base`), Rust bench, interleaved, twice, bf16 top-k;
+# 3. the variant `floor`: the sampling GPU tests (not > 2^31, the million draws, softmax);
 # 4. merge_state_in_place with the two-state merge unrolled (FERRINFER_CASCADE_LAYOUT=2)
 #    against the planner's launch, after its own tests under that layout;
 # 5. memcheck over the cascade, page and filter-cluster sanitizer cases.
@@ -26,13 +26,13 @@ TESTS_FILTER=cascade_gpu TESTS_SKIP=over_2_pow_31 timeout 100 bash .bundle/suite
 save tests tests-cascade $?
 TESTS_FILTER=page_gpu TESTS_SKIP=layouts timeout 60 bash .bundle/suite.sh tests > /dev/null 2>&1
 save tests tests-page $?
-AOT_VARIANT=floor TESTS_FILTER=sampling_gpu TESTS_SKIP="over_2_pow_31 million_draws softmax" timeout 200 \
-  bash .bundle/suite.sh tests > /dev/null 2>&1
-save tests tests-sampling-floor $?
 VARIANT_CASES="top_k_mask_logits:64:128256 top_k_mask_logits:256:32000 top_k_mask_logits:1:128256 \
   top_k_renorm_probs:256:32000 top_k_renorm_probs:64:128256 top_k_mask_logits:256:128256" \
   VARIANT_LAYOUT_VAR=FERRINFER_SAMPLING_LAYOUT POINT_DTYPE=bf16 timeout 90 bash .bundle/suite.sh variants > /dev/null 2>&1
 save variants variants-bf16 $?
+AOT_VARIANT=floor TESTS_FILTER=sampling_gpu TESTS_SKIP="over_2_pow_31 million_draws softmax" timeout 200 \
+  bash .bundle/suite.sh tests > /dev/null 2>&1
+save tests tests-sampling-floor $?
 FERRINFER_CASCADE_LAYOUT=2 TESTS_FILTER=cascade_gpu TESTS_SKIP="over_2_pow_31 grid" timeout 40 \
   bash .bundle/suite.sh tests > /dev/null 2>&1
 save tests tests-cascade-unrolled $?
