@@ -333,8 +333,8 @@ const MAX_GRID_X: u64 = (1 << 31) - 1;
 /// forces the vectors a lane merges at once where two states of rows of one head merge in the
 /// dtype's widest vectors (1, or 2 = [`UNROLLED`]; other calls go one at a time), the threads
 /// on a row (a power of two, 1 to 32; a lane takes every `lanes`-th vector) and the threads a
-/// block (a multiple of 32 to 1024) — knobs for the benchmark, read once. A value outside those makes every cascade
-/// call a configuration error naming the variable.
+/// block (a multiple of 32 to 1024) — knobs for the benchmark, read once. A value outside
+/// those makes every cascade call a configuration error naming the variable.
 pub const LAYOUT_VAR: &str = "FERRINFER_CASCADE_LAYOUT";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

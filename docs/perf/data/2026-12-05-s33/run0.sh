@@ -4,7 +4,7 @@
 # working tree, the top-k filters' floor from the threads' maxima, built by
 # scripts/gpu/variant.sh floor sampling). In order of what decides most, each step bounded,
 # its results copied to $OUT as it ends (a run cut at its limit still returns them):
-# 1. the committed cascade and page kernels (sessions 32's two-state entries and append walk,
+# 1. the committed cascade and page kernels (session 32's two-state entries and append walk,
 #    never run on a GPU): their GPU tests (not the > 2^31 case, not the page layouts sweep);
 # 2. `floor` beside the bundle's kernels (`base`), Rust bench, interleaved, twice, bf16 top-k;
 # 3. the variant `floor`: the sampling GPU tests (not > 2^31, the million draws, softmax);
