@@ -326,6 +326,14 @@ fn check_disjoint(outputs: [Named; 2], own: Option<[Named; 2]>, inputs: &[Named]
 const BLOCK_THREADS: u32 = 128;
 /// Threads on one row at most (a warp: a row's lanes synchronise as one).
 const MAX_LANES: u32 = 32;
+/// Two states of rows in the widest vectors merge [`UNROLLED`] vectors a lane at once where a
+/// row holds this many vectors or more (one at a time they take a whole warp a row): H100 bf16,
+/// head_dim 256, 32 and 4096 rows 14 % faster, 65536 the same (docs/perf/cascade.md, session 34).
+const UNROLL_MIN_ROW_VECTORS: u32 = 32;
+/// …or where the call holds this many vectors in all: below it, head_dim 128 at 32 and 512 rows
+/// runs 14 % and 4–5 % slower unrolled (fewer, longer lanes on a launch that fills no machine),
+/// from it the same or faster (65536 rows: head_dim 128 1–4 %, 64 1.5–7 %).
+const UNROLL_MIN_VECTORS: u64 = 1 << 18;
 /// The grid's x dimension at most (CUDA's limit).
 const MAX_GRID_X: u64 = (1 << 31) - 1;
 
@@ -388,15 +396,16 @@ impl MergeLaunch {
 
 impl Plan {
     /// A row's vectors across up to a warp of lanes, the block's groups on consecutive rows,
-    /// a block for every `groups` rows (the kernel strides past 2^31 − 1 of them); the unroll,
-    /// the lanes and the block as `forced` says where it does. Two states merge in their own
+    /// a block for every `groups` rows (the kernel strides past 2^31 − 1 of them), two states
+    /// in the widest vectors unrolled where [`Plan::unroll`] says; the unroll, the lanes and the
+    /// block as `forced` says where it does. Two states merge in their own
     /// entry where a row is one head (`merge_state`'s always; `merge_states`' of two states
     /// when the heads are one): it takes a row's place to be its index.
     fn kernel(&self, forced: LayoutOverride) -> MergeLaunch {
         let vectors = (self.params.width / self.vec).max(1);
         let states = if self.params.heads == 1 { self.params.states } else { 0 };
         let widest = vector_widths(self.dtype).next() == Some(self.vec);
-        let unroll = if widest && states == 2 { forced.unroll.unwrap_or(1) } else { 1 };
+        let unroll = if widest && states == 2 { forced.unroll.unwrap_or_else(|| self.unroll(vectors)) } else { 1 };
         let lanes = forced.lanes.unwrap_or_else(|| vectors.div_ceil(unroll).next_power_of_two().min(MAX_LANES));
         let block = forced.block.unwrap_or(BLOCK_THREADS);
         let groups = (block / lanes) as u64;
@@ -404,6 +413,12 @@ impl Plan {
         let params = MergeParams { lanes, ..self.params };
         let launch = Launch { entry: 0, params, grid: (grid_x, 1), block, shared_bytes: 0, cluster: 1 };
         MergeLaunch { launch, shape: (self.vec, unroll, states) }
+    }
+
+    /// The planner's unroll of two states in the widest vectors, a row of `vectors` of them.
+    fn unroll(&self, vectors: u32) -> u32 {
+        let total = self.params.rows.saturating_mul(vectors as u64);
+        if vectors >= UNROLL_MIN_ROW_VECTORS || total >= UNROLL_MIN_VECTORS { UNROLLED } else { 1 }
     }
 }
 
@@ -499,9 +514,9 @@ mod tests {
 
     #[test]
     fn a_row_takes_a_warp_at_most_and_a_block_takes_the_rest_in_rows() {
-        let launch = launch_of(128, 8, 32 * 16384);
+        let launch = launch_of(128, 8, 32 * 128);
         assert_eq!((launch.params.lanes, launch.block), (16, 128), "head_dim 128 bf16: 16 vectors, 8 rows a block");
-        assert_eq!(launch.grid, (65_536, 1), "524288 rows / 8 a block");
+        assert_eq!(launch.grid, (512, 1), "4096 rows / 8 a block");
         assert_eq!(launch_of(1000, 8, 3).params.lanes, 32, "125 vectors: a warp, 4 each");
         assert_eq!(launch_of(6, 2, 5).params.lanes, 4, "3 vectors: 4 lanes, one idle");
         assert_eq!(launch_of(6, 2, 5).grid, (1, 1));
@@ -514,6 +529,22 @@ mod tests {
         assert_eq!(plan.kernel(LayoutOverride::default()).shape, (8, 1, 2));
         let heads = Plan { params: MergeParams { heads: 32, ..plan.params }, ..plan };
         assert_eq!(heads.kernel(LayoutOverride::default()).shape, (8, 1, 0), "heads: the any-count entry");
+    }
+
+    #[test]
+    fn the_planner_unrolls_two_states_on_rows_of_a_warps_vectors_or_calls_of_many_vectors() {
+        let unroll = |width, vec, rows| plan_of(width, vec, rows).kernel(LayoutOverride::default()).shape.1;
+        assert_eq!(unroll(256, 8, 32), 2, "head_dim 256 bf16: 32 vectors a row");
+        assert_eq!(unroll(128, 8, 32), 1, "head_dim 128, 32 rows: 512 vectors");
+        assert_eq!(unroll(128, 8, 16383), 1, "one row short of 2^18 vectors");
+        assert_eq!(unroll(128, 8, 16384), 2, "2^18 vectors");
+        assert_eq!(unroll(64, 8, 32768), 2, "head_dim 64: 8 vectors a row, 2^18 in all");
+        assert_eq!(unroll(64, 8, 4096), 1);
+        assert_eq!(unroll(512, 4, 1 << 20), 1, "not the widest vectors: one at a time");
+        let launch = launch_of(128, 8, 32 * 16384);
+        assert_eq!((launch.params.lanes, launch.grid), (8, (32_768, 1)), "16 vectors 2 a lane: 16 rows a block");
+        let forced = LayoutOverride { unroll: Some(1), ..LayoutOverride::default() };
+        assert_eq!(plan_of(256, 8, 32).kernel(forced).shape.1, 1, "forced one at a time");
     }
 
     #[test]
