@@ -330,10 +330,11 @@ const MAX_LANES: u32 = 32;
 /// row holds this many vectors or more (one at a time they take a whole warp a row): H100 bf16,
 /// head_dim 256, 32 and 4096 rows 14 % faster, 65536 the same (docs/perf/cascade.md, session 34).
 const UNROLL_MIN_ROW_VECTORS: u32 = 32;
-/// …or where the call holds this many vectors in all: below it, head_dim 128 at 32 and 512 rows
-/// runs 14 % and 4–5 % slower unrolled (fewer, longer lanes on a launch that fills no machine),
-/// from it the same or faster (65536 rows: head_dim 128 1–4 %, 64 1.5–7 %).
-const UNROLL_MIN_VECTORS: u64 = 1 << 18;
+/// …or where the call holds this many vectors in all (1024 rows of head_dim 128): below it,
+/// 32 and 512 rows of 128 run 14 % and 4–5 % slower unrolled (fewer, longer lanes on a launch
+/// that fills no machine); from it the same or faster — 1024 rows 2–3 %, 4096 rows 10 % from
+/// Python (the same in the Rust bench), 65536 rows 1–4 % (head_dim 64: 1.5–7 %).
+const UNROLL_MIN_VECTORS: u64 = 1 << 14;
 /// The grid's x dimension at most (CUDA's limit).
 const MAX_GRID_X: u64 = (1 << 31) - 1;
 
@@ -514,9 +515,9 @@ mod tests {
 
     #[test]
     fn a_row_takes_a_warp_at_most_and_a_block_takes_the_rest_in_rows() {
-        let launch = launch_of(128, 8, 32 * 128);
+        let launch = launch_of(128, 8, 32 * 16);
         assert_eq!((launch.params.lanes, launch.block), (16, 128), "head_dim 128 bf16: 16 vectors, 8 rows a block");
-        assert_eq!(launch.grid, (512, 1), "4096 rows / 8 a block");
+        assert_eq!(launch.grid, (64, 1), "512 rows / 8 a block");
         assert_eq!(launch_of(1000, 8, 3).params.lanes, 32, "125 vectors: a warp, 4 each");
         assert_eq!(launch_of(6, 2, 5).params.lanes, 4, "3 vectors: 4 lanes, one idle");
         assert_eq!(launch_of(6, 2, 5).grid, (1, 1));
@@ -536,10 +537,10 @@ mod tests {
         let unroll = |width, vec, rows| plan_of(width, vec, rows).kernel(LayoutOverride::default()).shape.1;
         assert_eq!(unroll(256, 8, 32), 2, "head_dim 256 bf16: 32 vectors a row");
         assert_eq!(unroll(128, 8, 32), 1, "head_dim 128, 32 rows: 512 vectors");
-        assert_eq!(unroll(128, 8, 16383), 1, "one row short of 2^18 vectors");
-        assert_eq!(unroll(128, 8, 16384), 2, "2^18 vectors");
-        assert_eq!(unroll(64, 8, 32768), 2, "head_dim 64: 8 vectors a row, 2^18 in all");
-        assert_eq!(unroll(64, 8, 4096), 1);
+        assert_eq!(unroll(128, 8, 1023), 1, "one row short of 2^14 vectors");
+        assert_eq!(unroll(128, 8, 1024), 2, "2^14 vectors");
+        assert_eq!(unroll(64, 8, 2048), 2, "head_dim 64: 8 vectors a row, 2^14 in all");
+        assert_eq!(unroll(64, 8, 2047), 1);
         assert_eq!(unroll(512, 4, 1 << 20), 1, "not the widest vectors: one at a time");
         let launch = launch_of(128, 8, 32 * 16384);
         assert_eq!((launch.params.lanes, launch.grid), (8, (32_768, 1)), "16 vectors 2 a lane: 16 rows a block");
