@@ -1,0 +1,34 @@
+#!/bin/bash
+# Prepared in session 34 for branch s34-two-state-heads (not run): `merge_states` of two states
+# with heads through the two-state entry (its own walk for heads > 1), against main's any-count
+# entry. One warm machine, same GPU for both: (1) a call carrying .peers/a that copies it to
+# /tmp/peers; (2) a call carrying .peers/b and .peers/cccl that runs `install` below; (3) a call
+# carrying .bundle built on the branch (scripts/gpu/bundle.sh) running `measure heads`; then move
+# that .bundle out of the repository, put main's in its place, (4) a call carrying it running
+# `measure main`. Results under $OUT/NAME/ (NAME: heads or main).
+case "$1" in
+  install)
+    source .peers/b/install.sh > /tmp/install.log 2>&1; mkdir -p /tmp/site; tar xJf .peers/cccl/cccl.tar.xz -C /tmp/site
+    tail -3 /tmp/install.log ;;
+  measure)
+    export SUITE_OUT=/tmp/heads-$2; mkdir -p $SUITE_OUT
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $SUITE_OUT/gpu.txt; cat .bundle/commit >> $SUITE_OUT/gpu.txt
+    if [ "$2" = heads ]; then # the new device path: two states of rows with heads, tests and sanitizers first
+      TESTS_FILTER=cascade_gpu TESTS_SKIP=over_2_pow_31 timeout 120 bash .bundle/suite.sh tests > /dev/null 2>&1
+      echo "tests rc=$?" >> $SUITE_OUT/gpu.txt
+      for tool in memcheck racecheck; do
+        SANITIZER_TESTS=cascade_gpu_sanitizer SANITIZER_TIMEOUT=60 timeout 70 bash .bundle/suite.sh $tool > /dev/null 2>&1
+        echo "$tool rc=$?" >> $SUITE_OUT/gpu.txt
+      done
+    fi
+    for pass in 1 2; do
+      PYBENCH_FAMILIES=cascade PYBENCH_DTYPES=bfloat16 PYBENCH_EAGER=0 \
+        PYBENCH_OPS=merge_state,merge_state_in_place,merge_states,merge_states_2 timeout 120 \
+        bash .bundle/suite.sh pybench > /dev/null 2>&1
+      echo "pybench pass $pass rc=$?" >> $SUITE_OUT/gpu.txt
+      mv $SUITE_OUT/py-cascade-bfloat16.csv $SUITE_OUT/py-cascade-bfloat16-pass$pass.csv
+    done
+    mkdir -p $OUT/$2; cp $SUITE_OUT/*.csv $SUITE_OUT/*.log $SUITE_OUT/gpu.txt $OUT/$2/ 2>/dev/null
+    cat $SUITE_OUT/gpu.txt; grep -hE "^test |test result|ERROR SUMMARY|RACECHECK SUMMARY" $SUITE_OUT/*.log 2>/dev/null | grep -v " 0 passed" ;;
+  *) echo "usage: heads.sh install | measure heads|main" >&2; exit 2 ;;
+esac
