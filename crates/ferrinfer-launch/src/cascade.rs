@@ -332,8 +332,10 @@ const MAX_LANES: u32 = 32;
 const UNROLL_MIN_ROW_VECTORS: u32 = 32;
 /// …or where the call holds this many vectors in all (1024 rows of head_dim 128): below it,
 /// 32 and 512 rows of 128 run 14 % and 4–5 % slower unrolled (fewer, longer lanes on a launch
-/// that fills no machine); from it the same or faster — 1024 rows 2–3 %, 4096 rows 10 % from
-/// Python (the same in the Rust bench), 65536 rows 1–4 % (head_dim 64: 1.5–7 %).
+/// that fills no machine); from it 1024 rows 2–3 % faster, 4096 rows 10 % faster from Python
+/// (no difference in the Rust bench), 65536 rows 1–4 % (head_dim 64: 1.5–7 %), but head_dim 64
+/// at 4096 rows 1.5 % slower. Both thresholds timed in bf16 only: f32 (head_dim 128 is 32
+/// vectors of 4) takes the same rule untimed.
 const UNROLL_MIN_VECTORS: u64 = 1 << 14;
 /// The grid's x dimension at most (CUDA's limit).
 const MAX_GRID_X: u64 = (1 << 31) - 1;

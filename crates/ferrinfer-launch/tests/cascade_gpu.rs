@@ -1,11 +1,11 @@
 //! The cascade family on a CUDA GPU through the public API: every op and dtype over head
 //! dimensions and row counts (past the grid's 65535 blocks too), `merge_states` of 1 to 9
 //! states, every kernel path at sanitizer-friendly sizes, and more than 2^31 elements a state. Without a CUDA driver or
-//! device every test prints that it was skipped and passes (CI has no GPU). The planner takes
-//! the entries merging two vectors a lane only for some calls (rows of 32 vectors or more, calls
-//! of 2^14 vectors or more); run the binary again with `FERRINFER_CASCADE_LAYOUT=1` and `=2` to
-//! put every call through one or the other (session 34 ran them with `=2`, and on the planner
-//! of then, which took one at a time everywhere: docs/perf/gpu-correctness.md).
+//! device every test prints that it was skipped and passes (CI has no GPU). The planner merges
+//! two states in the widest vectors two vectors a lane only for some calls (rows of 32 vectors
+//! or more, calls of 2^14 vectors or more); run the binary again with
+//! `FERRINFER_CASCADE_LAYOUT=1` and `=2` to force those calls one way (session 34 ran it at
+//! 0453968, one vector a lane everywhere, and again with `=2`: docs/perf/gpu-correctness.md).
 
 mod support;
 
