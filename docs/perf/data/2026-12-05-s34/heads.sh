@@ -13,13 +13,22 @@ case "$1" in
   measure)
     export SUITE_OUT=/tmp/heads-$2; mkdir -p $SUITE_OUT
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $SUITE_OUT/gpu.txt; cat .bundle/commit >> $SUITE_OUT/gpu.txt
-    if [ "$2" = heads ]; then # the new device path: two states of rows with heads, tests and sanitizers first
-      TESTS_FILTER=cascade_gpu TESTS_SKIP=over_2_pow_31 timeout 120 bash .bundle/suite.sh tests > /dev/null 2>&1
-      echo "tests rc=$?" >> $SUITE_OUT/gpu.txt
+    if [ "$2" = heads ]; then # the new device path, two states of rows with heads, checked first:
+      # the GPU tests on the planner's launch and with every two-state call unrolled (layout 2);
+      # the sanitizers over the cases with heads (merge_states of 1-9 states, 1 and 3 heads) and
+      # the sanitizer case; the Python CUDA tests (two states with heads in f32/f16/bf16, both
+      # walks, bitwise against merge_state).
+      for layout in "" 2; do
+        FERRINFER_CASCADE_LAYOUT=$layout TESTS_FILTER=cascade_gpu TESTS_SKIP=over_2_pow_31 timeout 120 \
+          bash .bundle/suite.sh tests > /dev/null 2>&1
+        echo "tests layout=$layout rc=$?" >> $SUITE_OUT/gpu.txt; mv $SUITE_OUT/tests.log $SUITE_OUT/tests-layout$layout.log
+      done
       for tool in memcheck racecheck; do
-        SANITIZER_TESTS=cascade_gpu_sanitizer SANITIZER_TIMEOUT=60 timeout 70 bash .bundle/suite.sh $tool > /dev/null 2>&1
+        SANITIZER_TESTS="cascade_gpu_sanitizer\|merge_states_of_any_count" SANITIZER_TIMEOUT=60 timeout 130 \
+          bash .bundle/suite.sh $tool > /dev/null 2>&1
         echo "$tool rc=$?" >> $SUITE_OUT/gpu.txt
       done
+      timeout 150 bash .bundle/suite.sh python > /dev/null 2>&1; echo "python rc=$?" >> $SUITE_OUT/gpu.txt
     fi
     for pass in 1 2; do
       PYBENCH_FAMILIES=cascade PYBENCH_DTYPES=bfloat16 PYBENCH_EAGER=0 \
