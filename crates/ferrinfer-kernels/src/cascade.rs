@@ -215,13 +215,29 @@ mod device_kernels {
     /// inside one: a row's scores are read by every lane before its first lane writes the
     /// merged score, which in place overwrites state 0's.
     /// Loads are coherent: in place the kernel writes what it reads. `STATES`: the states
-    /// merged, fixed (2: `merge_state`, an entry of its own, whose merge is one unrolled step
-    /// in fewer registers, for rows of one head) or 0, `p.states` at run time. Launcher's
+    /// merged, fixed (2: `merge_state`'s and any two states', an entry of its own whose merge
+    /// is one unrolled step in fewer registers) or 0, `p.states` at run time. Launcher's
     /// guarantees: `width`, every stride and pointer are multiples of `VEC` elements (scores:
-    /// f32-aligned); `p.heads` is 1 where `STATES` is 2.
+    /// f32-aligned).
     #[inline(always)]
     pub unsafe fn merge_rows<T: Element, const VEC: usize, const UNROLL: usize, const STATES: u32>(p: &MergeParams) {
         chain_after_prior_grids();
+        // Rows of one head (every `merge_state`) in a walk of their own: a row's place is its
+        // index, its pointers one product of a stride each — the division by the heads (a
+        // 64-bit subroutine) and the heads' stride products are not in that copy.
+        if p.heads == 1 {
+            unsafe { walk_rows::<T, VEC, UNROLL, STATES>(p, |row| (row, 0)) }
+        } else {
+            unsafe { walk_rows::<T, VEC, UNROLL, STATES>(p, |row| p.position(row)) }
+        }
+    }
+
+    /// [`merge_rows`]' walk, `place` giving a row's `(outer, head)`.
+    #[inline(always)]
+    unsafe fn walk_rows<T: Element, const VEC: usize, const UNROLL: usize, const STATES: u32>(
+        p: &MergeParams,
+        place: impl Fn(u64) -> (u64, u64),
+    ) {
         // Lanes a power of two (the launcher's guarantee): groups by shifts, no division.
         let shift = p.lanes.trailing_zeros();
         let (group, lane) = (thread_index().wrapping_shr(shift), thread_index() & p.lanes.wrapping_sub(1));
@@ -237,10 +253,7 @@ mod device_kernels {
         while first < p.rows {
             let row = first + group as u64;
             let live = row < p.rows;
-            // A two-state entry's rows have one head (the launcher's guarantee): a row's place
-            // is its index, and its pointers one product of a stride each.
-            let position = if STATES == 2 { (row, 0) } else { p.position(row) };
-            let at = p.row_pointers::<T>(position);
+            let at = p.row_pointers::<T>(place(row));
             let mut merged_score = f32::NEG_INFINITY;
             if live {
                 merged_score = unsafe { merge_vectors::<T, VEC, UNROLL, STATES>(p, &at, lane, vectors) };

@@ -341,11 +341,11 @@ const UNROLL_MIN_VECTORS: u64 = 1 << 14;
 const MAX_GRID_X: u64 = (1 << 31) - 1;
 
 /// `FERRINFER_CASCADE_LAYOUT=unroll:lanes:block` (each a number or `*`, the planner's choice):
-/// forces the vectors a lane merges at once where two states of rows of one head merge in the
-/// dtype's widest vectors (1, or 2 = [`UNROLLED`]; other calls go one at a time), the threads
-/// on a row (a power of two, 1 to 32; a lane takes every `lanes`-th vector) and the threads a
-/// block (a multiple of 32 to 1024) — knobs for the benchmark, read once. A value outside
-/// those makes every cascade call a configuration error naming the variable.
+/// forces the vectors a lane merges at once where two states merge in the dtype's widest
+/// vectors (1, or 2 = [`UNROLLED`]; other calls go one at a time), the threads on a row (a
+/// power of two, 1 to 32; a lane takes every `lanes`-th vector) and the threads a block (a
+/// multiple of 32 to 1024) — knobs for the benchmark, read once. A value outside those makes
+/// every cascade call a configuration error naming the variable.
 pub const LAYOUT_VAR: &str = "FERRINFER_CASCADE_LAYOUT";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -377,8 +377,8 @@ fn parse_layout(value: &str) -> Option<LayoutOverride> {
 }
 
 /// A planned launch (its entry to be found) and the kernel it needs: vector width, vectors a
-/// lane merges at once, states merged (0 where rows have heads, which only the any-count entry
-/// takes: [`CascadeModule::entry`] maps a count without an entry of its own to that one).
+/// lane merges at once, states merged ([`CascadeModule::entry`] maps a count without an entry
+/// of its own, any but 2, to the any-count entry).
 struct MergeLaunch {
     launch: Launch<MergeParams>,
     shape: (u32, u32, u32),
@@ -401,12 +401,11 @@ impl Plan {
     /// A row's vectors across up to a warp of lanes, the block's groups on consecutive rows,
     /// a block for every `groups` rows (the kernel strides past 2^31 − 1 of them), two states
     /// in the widest vectors unrolled where [`Plan::unroll`] says; the unroll, the lanes and the
-    /// block as `forced` says where it does. Two states merge in their own
-    /// entry where a row is one head (`merge_state`'s always; `merge_states`' of two states
-    /// when the heads are one): it takes a row's place to be its index.
+    /// block as `forced` says where it does. Two states merge in their own entry
+    /// (`merge_state`'s, and `merge_states`' of two states, with heads or not).
     fn kernel(&self, forced: LayoutOverride) -> MergeLaunch {
         let vectors = (self.params.width / self.vec).max(1);
-        let states = if self.params.heads == 1 { self.params.states } else { 0 };
+        let states = self.params.states;
         let widest = vector_widths(self.dtype).next() == Some(self.vec);
         let unroll = if widest && states == 2 { forced.unroll.unwrap_or_else(|| self.unroll(vectors)) } else { 1 };
         let lanes = forced.lanes.unwrap_or_else(|| vectors.div_ceil(unroll).next_power_of_two().min(MAX_LANES));
@@ -527,11 +526,11 @@ mod tests {
     }
 
     #[test]
-    fn two_states_take_their_entry_only_where_a_row_is_one_head() {
+    fn two_states_take_their_entry_with_heads_or_not() {
         let plan = plan_of(128, 8, 64);
         assert_eq!(plan.kernel(LayoutOverride::default()).shape, (8, 1, 2));
         let heads = Plan { params: MergeParams { heads: 32, ..plan.params }, ..plan };
-        assert_eq!(heads.kernel(LayoutOverride::default()).shape, (8, 1, 0), "heads: the any-count entry");
+        assert_eq!(heads.kernel(LayoutOverride::default()).shape, (8, 1, 2), "heads: the same entry");
     }
 
     #[test]

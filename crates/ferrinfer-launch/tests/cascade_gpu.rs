@@ -55,7 +55,8 @@ fn cascade_gpu_over_2_pow_31_elements() {
 #[test]
 fn cascade_gpu_merge_states_of_any_count() {
     let Some(gpu) = Gpu::get("cascade_gpu_merge_states_of_any_count") else { return };
-    // One head too: two states of rows of one head take the two-state entry.
+    // One head and three: two states take the two-state entry's walk of one head, then its walk
+    // dividing by the heads.
     for heads in [1usize, 3] {
         merge_states_against_f64(&gpu, heads);
     }
