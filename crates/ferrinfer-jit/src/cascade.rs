@@ -20,7 +20,7 @@ pub struct CascadeModule {
 
 impl CascadeModule {
     /// The entry index merging `states` states — its own entry for two (`merge_state`'s, and
-    /// `merge_states`' of two states where the heads are one), else the one taking any count —
+    /// `merge_states`' of two states, heads or not), else the one taking any count —
     /// in vectors of `vec` elements, `unroll` of them at once, if the module has it (every width
     /// the dtype has, one at a time; for two states the widest also [`UNROLLED`] at once).
     pub fn entry(&self, vec: u32, unroll: u32, states: u32) -> Option<usize> {

@@ -272,6 +272,19 @@ def test_merge_state_on_the_device(dtype):
     assert torch.equal(v_a, v) and torch.equal(s_a, s)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seq", [7, 300])
+def test_merge_states_of_two_states_with_heads_is_merge_state_on_the_device(dtype, seq):
+    """`[seq, 2, 32, 128]` takes the two-state entries' walk dividing by the heads: 7 tokens one
+    vector a lane, 300 (9600 rows, over 2^14 vectors in 16-bit) two."""
+    v, s = randn(seq, 2, 32, 128, dtype=dtype), randn(seq, 2, 32, dtype=torch.float32) * 4
+    s[0, 1, 3] = float("-inf")
+    stacked = ferrinfer.merge_states(v, s)
+    halves = [t[:, k].contiguous() for k in (0, 1) for t in (v, s)]
+    pair = ferrinfer.merge_state(*halves)
+    assert all(torch.equal(a, b) for a, b in zip(stacked, pair))
+
+
 def rope_ref(x, pos, theta=1e4):
     """NeoX rope in float64 at FlashInfer's f32 angle: f32(pos) · f32(theta^(−2i/D))."""
     half = x.shape[-1] // 2
