@@ -562,6 +562,14 @@ const FEW_ROWS_MIN_SLICE: u64 = 4000;
 /// A filter's threads a block at most when its batch is too small to fill the multiprocessors
 /// (bf16 top-k mask 128256 × 1: 11.8 µs with 512, 14.7 with 256).
 const FEW_ROWS_BLOCK_THREADS: u32 = 512;
+/// A filter's threads a block where its batch holds one or two blocks a multiprocessor and a
+/// slice of the row fits in shared memory ([`Plan::filter_split`]; H100, 2026-12-05: bf16
+/// top-k mask 32000 × 64 in 2 blocks of 512 11.4 µs, of 256 14.1).
+const WIDE_FILTER_BLOCK_THREADS: u32 = 512;
+/// The widest block a filter takes, where its entry can and each thread still has four
+/// vectors of its slice ([`Plan::filter_split`]; H100, 2026-12-05: bf16 top-k mask 128256 × 64 in
+/// 2 blocks of 1024 23.9 µs, of 512 29.1).
+const WIDEST_FILTER_BLOCK_THREADS: u32 = 1024;
 /// The grid's y dimension at most (CUDA's limit); the kernel strides over further rows.
 const MAX_GRID_Y: u64 = 65_535;
 
@@ -618,8 +626,10 @@ impl Plan {
         limits: &Limits,
         forced: LayoutOverride,
     ) -> Result<Launch<FilterParams>, Error> {
+        let staged = |slices| self.staged_shared_bytes(slices, FILTER_HEADER_BYTES, limits.max_shared_bytes).0;
+        let planned = self.filter_split(limits.multiprocessors, limits.clusters, limits.max_threads(entry), staged);
         let (params, grid, block, shared_bytes) =
-            self.staged_layout(params, FILTER_HEADER_BYTES, entry, limits, forced)?;
+            self.staged_layout(params, FILTER_HEADER_BYTES, planned, entry, limits, forced)?;
         Ok(Launch { entry, params, grid, block, shared_bytes, cluster: grid.0 })
     }
 
@@ -634,7 +644,8 @@ impl Plan {
         forced: LayoutOverride,
     ) -> Result<Launch<SampleParams>, Error> {
         let (filter, grid, block, shared_bytes) = if stages {
-            self.staged_layout(params.filter, SAMPLE_HEADER_BYTES, entry, limits, forced)?
+            let planned = self.staged_split(limits.multiprocessors);
+            self.staged_layout(params.filter, SAMPLE_HEADER_BYTES, planned, entry, limits, forced)?
         } else {
             let planned = self.streamed_split(limits.multiprocessors);
             let ((slices, rows), block) = self.geometry(limits.clusters, limits.max_threads(entry), planned, forced)?;
@@ -644,17 +655,18 @@ impl Plan {
     }
 
     /// The layout of a kernel that stages its block's slice after `header` bytes of shared
-    /// memory (the filters', the sampling ops'): `params` with its slices and staging, the grid
-    /// (blocks a row, rows in parallel), the block and the dynamic shared memory.
+    /// memory (the filters', the sampling ops'), `planned` (blocks a row, threads a block at
+    /// most) unless forced: `params` with its slices and staging, the grid (blocks a row, rows
+    /// in parallel), the block and the dynamic shared memory.
     fn staged_layout(
         &self,
         params: FilterParams,
         header: u32,
+        planned: (u32, u32),
         entry: usize,
         limits: &Limits,
         forced: LayoutOverride,
     ) -> Result<(FilterParams, (u32, u32), u32, u32), Error> {
-        let planned = self.filter_split(limits.multiprocessors);
         let ((slices, rows), block) = self.geometry(limits.clusters, limits.max_threads(entry), planned, forced)?;
         let (staged, shared_bytes) = self.staged_shared_bytes(slices, header, limits.max_shared_bytes);
         Ok((FilterParams { slices, staged: staged as u32, ..params }, (slices, rows), block, shared_bytes))
@@ -675,13 +687,51 @@ impl Plan {
         1 << ((self.vocab / min_slice).clamp(1, most as u64) as u32).ilog2()
     }
 
-    /// A filter's (blocks a row, threads a block), from the layout sweep of 2026-12-02
-    /// (docs/perf/sampling.md, session 12): a batch that leaves most multiprocessors idle even
-    /// at 8 blocks a row splits its rows finer ([`FEW_ROWS_MIN_SLICE`]) into wider blocks
+    /// A filter's (blocks a row, threads a block at most), from the layout sweep of 2026-12-05
+    /// (docs/perf/sampling.md, session 35): where clusters share a row, the row is long enough
+    /// for [`Plan::staged_split`] to share it ([`MIN_SLICE`]) and the batch is past its few
+    /// rows, fewer and wider blocks than that split's. A batch of fewer rows than
+    /// multiprocessors takes 2 blocks a row where half a row fits in shared memory
+    /// (`staged(2)`), of [`WIDEST_FILTER_BLOCK_THREADS`] where the entry takes that many
+    /// (`max_threads`) and each thread still has four vectors, else [`WIDE_FILTER_BLOCK_THREADS`];
+    /// one of at most two rows a multiprocessor, a block of [`WIDE_FILTER_BLOCK_THREADS`] a row
+    /// where the whole row fits. Elsewhere (f32 128256-entry rows, where 8 blocks of 256 stayed
+    /// the fastest; more rows, where the split's smaller blocks won at 1024 rows) the staged
+    /// kernels' split. H100, µs, that split → this: bf16 top-k mask 32000 × 64 14.1 → 11.4,
+    /// × 256 24.3 → 21.1, 128256 × 64 34.9 → 23.9; bf16 top-k renorm 128256 × 64 37.1 → 29.0.
+    fn filter_split(
+        &self,
+        multiprocessors: u32,
+        clusters: bool,
+        max_threads: u32,
+        staged: impl Fn(u32) -> bool,
+    ) -> (u32, u32) {
+        let split = self.staged_split(multiprocessors);
+        let few_rows = self.rows * MAX_CLUSTER_BLOCKS as u64 <= multiprocessors as u64;
+        if few_rows || !clusters || self.split(MIN_SLICE, MAX_CLUSTER_BLOCKS) < 2 {
+            return split;
+        }
+        if self.rows < multiprocessors as u64 && staged(2) {
+            // Multiprocessors a block a row would leave idle: what they lack is threads.
+            let vectors_per_slice = (self.vocab / self.vec as u64).div_ceil(2);
+            let widest = WIDEST_FILTER_BLOCK_THREADS;
+            let wide = max_threads >= widest && vectors_per_slice >= 4 * widest as u64;
+            (2, if wide { widest } else { WIDE_FILTER_BLOCK_THREADS })
+        } else if self.rows <= 2 * multiprocessors as u64 && staged(1) {
+            (1, WIDE_FILTER_BLOCK_THREADS)
+        } else {
+            split
+        }
+    }
+
+    /// A staged kernel's (blocks a row, threads a block), from the layout sweep of 2026-12-02
+    /// (docs/perf/sampling.md, session 12; the staged sampling ops', and the filters' outside
+    /// [`Plan::filter_split`]'s rows): a batch that leaves most multiprocessors idle even at 8
+    /// blocks a row splits its rows finer ([`FEW_ROWS_MIN_SLICE`]) into wider blocks
     /// ([`FEW_ROWS_BLOCK_THREADS`]: more loads in flight a row); a larger one as softmax, but
     /// 16-bit rows in at most 4 blocks (clusters of 8 cost them more than their slices' halved
     /// work saves: 128256 × 256 renorm 151.7 µs in 8 blocks, 125.2 in 4).
-    fn filter_split(&self, multiprocessors: u32) -> (u32, u32) {
+    fn staged_split(&self, multiprocessors: u32) -> (u32, u32) {
         if self.rows * MAX_CLUSTER_BLOCKS as u64 <= multiprocessors as u64 {
             return (self.split(FEW_ROWS_MIN_SLICE, MAX_CLUSTER_BLOCKS), FEW_ROWS_BLOCK_THREADS);
         }
@@ -696,7 +746,7 @@ impl Plan {
     /// multiprocessors once (× 64: 22.8 µs against 31.9 with 256), else 256.
     fn streamed_split(&self, multiprocessors: u32) -> (u32, u32) {
         if self.rows * MAX_CLUSTER_BLOCKS as u64 <= multiprocessors as u64 {
-            return self.filter_split(multiprocessors);
+            return self.staged_split(multiprocessors);
         }
         let slices = self.split(MIN_SLICE, 2);
         let block = if self.rows * slices as u64 <= multiprocessors as u64 { 512 } else { FILTER_BLOCK_THREADS };
@@ -1032,12 +1082,13 @@ mod tests {
         assert!(matches!(&error, Error::Config(text) if text.contains("at most 256")), "{error}");
     }
 
-    /// The filters' split by batch and dtype, at the sweep's points (H200: 132 multiprocessors).
+    /// The staged kernels' split by batch and dtype, at session 12's sweep's points (H200: 132
+    /// multiprocessors).
     #[test]
-    fn a_filter_splits_rows_finer_for_small_batches_and_16_bit_rows_less_for_large_ones() {
+    fn a_staged_kernel_splits_rows_finer_for_small_batches_and_16_bit_rows_less_for_large_ones() {
         let split = |rows, vocab: u32, dtype: DType| {
             let vec = 16 / dtype.size() as u32;
-            Plan { dtype, ..plan(rows, vocab, vec) }.filter_split(132)
+            Plan { dtype, ..plan(rows, vocab, vec) }.staged_split(132)
         };
         assert_eq!(split(1, 128256, DType::Bf16), (8, 512));
         assert_eq!(split(1, 32000, DType::F32), (8, 512), "4000 elements a block");
@@ -1048,6 +1099,40 @@ mod tests {
         assert_eq!(split(256, 128256, DType::F32), (8, 256));
         assert_eq!(split(256, 32000, DType::F32), (2, 256));
         assert_eq!(split(1, 3000, DType::F32), (1, 512), "below a slice: one block");
+    }
+
+    /// The filters' split at session 35's sweep's points and its edges (H100 and H200: 132
+    /// multiprocessors, 227 KB of shared memory a block).
+    #[test]
+    fn a_filter_takes_fewer_wider_blocks_where_its_batch_leaves_multiprocessors_free() {
+        let split = |rows, vocab: u32, dtype: DType, max_threads| {
+            let vec = 16 / dtype.size() as u32;
+            let plan = Plan { dtype, ..plan(rows, vocab, vec) };
+            let staged = |slices| plan.staged_shared_bytes(slices, FILTER_HEADER_BYTES, 232_448).0;
+            (plan.filter_split(132, true, max_threads, staged), plan.staged_split(132))
+        };
+        let planned = |rows, vocab, dtype, max_threads| split(rows, vocab, dtype, max_threads).0;
+        assert_eq!(planned(64, 32000, DType::Bf16, 1024), (2, 512), "2000 vectors a slice: not 4 a thread at 1024");
+        assert_eq!(planned(131, 32000, DType::Bf16, 1024), (2, 512));
+        assert_eq!(planned(64, 128256, DType::Bf16, 1024), (2, 1024), "the widest the entry takes");
+        assert_eq!(planned(64, 128256, DType::Bf16, 768), (2, 512), "an entry short of 1024 threads");
+        assert_eq!(planned(64, 32000, DType::F32, 768), (2, 512));
+        assert_eq!(planned(132, 32000, DType::Bf16, 1024), (1, 512), "a block a row from a row a multiprocessor");
+        assert_eq!(planned(256, 32000, DType::F32, 768), (1, 512), "128 KB a row: staged");
+        assert_eq!(planned(264, 32768, DType::Bf16, 1024), (1, 512), "4096 vectors, but the machine is full");
+        for (rows, vocab, dtype, why) in [
+            (265, 32000, DType::Bf16, "past two rows a multiprocessor"),
+            (1024, 32000, DType::F32, "many rows"),
+            (256, 128256, DType::Bf16, "250 KB a row: not staged in one block"),
+            (64, 128256, DType::F32, "250 KB half a row: not staged in two"),
+            (64, 10000, DType::Bf16, "too short for the split to share"),
+            (16, 32000, DType::Bf16, "few rows"),
+        ] {
+            let (planned, staged) = split(rows, vocab, dtype, 1024);
+            assert_eq!(planned, staged, "{rows} × {vocab} {dtype:?}: {why}");
+        }
+        let plan = Plan { dtype: DType::Bf16, ..plan(64, 128256, 8) };
+        assert_eq!(plan.filter_split(132, false, 1024, |_| true), plan.staged_split(132), "no clusters");
     }
 
     #[test]

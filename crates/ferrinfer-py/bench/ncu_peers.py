@@ -5,14 +5,15 @@ compiles its CuTe-DSL kernels at first use, torch.compile its Triton kernels). A
 be imported is left out, saying so.
 
 Cases: op:T:H, op one of rmsnorm, fused_add_rmsnorm, silu_and_mul (H is d, the output width),
-merge_state, merge_state_in_place (T rows of 32 heads: seq = T / 32; H is head_dim).
+merge_state, merge_state_in_place (T rows of 32 heads: seq = T / 32; H is head_dim),
+top_k_mask_logits, top_k_renorm_probs (T rows of a vocabulary of H, k = 50, ops.py's inputs).
 """
 import sys
 
 import torch
 
 import ferrinfer
-from ops import CASCADE_HEADS, flashinfer_module, flashinfer_ops, fused_add, rms
+from ops import CASCADE_HEADS, TOP_K, flashinfer_module, flashinfer_ops, fused_add, rms
 
 EPS = 1e-6
 
@@ -30,10 +31,23 @@ def cascade_calls(op, T, H, dtype):
             "ferrinfer": lambda: ferrinfer.merge_state_in_place(v_a, s_a, v_b, s_b)}
 
 
+def top_k_calls(op, T, H, dtype):
+    fi = flashinfer_module("sampling")
+    if op == "top_k_mask_logits":
+        x = torch.randn(T, H, device="cuda", dtype=dtype)
+    else:
+        x = torch.softmax(torch.randn(T, H, device="cuda"), dim=-1).to(dtype)
+    out = torch.empty_like(x)
+    return {"flashinfer": fi and (lambda: getattr(fi, op)(x, TOP_K)),
+            "ferrinfer": lambda: getattr(ferrinfer, op)(x, TOP_K, out=out)}
+
+
 def calls(op, T, H, fi_norm, fi_activation):
     dtype = torch.bfloat16
     if op.startswith("merge_state"):
         return cascade_calls(op, T, H, dtype)
+    if op.startswith("top_k_"):
+        return top_k_calls(op, T, H, dtype)
     if op == "silu_and_mul":
         x, out = torch.randn(T, 2 * H, device="cuda", dtype=dtype), torch.empty(T, H, device="cuda", dtype=dtype)
         return {"flashinfer": lambda: fi_activation.silu_and_mul(x, out=out),

@@ -11,6 +11,11 @@ import ferrinfer  # noqa: E402
 
 DEV = torch.device("cuda", 0)
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# Rows × vocabulary reaching each of the sampling planner's layouts on a 132-multiprocessor
+# device (crates/ferrinfer-launch/src/sampling.rs): few rows split finely; fewer rows than
+# multiprocessors in two wide blocks (the widest a 16-bit mask takes at 128256); a block a row;
+# a row shorter than a vector.
+SAMPLING_SHAPES = [(1, 128256), (64, 32000), (64, 128256), (200, 32000), (3, 7)]
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 
@@ -132,7 +137,7 @@ def test_device_mismatch_is_a_value_error_and_out_is_untouched():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 128256), (64, 32000), (3, 7)])
+@pytest.mark.parametrize("shape", SAMPLING_SHAPES)
 def test_softmax_allocates_f32_probabilities_on_the_device(dtype, shape):
     x = 4 * randn(*shape, dtype=dtype)
     probs = ferrinfer.softmax(x, 0.8)
@@ -160,7 +165,7 @@ def test_top_k_takes_a_k_a_row_on_the_device():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 128256), (64, 32000), (3, 7)])
+@pytest.mark.parametrize("shape", SAMPLING_SHAPES)
 @pytest.mark.parametrize("k", [1, 50, 1000])
 def test_top_k_ops_match_torch_topk_on_the_device(dtype, shape, k):
     x = 4 * randn(*shape, dtype=dtype)
@@ -178,7 +183,7 @@ def test_top_k_ops_match_torch_topk_on_the_device(dtype, shape, k):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 128256), (64, 32000), (3, 7)])
+@pytest.mark.parametrize("shape", SAMPLING_SHAPES)
 @pytest.mark.parametrize("top_p", [0.3, 0.9, 1.0])
 def test_top_p_renorm_probs_keeps_what_the_cpu_keeps_on_the_device(dtype, shape, top_p):
     p = torch.softmax(2 * randn(*shape, dtype=torch.float32), dim=-1).to(dtype)
@@ -193,7 +198,7 @@ def test_top_p_renorm_probs_keeps_what_the_cpu_keeps_on_the_device(dtype, shape,
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 128256), (64, 32000), (3, 7)])
+@pytest.mark.parametrize("shape", SAMPLING_SHAPES)
 @pytest.mark.parametrize(
     "name, threshold",
     [("sampling_from_probs", ()), ("top_k_sampling_from_probs", (50,)), ("top_p_sampling_from_probs", (0.9,)),
