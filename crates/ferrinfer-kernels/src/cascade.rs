@@ -222,10 +222,12 @@ mod device_kernels {
     #[inline(always)]
     pub unsafe fn merge_rows<T: Element, const VEC: usize, const UNROLL: usize, const STATES: u32>(p: &MergeParams) {
         chain_after_prior_grids();
-        // Rows of one head (every `merge_state`) in a walk of their own: a row's place is its
-        // index, its pointers one product of a stride each — the division by the heads (a
-        // 64-bit subroutine) and the heads' stride products are not in that copy.
-        if p.heads == 1 {
+        // A two-state entry walks rows of one head (every `merge_state`) in a copy of its own:
+        // a row's place is its index, its pointers one product of a stride each — the division
+        // by the heads (a 64-bit subroutine) and the heads' stride products are not in that
+        // copy. The any-count entries keep the one walk: the second copy made `merge_states` of
+        // three states 1 % slower at 2^19 rows (H200, docs/perf/cascade.md, session 35).
+        if STATES != 0 && p.heads == 1 {
             unsafe { walk_rows::<T, VEC, UNROLL, STATES>(p, |row| (row, 0)) }
         } else {
             unsafe { walk_rows::<T, VEC, UNROLL, STATES>(p, |row| p.position(row)) }
