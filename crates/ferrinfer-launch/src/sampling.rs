@@ -577,7 +577,9 @@ const MAX_GRID_Y: u64 = 65_535;
 /// forces the threads per block (a multiple of 32 up to what the entry can have) and the blocks
 /// sharing a row (1, 2, 4 or 8; more than 1 needs sm_90) — a knob for tuning sweeps with the
 /// benchmark, read once. A value outside those bounds makes every sampling call a configuration
-/// error naming the variable.
+/// error naming the variable. A block of `*` is the planner's block for its own blocks a row,
+/// whatever slices are forced (`*:1` at 64 rows of a 128256-entry 16-bit mask: 1024 threads,
+/// planned for two blocks a row): force both to sweep a layout.
 pub const LAYOUT_VAR: &str = "FERRINFER_SAMPLING_LAYOUT";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -626,8 +628,11 @@ impl Plan {
         limits: &Limits,
         forced: LayoutOverride,
     ) -> Result<Launch<FilterParams>, Error> {
-        let staged = |slices| self.staged_shared_bytes(slices, FILTER_HEADER_BYTES, limits.max_shared_bytes).0;
-        let planned = self.filter_split(limits.multiprocessors, limits.clusters, limits.max_threads(entry), staged);
+        let shared = |slices| self.staged_shared_bytes(slices, FILTER_HEADER_BYTES, limits.max_shared_bytes);
+        let resident = |slices, block| limits.resident_blocks(entry, block, shared(slices).1);
+        let max_threads = limits.max_threads(entry);
+        let staged = |slices| shared(slices).0;
+        let planned = self.filter_split(limits.multiprocessors, limits.clusters, max_threads, staged, resident);
         let (params, grid, block, shared_bytes) =
             self.staged_layout(params, FILTER_HEADER_BYTES, planned, entry, limits, forced)?;
         Ok(Launch { entry, params, grid, block, shared_bytes, cluster: grid.0 })
@@ -699,19 +704,25 @@ impl Plan {
     /// the fastest; more rows, where the split's smaller blocks won at 1024 rows) the staged
     /// kernels' split. H100, µs, that split → this: bf16 top-k mask 32000 × 64 14.1 → 11.4,
     /// × 256 24.3 → 21.1, 128256 × 64 34.9 → 23.9; bf16 top-k renorm 128256 × 64 37.1 → 29.0.
+    /// Never where the wider blocks take more waves than the split's: `resident(slices, block)`
+    /// (blocks a multiprocessor holds at once, from the entry's registers and the layout's shared
+    /// memory) is one for a block of 512 of an 80-register entry, three of 256 — 100 rows of
+    /// 32000 in two blocks of 512 a row would take two waves where the split's take one (every
+    /// point the sweep moved takes no more waves than the split).
     fn filter_split(
         &self,
         multiprocessors: u32,
         clusters: bool,
         max_threads: u32,
         staged: impl Fn(u32) -> bool,
+        resident: impl Fn(u32, u32) -> u32,
     ) -> (u32, u32) {
         let split = self.staged_split(multiprocessors);
         let few_rows = self.rows * MAX_CLUSTER_BLOCKS as u64 <= multiprocessors as u64;
         if few_rows || !clusters || self.split(MIN_SLICE, MAX_CLUSTER_BLOCKS) < 2 {
             return split;
         }
-        if self.rows < multiprocessors as u64 && staged(2) {
+        let wide = if self.rows < multiprocessors as u64 && staged(2) {
             // Multiprocessors a block a row would leave idle: what they lack is threads.
             let vectors_per_slice = (self.vocab / self.vec as u64).div_ceil(2);
             let widest = WIDEST_FILTER_BLOCK_THREADS;
@@ -720,8 +731,14 @@ impl Plan {
         } else if self.rows <= 2 * multiprocessors as u64 && staged(1) {
             (1, WIDE_FILTER_BLOCK_THREADS)
         } else {
-            split
-        }
+            return split;
+        };
+        let waves = |(slices, block_threads)| {
+            let block = self.block_threads(slices, block_threads, max_threads);
+            let at_once = multiprocessors as u64 * resident(slices, block).max(1) as u64;
+            (self.rows * slices as u64).div_ceil(at_once)
+        };
+        if waves(wide) <= waves(split) { wide } else { split }
     }
 
     /// A staged kernel's (blocks a row, threads a block), from the layout sweep of 2026-12-02
@@ -763,7 +780,6 @@ impl Plan {
         (planned, block_threads): (u32, u32),
         forced: LayoutOverride,
     ) -> Result<((u32, u32), u32), Error> {
-        let vocab = self.vocab;
         let planned = if clusters { planned } else { 1 };
         let slices = match forced.slices {
             Some(s) if s > 1 && !clusters => {
@@ -775,7 +791,6 @@ impl Plan {
             None => planned,
         };
         let most = max_threads.max(32);
-        let vectors_per_slice = (vocab / self.vec as u64).div_ceil(slices as u64);
         let block = match forced.block {
             Some(block) if block > most => {
                 return Err(Error::Config(format!(
@@ -783,9 +798,16 @@ impl Plan {
                 )));
             }
             Some(block) => block,
-            None => (vectors_per_slice.next_multiple_of(32) as u32).min(block_threads).min(most),
+            None => self.block_threads(slices, block_threads, max_threads),
         };
         Ok(((slices, self.rows.min(MAX_GRID_Y) as u32), block))
+    }
+
+    /// The threads of a block of `slices` a row: a thread a vector of its slice, in whole
+    /// warps, at most `block_threads` and what the entry can have (`max_threads`).
+    fn block_threads(&self, slices: u32, block_threads: u32, max_threads: u32) -> u32 {
+        let vectors_per_slice = (self.vocab / self.vec as u64).div_ceil(slices as u64);
+        (vectors_per_slice.next_multiple_of(32) as u32).min(block_threads).min(max_threads.max(32))
     }
 }
 
@@ -1102,24 +1124,31 @@ mod tests {
     }
 
     /// The filters' split at session 35's sweep's points and its edges (H100 and H200: 132
-    /// multiprocessors, 227 KB of shared memory a block).
+    /// multiprocessors, 227 KB of shared memory a block), for entries of 64 registers (the
+    /// 16-bit mask: up to 1024 threads) and of 80 (the others: up to 768).
     #[test]
     fn a_filter_takes_fewer_wider_blocks_where_its_batch_leaves_multiprocessors_free() {
-        let split = |rows, vocab: u32, dtype: DType, max_threads| {
+        let split = |rows, vocab: u32, dtype: DType, max_threads, registers: u32| {
             let vec = 16 / dtype.size() as u32;
             let plan = Plan { dtype, ..plan(rows, vocab, vec) };
-            let staged = |slices| plan.staged_shared_bytes(slices, FILTER_HEADER_BYTES, 232_448).0;
-            (plan.filter_split(132, true, max_threads, staged), plan.staged_split(132))
+            let shared = |slices| plan.staged_shared_bytes(slices, FILTER_HEADER_BYTES, 232_448);
+            // A multiprocessor's 65536 registers and 228 KB of shared memory, 1 KB a block reserved.
+            let resident = |slices, block: u32| (65_536 / (registers * block)).min(233_472 / (shared(slices).1 + 1024));
+            (plan.filter_split(132, true, max_threads, |slices| shared(slices).0, resident), plan.staged_split(132))
         };
-        let planned = |rows, vocab, dtype, max_threads| split(rows, vocab, dtype, max_threads).0;
-        assert_eq!(planned(64, 32000, DType::Bf16, 1024), (2, 512), "2000 vectors a slice: not 4 a thread at 1024");
-        assert_eq!(planned(131, 32000, DType::Bf16, 1024), (2, 512));
-        assert_eq!(planned(64, 128256, DType::Bf16, 1024), (2, 1024), "the widest the entry takes");
-        assert_eq!(planned(64, 128256, DType::Bf16, 768), (2, 512), "an entry short of 1024 threads");
-        assert_eq!(planned(64, 32000, DType::F32, 768), (2, 512));
-        assert_eq!(planned(132, 32000, DType::Bf16, 1024), (1, 512), "a block a row from a row a multiprocessor");
-        assert_eq!(planned(256, 32000, DType::F32, 768), (1, 512), "128 KB a row: staged");
-        assert_eq!(planned(264, 32768, DType::Bf16, 1024), (1, 512), "4096 vectors, but the machine is full");
+        let planned = |rows, vocab, dtype, max_threads, registers| split(rows, vocab, dtype, max_threads, registers).0;
+        assert_eq!(planned(64, 32000, DType::Bf16, 1024, 64), (2, 512), "2000 vectors a slice: not 4 a thread at 1024");
+        assert_eq!(planned(131, 32000, DType::Bf16, 1024, 64), (2, 512), "two blocks of 512 a multiprocessor");
+        assert_eq!(planned(66, 32000, DType::Bf16, 768, 80), (2, 512), "132 blocks of 512: one wave");
+        assert_eq!(planned(67, 32000, DType::Bf16, 768, 80), (2, 256), "134 blocks of 512: two waves");
+        assert_eq!(planned(131, 32000, DType::Bf16, 768, 80), (2, 256), "the split's 256 fit three a multiprocessor");
+        assert_eq!(planned(64, 128256, DType::Bf16, 1024, 64), (2, 1024), "the widest the entry takes");
+        assert_eq!(planned(64, 128256, DType::Bf16, 768, 80), (2, 512), "an entry short of 1024 threads");
+        assert_eq!(planned(64, 32000, DType::F32, 768, 80), (2, 512));
+        assert_eq!(planned(132, 32000, DType::Bf16, 1024, 64), (1, 512), "a block a row from a row a multiprocessor");
+        assert_eq!(planned(256, 32000, DType::Bf16, 768, 80), (1, 512), "two waves, as the split's");
+        assert_eq!(planned(256, 32000, DType::F32, 768, 80), (1, 512), "128 KB a row: staged");
+        assert_eq!(planned(264, 32768, DType::Bf16, 768, 80), (1, 512), "4096 vectors, but the machine is full");
         for (rows, vocab, dtype, why) in [
             (265, 32000, DType::Bf16, "past two rows a multiprocessor"),
             (1024, 32000, DType::F32, "many rows"),
@@ -1128,11 +1157,11 @@ mod tests {
             (64, 10000, DType::Bf16, "too short for the split to share"),
             (16, 32000, DType::Bf16, "few rows"),
         ] {
-            let (planned, staged) = split(rows, vocab, dtype, 1024);
+            let (planned, staged) = split(rows, vocab, dtype, 1024, 64);
             assert_eq!(planned, staged, "{rows} × {vocab} {dtype:?}: {why}");
         }
         let plan = Plan { dtype: DType::Bf16, ..plan(64, 128256, 8) };
-        assert_eq!(plan.filter_split(132, false, 1024, |_| true), plan.staged_split(132), "no clusters");
+        assert_eq!(plan.filter_split(132, false, 1024, |_| true, |_, _| 1), plan.staged_split(132), "no clusters");
     }
 
     #[test]

@@ -63,14 +63,15 @@ fn sampling_gpu_sanitizer_filter_cluster_paths() {
     run_cases(&gpu, &filters, 7_700_000, &cases);
 }
 
-/// The filters' wider blocks (`Plan::filter_split`, session 35) where the batch leaves
-/// multiprocessors free on a GPU of 132 (H100, H200): 40 rows of 65543 in two blocks of 1024
-/// a row, 140 rows of 16384 in one block of 512 a row (two blocks of 512 a row, 40 × 16384, is
-/// one of the shared sanitizer cases).
+/// The filters' wider blocks (`Plan::filter_split`) on a GPU of 132 multiprocessors (H100,
+/// H200): 40 rows of 65543 in two blocks a row, of 1024 threads where the entry can have them
+/// (the 16-bit mask's 64 registers), else of 512; 200 rows of 16384 in one block of 512 a row
+/// (two waves of them where the split's blocks of 256 take two too). Two blocks of 512 a row at
+/// 40 × 16384 is one of the shared sanitizer cases.
 #[test]
 fn sampling_gpu_sanitizer_filter_wide_block_paths() {
     let Some(gpu) = Gpu::get("sampling_gpu_sanitizer_filter_wide_block_paths") else { return };
-    let cases = [Case::contiguous(40, 65_543), Case::contiguous(140, 16_384)];
+    let cases = [Case::contiguous(40, 65_543), Case::contiguous(200, 16_384)];
     let filters = [&top_k_mask_logits::INFO, &top_k_renorm_probs::INFO, &top_p_renorm_probs::INFO];
     run_cases(&gpu, &filters, 7_900_000, &cases);
 }

@@ -280,8 +280,9 @@ def test_merge_state_on_the_device(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("seq", [7, 300])
 def test_merge_states_of_two_states_with_heads_is_merge_state_on_the_device(dtype, seq):
-    """`[seq, 2, 32, 128]` takes the two-state entries' walk dividing by the heads: 7 tokens one
-    vector a lane, 300 (9600 rows, over 2^14 vectors in 16-bit) two."""
+    """`[seq, 2, 32, 128]` takes the two-state entries' walk dividing by the heads: in 16-bit, 7
+    tokens one vector a lane, 300 (9600 rows, over 2^14 vectors) two; f32's rows of 32 vectors
+    two at either length."""
     v, s = randn(seq, 2, 32, 128, dtype=dtype), randn(seq, 2, 32, dtype=torch.float32) * 4
     s[0, 1, 3] = float("-inf")
     stacked = ferrinfer.merge_states(v, s)
