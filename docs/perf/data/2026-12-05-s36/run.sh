@@ -15,9 +15,9 @@
 #   peers   top_k_renorm_probs beside FlashInfer 0.7.2 and torch.compile at 132 and 256 rows,
 #           bf16, under the planner's layout and forced 384:1 and 256:1 (FERRINFER_SAMPLING_LAYOUT)
 #   check   the Rust sampling and cascade GPU tests (not > 2^31) on the filters' split (f6cb638
-#           and session 36's guard against more waves) and the
-#           any-count entries' single walk; memcheck and racecheck over the filters' wide blocks
-#           and the cascade's any-count cases
+#           and session 36's guard against more waves) and the any-count entries' single walk
+#   sanitize memcheck and racecheck over the filters' wide blocks and the cascade's any-count
+#           cases (a call of its own: with the tests it could outrun a call's 600 s)
 #   cascade the cascade ops beside the peers, bf16, two passes (the any-count single walk)
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages PYTHONUNBUFFERED=1 # as install.sh sets it
 export SUITE_OUT=$OUT/$1; mkdir -p $SUITE_OUT
@@ -42,8 +42,8 @@ case "$1" in
   samplers)
     for routine in top_p_sampling_from_probs min_p_sampling_from_probs; do
       LAYOUT_VAR=FERRINFER_SAMPLING_LAYOUT LAYOUT_ROUTINE=$routine POINT_DTYPE=f32 \
-        LAYOUTS="*:* 256:4 384:2 512:1 512:2" LAYOUT_CASES="64:32000 256:32000 64:128256 256:128256" \
-        timeout 110 bash .bundle/suite.sh layouts > /dev/null 2>&1
+        LAYOUTS="*:* 256:1 256:4 384:2 512:1 512:2" LAYOUT_CASES="64:32000 256:32000 64:128256 256:128256" \
+        timeout 150 bash .bundle/suite.sh layouts > /dev/null 2>&1
       echo "$routine rc=$?" >> $SUITE_OUT/gpu.txt
     done
     cat $SUITE_OUT/gpu.txt; sort -t, -k2,2 -k4,4n -k5,5n -k1,1 $SUITE_OUT/layouts.csv | cut -d, -f1-5,7 ;;
@@ -60,12 +60,14 @@ case "$1" in
       TESTS_FILTER=${family}_gpu TESTS_SKIP=over_2_pow_31 timeout 200 bash .bundle/suite.sh tests > /dev/null 2>&1
       echo "tests $family rc=$?" >> $SUITE_OUT/gpu.txt; mv $SUITE_OUT/tests.log $SUITE_OUT/tests-$family.log
     done
+    cat $SUITE_OUT/gpu.txt; grep -hE "^test |test result" $SUITE_OUT/*.log | grep -v " 0 passed" ;;
+  sanitize)
     for tool in memcheck racecheck; do
       SANITIZER_TESTS="filter_wide_block_paths\|merge_states_of_any_count" SANITIZER_TIMEOUT=80 timeout 170 \
         bash .bundle/suite.sh $tool > /dev/null 2>&1
       echo "$tool rc=$?" >> $SUITE_OUT/gpu.txt
     done
-    cat $SUITE_OUT/gpu.txt; grep -hE "^test |test result|ERROR SUMMARY|RACECHECK SUMMARY" $SUITE_OUT/*.log | grep -v " 0 passed" ;;
+    cat $SUITE_OUT/gpu.txt; grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|exit" $SUITE_OUT/*.log ;;
   cascade)
     for pass in 1 2; do
       PYBENCH_FAMILIES=cascade PYBENCH_DTYPES=bfloat16 PYBENCH_EAGER=0 \
@@ -74,5 +76,5 @@ case "$1" in
       mv $SUITE_OUT/py-cascade-bfloat16.csv $SUITE_OUT/py-cascade-bfloat16-pass$pass.csv
     done
     cat $SUITE_OUT/gpu.txt; for f in $SUITE_OUT/py-cascade-*.csv; do echo $f; grep -v torch_eager $f; done ;;
-  *) echo "usage: run.sh sweep | guard | samplers | peers | check | cascade" >&2; exit 2 ;;
+  *) echo "usage: run.sh sweep | guard | samplers | peers | check | sanitize | cascade" >&2; exit 2 ;;
 esac
