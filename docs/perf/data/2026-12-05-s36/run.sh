@@ -12,6 +12,11 @@
 #   samplers the staged samplers still short on the H200 (sessions 30-31: top-p and min-p f32
 #           at 32000, 0.77-0.84) under wider blocks, as f6cb638 gave the filters: f32, 64 and
 #           256 rows of 32000 and 128256; Rust bench
+#   variant renorm-two-vectors.patch (the 16-bit top_k_renorm_probs two vectors a step at 64
+#           registers: two blocks of 512 a multiprocessor) beside the bundle's kernels, bf16,
+#           each under its own planner's layout; then the sampling GPU tests on it. Needs
+#           .bundle/aot-renorm2.tar.xz: after scripts/gpu/bundle.sh, `git apply` the patch,
+#           `bash scripts/gpu/variant.sh renorm2 sampling`, `git checkout crates/`
 #   peers   top_k_renorm_probs beside FlashInfer 0.7.2 and torch.compile at 132 and 256 rows,
 #           bf16, under the planner's layout and forced 384:1 and 256:1 (FERRINFER_SAMPLING_LAYOUT)
 #   check   the Rust sampling and cascade GPU tests (not > 2^31) on the filters' split (f6cb638
@@ -47,6 +52,15 @@ case "$1" in
       echo "$routine rc=$?" >> $SUITE_OUT/gpu.txt
     done
     cat $SUITE_OUT/gpu.txt; sort -t, -k2,2 -k4,4n -k5,5n -k1,1 $SUITE_OUT/layouts.csv | cut -d, -f1-5,7 ;;
+  variant)
+    cases=""; for c in 1:128256 64:32000 132:32000 200:32000 256:32000 64:128256 256:128256; do
+      cases="$cases top_k_renorm_probs:$c"; done
+    VARIANT_CASES="$cases" VARIANT_LAYOUT_VAR=FERRINFER_SAMPLING_LAYOUT POINT_DTYPE=bf16 timeout 200 \
+      bash .bundle/suite.sh variants > /dev/null 2>&1; echo "variants rc=$?" >> $SUITE_OUT/gpu.txt
+    AOT_VARIANT=renorm2 TESTS_FILTER=sampling_gpu TESTS_SKIP=over_2_pow_31 timeout 200 \
+      bash .bundle/suite.sh tests > /dev/null 2>&1; echo "tests renorm2 rc=$?" >> $SUITE_OUT/gpu.txt
+    cat $SUITE_OUT/gpu.txt; sort -t, -k5,5n -k6,6n -k1,1 $SUITE_OUT/variants.csv | cut -d, -f1,5,6,8
+    grep -hE "test result" $SUITE_OUT/tests.log ;;
   peers)
     for layout in "*:*" 384:1 256:1; do # *:* is the planner's
       FERRINFER_SAMPLING_LAYOUT=$layout PYBENCH_FAMILIES=sampling PYBENCH_DTYPES=bfloat16 PYBENCH_EAGER=0 \
@@ -76,5 +90,5 @@ case "$1" in
       mv $SUITE_OUT/py-cascade-bfloat16.csv $SUITE_OUT/py-cascade-bfloat16-pass$pass.csv
     done
     cat $SUITE_OUT/gpu.txt; for f in $SUITE_OUT/py-cascade-*.csv; do echo $f; grep -v torch_eager $f; done ;;
-  *) echo "usage: run.sh sweep | guard | samplers | peers | check | sanitize | cascade" >&2; exit 2 ;;
+  *) echo "usage: run.sh sweep | guard | samplers | variant | peers | check | sanitize | cascade" >&2; exit 2 ;;
 esac
