@@ -200,9 +200,14 @@ pub fn sigmoid(x: f32) -> f32 {
     reciprocal(1.0 + exp2(-x * core::f32::consts::LOG2_E))
 }
 
-/// The error function, from a rational approximation on [-4, 4] (erf is ±1 in f32 beyond):
-/// `x · P(x²) / Q(x²)`, the coefficients of Eigen's `generic_fast_erf_float` (absolute error under
-/// 1e-7 in exact arithmetic, under 5e-7 evaluated in f32; a host test checks it).
+/// Past this |x| the exact erf rounds to ±1 in f32 (erfc(3.9192) = 2^-25).
+const ERF_SATURATES: f32 = 3.919_206;
+
+/// The error function, from a rational approximation on [-4, 4]: `x · P(x²) / Q(x²)`, the
+/// coefficients of Eigen's `generic_fast_erf_float` (absolute error under 1e-7 in exact
+/// arithmetic, under 5e-7 evaluated in f32; a host test checks it); exactly ±1 where erf rounds
+/// to it ([`ERF_SATURATES`]), so that `1 + erf(x)` is 0 there — the approximation's residue of a
+/// few 1e-8 made `gelu(−1e8)` −4, not −0.
 #[inline(always)]
 pub fn erf(x: f32) -> f32 {
     const ALPHA: [f32; 7] = [
@@ -225,7 +230,8 @@ pub fn erf(x: f32) -> f32 {
     for b in &BETA[1..] {
         q = mul_add(x2, q, *b);
     }
-    x * p * reciprocal(q)
+    let one = f32::from_bits((x.to_bits() & 0x8000_0000) | 1f32.to_bits());
+    choose(x.abs() >= ERF_SATURATES, one, x * p * reciprocal(q))
 }
 
 /// `(sin a, cos a)` of an f32 angle, each within two ulp of the exact value for every |a| <

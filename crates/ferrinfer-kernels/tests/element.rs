@@ -113,6 +113,12 @@ fn exp2_erf_and_sigmoid_are_close_to_f64_on_the_host() {
         assert!((sigmoid(x) as f64 - want).abs() <= 1e-6 * want, "sigmoid({x})");
         x += 0.001;
     }
+    // ±1 exactly where erf rounds to it in f32, so that 1 + erf(x) is 0 (gelu of large negatives).
+    for x in [3.9193f32, 4.0, 10.0, 1e8, f32::MAX, f32::INFINITY] {
+        assert_eq!((erf(x), erf(-x)), (1.0, -1.0), "erf(±{x})");
+    }
+    assert!(erf(3.919) < 1.0, "erf rounds to 1 only from 3.9192 on");
+    assert!(erf(f32::NAN).is_nan());
 }
 
 #[test]

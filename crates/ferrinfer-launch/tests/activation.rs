@@ -92,3 +92,17 @@ fn activation_empty_batches_are_no_work_and_empty_rows_an_error() {
     let err = silu_and_mul(&empty, &mut TensorView::from_slice_mut(&mut out, &[3, 0]).unwrap(), Stream::Cpu);
     assert!(matches!(err, Err(Error::ShapeMismatch { argument: "input", .. })), "{err:?}");
 }
+
+/// Far in either tail the gates are exact: `gelu(x)` is −0 for large negative x (erf is −1 there
+/// in f32; the rational approximation's residue once gave −4 at −1e8), `x` for large positive.
+#[test]
+fn activation_gates_saturate_exactly_in_the_tails() {
+    use ferrinfer_launch::{gelu_and_mul, gelu_tanh_and_mul};
+    for op in [gelu_and_mul, gelu_tanh_and_mul, silu_and_mul] {
+        let x = [-1e8f32, -1e4, -200.0, 1e4, 1.0, 1.0, 1.0, 1.0];
+        let mut out = [f32::NAN; 4];
+        let xv = TensorView::from_slice(&x, &[1, 8]).unwrap();
+        op(&xv, &mut TensorView::from_slice_mut(&mut out, &[1, 4]).unwrap(), Stream::Cpu).unwrap();
+        assert_eq!(out, [0.0, 0.0, 0.0, 1e4], "{out:?}");
+    }
+}
