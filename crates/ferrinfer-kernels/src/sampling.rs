@@ -51,10 +51,13 @@ pub struct SoftmaxParams {
     pub _reserved: u32,
 }
 
-/// `log2(e) / temperature`, 0 for a temperature of 0 (FlashInfer: `inv_temp = 0`).
+/// `log2(e) / temperature`; for a temperature of 0 the smallest normal f32, not FlashInfer's 0:
+/// every finite logit under 2^64 in magnitude then scales below 2^-62, so each weighs exactly 1,
+/// while a masked one (−∞, `top_k_mask_logits`) stays −∞ and weighs nothing — `−∞ · 0` would be
+/// NaN — and NaN and +∞ stay what they are at any temperature.
 #[inline(always)]
 pub fn logit_scale(temperature: f32) -> f32 {
-    if temperature == 0.0 { 0.0 } else { core::f32::consts::LOG2_E / temperature }
+    if temperature == 0.0 { f32::MIN_POSITIVE } else { core::f32::consts::LOG2_E / temperature }
 }
 
 /// The temperature of row `row`: its entry of `p.temperatures`, or `p.temperature`.

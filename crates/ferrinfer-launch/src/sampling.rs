@@ -11,7 +11,8 @@
 //! - `out`: writable, the input's shape and device, rows as the input's may be, not overlapping
 //!   it; f32 for `softmax` whatever the logits' dtype (as FlashInfer's), the input's dtype for
 //!   the filters;
-//! - `temperature`: finite and ≥ 0; 0 weighs every finite logit alike (FlashInfer's rule);
+//! - `temperature`: finite and ≥ 0; 0 weighs every finite logit alike (FlashInfer's rule) and
+//!   a masked one (−∞) not at all (not `−∞ · 0`, NaN);
 //! - `top_k`: a whole number ≥ 1; `top_k ≥ vocab` keeps every entry;
 //! - `top_p`: in (0, 1]; 1 keeps every entry; `min_p`: in [0, 1];
 //! - the sampling ops' `samples`: int32, writable, the input's (`probs`' or `logits`') shape
@@ -53,8 +54,8 @@ macro_rules! sampling_ops {
         $callback! {
             family sampling;
             /// `out = softmax(logits / temperature)` over the last dimension, in f32 whatever
-            /// the logits' dtype. `temperature` 0 weighs every finite logit alike; a row of −∞
-            /// only, or with +∞ or NaN, gives NaN. Deterministic: a row's result never depends
+            /// the logits' dtype. `temperature` 0 weighs every finite logit alike and −∞ (a
+            /// masked logit) not at all; a row of −∞ only, or with +∞ or NaN, gives NaN. Deterministic: a row's result never depends
             /// on timing or on the other rows.
             fn softmax(logits: In[Rows]) -> out: Out[Rows as f32]; temperature: [f32] = 1.0
                 => SamplingKernel::Softmax, reference softmax_reference;
@@ -811,14 +812,14 @@ impl Plan {
     }
 }
 
-/// `softmax(x / t)` in f64 per row of `hidden` (t = 0: every finite logit alike).
+/// `softmax(x / t)` in f64 per row of `hidden` (t = 0: every finite logit alike, −∞ none).
 fn softmax_reference(p: &Problem) -> Vec<Vec<f64>> {
     let temperature = p.scalars[0];
     let scale = if temperature == 0.0 { 0.0 } else { 1.0 / temperature };
     let rows = p.tensors[0].chunks_exact(p.hidden);
     vec![
         rows.flat_map(|row| {
-            let scaled: Vec<f64> = row.iter().map(|x| x * scale).collect();
+            let scaled: Vec<f64> = row.iter().map(|&x| if x == f64::NEG_INFINITY { x } else { x * scale }).collect();
             let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let exps: Vec<f64> = scaled.iter().map(|u| (u - max).exp()).collect();
             let sum: f64 = exps.iter().sum();

@@ -52,6 +52,12 @@ fn softmax_follows_the_temperature_and_zero_weighs_logits_alike() {
         compare(DType::F32, &got, want).unwrap_or_else(|e| panic!("temperature {temperature}: {e}"));
     }
     assert!(cpu_call(&softmax::INFO, &logits, 1000, 0.0).iter().all(|&p| p == 1.0 / 1000.0));
+    // Masked logits (top_k_mask_logits' −∞) keep nothing at a temperature of 0 too, not NaN.
+    let mut masked = logits[..1000].to_vec();
+    masked[..996].fill(f32::NEG_INFINITY);
+    masked[996..].copy_from_slice(&[-1.8e19, 0.0, 3e-30, 1.8e19]);
+    let probs = cpu_call(&softmax::INFO, &masked, 1000, 0.0);
+    assert!(probs[..996].iter().all(|&p| p == 0.0) && probs[996..].iter().all(|&p| p == 0.25), "{:?}", &probs[990..]);
 }
 
 #[test]

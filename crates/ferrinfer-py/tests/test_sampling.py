@@ -32,6 +32,9 @@ def test_softmax_writes_into_out_and_zero_temperature_is_uniform():
     out = np.full_like(x, np.nan)
     assert ferrinfer.softmax(x, temperature=0.0, out=out) is out
     assert np.all(out == np.float32(1 / 100))
+    # After top_k_mask_logits: the kept logits alike, the masked ones (−∞) nothing, not NaN.
+    masked = ferrinfer.top_k_mask_logits(np.array([[0.5, 1, 2, 3, -1]], np.float32), 2)
+    assert np.array_equal(ferrinfer.softmax(masked, 0.0), [[0, 0, 0.5, 0.5, 0]])
 
 
 def test_softmax_signature_and_errors():
