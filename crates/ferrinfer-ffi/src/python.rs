@@ -245,7 +245,7 @@ fn call<'py>(
             None => allocate_like(&objects[op.output_source(i)], op, i, (&input_shapes, &scalars))?,
         };
         if arg.role != Role::Out {
-            input_shapes.push((arg.extent, object.getattr(intern!(py, "shape"))?.extract()?));
+            input_shapes.push((arg.extent, shape_of(arg.name, &object)?));
         }
         objects.push(object);
     }
@@ -468,13 +468,23 @@ impl Target {
 
 /// `object.__dlpack_device__()`: (DLPack device type, device ordinal).
 fn dlpack_device(argument: &str, object: &Bound<'_, PyAny>) -> PyResult<(i32, usize)> {
-    let not_dlpack = |_| {
-        PyTypeError::new_err(format!(
-            "`{argument}` is a {}, which supports neither torch's tensor API nor DLPack (no __dlpack_device__)",
-            type_name(object)
-        ))
-    };
+    let not_dlpack = |_| not_a_tensor(argument, object, "no __dlpack_device__");
     object.call_method0(intern!(object.py(), "__dlpack_device__")).and_then(|d| d.extract()).map_err(not_dlpack)
+}
+
+/// Tensor argument `argument`'s shape; a TypeError naming it where `object` has none (a list, a
+/// number, None where a tensor is due).
+fn shape_of(argument: &str, object: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    let shape = object.getattr(intern!(object.py(), "shape")).and_then(|s| s.extract());
+    shape.map_err(|_| not_a_tensor(argument, object, "no shape"))
+}
+
+/// The TypeError of tensor argument `argument` given `object`, which is not one (`why`).
+fn not_a_tensor(argument: &str, object: &Bound<'_, PyAny>, why: &str) -> PyErr {
+    PyTypeError::new_err(format!(
+        "`{argument}` is a {}, which supports neither torch's tensor API nor DLPack ({why})",
+        type_name(object)
+    ))
 }
 
 /// The raw `CUstream` the producer's framework currently issues work to on device `ordinal`

@@ -67,6 +67,12 @@ def test_errors_carry_the_rust_message_and_leave_out_untouched():
     assert np.isnan(out).all()
     with pytest.raises(TypeError, match="`input` is a list, which supports neither"):
         ferrinfer.rmsnorm([1.0, 2.0], np.ones(2, np.float32))
+    # Any tensor argument, not only the first: a TypeError naming it, not an AttributeError.
+    with pytest.raises(TypeError, match="`weight` is a list, which supports neither"):
+        ferrinfer.rmsnorm(x, [1.0] * 64, out=out)
+    with pytest.raises(TypeError, match="`residual` is a float, which supports neither"):
+        ferrinfer.fused_add_rmsnorm(x, 3.0, np.ones(64, np.float32))
+    assert np.isnan(out).all()
 
 
 def test_export_and_dtype_errors_name_the_argument():
