@@ -210,7 +210,9 @@ impl<'a> TensorView<'a> {
         unsafe { Self::from_raw_parts(pointer as *mut c_void, 0, dtype, &shape, strides, device) }
     }
 
-    /// A writable view of raw memory, DLPack-style.
+    /// A writable view of raw memory, DLPack-style. A view of no element (a dimension of 0)
+    /// takes row-major strides whatever `strides` says: it addresses nothing, and frameworks
+    /// give such tensors any strides (NumPy: all 0, which the ops' layout checks would refuse).
     ///
     /// # Safety
     /// For `'a`, every element the shape and strides address (from `data + byte_offset`) must be
@@ -243,7 +245,12 @@ impl<'a> TensorView<'a> {
             _borrow: PhantomData,
         };
         view.shape[..shape.len()].copy_from_slice(shape);
-        view.strides[..strides.len()].copy_from_slice(strides);
+        if shape.contains(&0) {
+            let extents: Vec<usize> = shape.iter().map(|&d| d.max(1) as usize).collect();
+            view.strides[..strides.len()].copy_from_slice(&contiguous_strides(&extents));
+        } else {
+            view.strides[..strides.len()].copy_from_slice(strides);
+        }
         Ok(view)
     }
 
@@ -322,5 +329,16 @@ mod tests {
         assert_eq!((view.dtype(), view.device(), view.is_writable()), (DType::Bf16, Device::Cpu, false));
         assert_eq!(view.strides(), [3, 1]);
         assert!(TensorView::from_slice_mut(&mut data, &[6]).unwrap().is_writable());
+    }
+
+    #[test]
+    fn a_view_of_no_element_takes_row_major_strides() {
+        let data = [0f32; 1];
+        let view = |shape: &[i64], strides: &[i64]| unsafe {
+            TensorView::from_raw_parts(data.as_ptr() as *mut c_void, 0, DType::F32, shape, strides, Device::Cpu)
+        };
+        assert_eq!(view(&[3, 0, 4, 8], &[0, 0, 0, 0]).unwrap().strides(), [32, 32, 8, 1], "NumPy's strides of 0");
+        assert_eq!(view(&[0, 5], &[-5, 7]).unwrap().strides(), [5, 1]);
+        assert_eq!(view(&[2, 5], &[7, 1]).unwrap().strides(), [7, 1], "a view of elements keeps its own");
     }
 }

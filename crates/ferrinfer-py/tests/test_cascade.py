@@ -100,3 +100,12 @@ def test_merge_states_of_two_states_is_merge_state():
 def test_merge_states_needs_a_states_dimension():
     with pytest.raises(ValueError, match="at least 3 dimensions"):
         ferrinfer.merge_states(np.ones((4, 8), np.float32), np.zeros((4,), np.float32))
+
+
+def test_empty_inputs_take_any_strides():
+    """NumPy gives empty arrays strides of 0: no states merge to zeros and a score of −inf, no
+    sequences to nothing."""
+    v_merged, s_merged = ferrinfer.merge_states(np.zeros((3, 0, 4, 8), np.float32), np.zeros((3, 0, 4), np.float32))
+    assert v_merged.shape == (3, 4, 8) and not v_merged.any() and (s_merged == -np.inf).all()
+    v_merged, s_merged = ferrinfer.merge_states(np.zeros((0, 3, 4, 8), np.float32), np.zeros((0, 3, 4), np.float32))
+    assert v_merged.shape == (0, 4, 8) and s_merged.shape == (0, 4)
