@@ -221,6 +221,9 @@ pub enum Domain {
     Positions,
     /// Segment bounds of the problem's rows: from 0 up to the row count, never down.
     SegmentBounds,
+    /// Each segment's length after its rows are appended (`seq_lens`): at least the row count,
+    /// so at least any segment's rows, whatever the drawn bounds.
+    SequenceLengths,
     /// Row indices of the op's [`Extent::Table`]: integers in `[0, TABLE_ROWS)`.
     TableRows,
     /// [`page_table`]'s sequence of each row (`batch_indices`).
@@ -259,7 +262,12 @@ impl Domain {
             Domain::LastPageLengths => {
                 counts.iter().zip(pages).map(|(&n, p)| count(n) - count(p.saturating_sub(1) * PAGE_SIZE)).collect()
             }
-            Domain::Any | Domain::Nonnegative | Domain::Positions | Domain::SegmentBounds | Domain::TableRows => {
+            Domain::Any
+            | Domain::Nonnegative
+            | Domain::Positions
+            | Domain::SegmentBounds
+            | Domain::SequenceLengths
+            | Domain::TableRows => {
                 return None;
             }
         })
@@ -737,6 +745,9 @@ macro_rules! __domain {
     (segment_bounds) => {
         $crate::op::Domain::SegmentBounds
     };
+    (sequence_lengths) => {
+        $crate::op::Domain::SequenceLengths
+    };
     (table_rows) => {
         $crate::op::Domain::TableRows
     };
@@ -934,13 +945,13 @@ macro_rules! __scalar_split {
 /// A family invokes it once: `crate::norm_ops!(crate::define_ops);`.
 ///
 /// The table's grammar, one line per op (what every consumer of a table matches):
-/// `fn NAME(INPUT: In|InOut [Extent (| f32 | as f32|index)? (, nonnegative|positions|segment_bounds)?], …) (-> OUTPUT: Out [Extent (as f32|i32)?], …)? (;
+/// `fn NAME(INPUT: In|InOut [Extent (| f32 | as f32|index)? (, nonnegative|positions|segment_bounds|sequence_lengths|…)?], …) (-> OUTPUT: Out [Extent (as f32|i32)?], …)? (;
 /// SCALAR: f32|i32|u64|bool|Option<i32>|[f32]|[i32]|[u64]|CHOICE (= DEFAULT)? ((example VALUE|hidden|rows))?, …)? => SELECTOR, reference PATH
 /// (, order (NAME, …))?;` with doc comments before it. `order` gives FlashInfer's positional order
 /// where it differs from the table's ([`OpInfo::order`]). `/ alias` after an argument's name gives FlashInfer's Python name when it
 /// differs; `| f32` lets an input be f32 whatever the first tensor's dtype, `as f32` (`as i32`)
 /// makes an input f32 or an output f32 (int32) always (attention states' scores), `as index` an input int32 or int64 (positions),
-/// `nonnegative` marks an input of probabilities, `positions` one of token positions, `segment_bounds` an `indptr`, `table_rows` row indices of a `Table`. `[f32]` makes a scalar per
+/// `nonnegative` marks an input of probabilities, `positions` one of token positions, `segment_bounds` an `indptr`, `sequence_lengths` lengths after an append of its segments, `table_rows` row indices of a `Table`. `[f32]` makes a scalar per
 /// row: one value, or a `[rows]` tensor ([`PerRow`]). A scalar without a default is required and needs an example (see
 /// [`ScalarArg::example`]), but for an `Option<i32>`, which defaults to None; required scalars come before the others.
 /// An output takes the shape of the first input of its extent (see [`Extent::output_shape`]).

@@ -21,7 +21,9 @@
 //! - on the CPU backend, the page tables' values too (read there at no cost): `kv_indptr`
 //!   never going down, within `kv_indices`; every page in the caches; every last-page length in
 //!   `0..=page_size` (0 only for a sequence of no pages); every token's sequence in range and its
-//!   position below its sequence's length; no two tokens to one entry.
+//!   position below its sequence's length; no two tokens to one entry;
+//!   `get_batch_indices_positions`' `append_indptr` from 0, never going down, and each
+//!   `seq_lens` at least its sequence's appended tokens, every value an int32.
 //! - On a GPU those values are on the device, and reading them would cost a synchronisation:
 //!   they are not checked. The kernel never writes outside the caches: a token whose sequence,
 //!   page or position leads outside them (or outside `kv_indices`) is not written; within them
@@ -75,7 +77,7 @@ macro_rules! page_ops {
             /// append. Outputs int32 `[nnz]`; tokens past the bounds' last get −1 and −1.
             fn get_batch_indices_positions(
                 append_indptr: In[SegmentBounds as index, segment_bounds],
-                seq_lens: In[Segments as index, positions]
+                seq_lens: In[Segments as index, sequence_lengths]
             ) -> batch_indices: Out[Count as i32], positions: Out[Count as i32]; nnz: i32 (example rows)
                 => PageOp::BatchIndicesPositions, reference batch_indices_positions_reference;
         }
@@ -242,6 +244,9 @@ fn positions_plan(call: &Call) -> Result<Option<(PositionsParams, IndexType)>, E
     }
     if layout::overlaps(batch_out, positions_out) {
         return Err(Error::Overlap { argument: "positions", other: "batch_indices" });
+    }
+    if matches!(call.stream, Stream::Cpu) {
+        check_segments(bounds, lengths, [strides[0], strides[1]])?;
     }
     if nnz == 0.0 {
         return Ok(None);
@@ -523,6 +528,42 @@ fn check_page_table(p: &AppendParams, indices: &[Named; 5], last_stride: u64) ->
         if !written.insert(entry) {
             let expected = format!("one token for each cache entry: page {}'s entry {} comes twice", entry.0, entry.1);
             return invalid("positions", i, position, expected);
+        }
+    }
+    Ok(())
+}
+
+/// The CPU backend's checks of `get_batch_indices_positions`' values, each naming the tensor and
+/// index of the first bad value: bounds from 0 up, never going down, and each sequence's length
+/// after the append at least its appended tokens (else positions go negative, indistinguishable
+/// from the −1 of a token past the bounds), every value an int32 (the outputs').
+fn check_segments(
+    bounds: &TensorView,
+    lengths: &TensorView,
+    [bounds_stride, lengths_stride]: [u64; 2],
+) -> Result<(), Error> {
+    // SAFETY: host views of the strides `positions_plan` validated.
+    let (bounds, lengths) =
+        unsafe { (layout::host_indices(bounds, bounds_stride), layout::host_indices(lengths, lengths_stride)) };
+    let invalid =
+        |argument, index, value, expected: String| Err(Error::InvalidIndex { argument, index, value, expected });
+    let most = i32::MAX as i64;
+    if let Some(&first) = bounds.first()
+        && !(0..=most).contains(&first)
+    {
+        return invalid("append_indptr", 0, first, format!("bounds in 0..={most}, never going down"));
+    }
+    for (i, pair) in bounds.windows(2).enumerate() {
+        if pair[1] < pair[0] || pair[1] > most {
+            return invalid("append_indptr", i + 1, pair[1], format!("bounds in 0..={most}, never going down"));
+        }
+    }
+    for (b, (&length, pair)) in lengths.iter().zip(bounds.windows(2)).enumerate() {
+        let appended = pair[1] - pair[0];
+        if !(appended..=most).contains(&length) {
+            let expected =
+                format!("a length after the append, in {appended}..={most} (sequence {b}'s appended tokens)");
+            return invalid("seq_lens", b, length, expected);
         }
     }
     Ok(())

@@ -100,19 +100,20 @@ pub const MAX_POSITION: f64 = (1 << 17) as f64;
 
 /// Seeded input values for argument `arg` of an op of `rows` rows ([`TensorArg::domain`]):
 /// [`random_normal`], made `|x|` for an input the op reads as probabilities, whole positions in
-/// `[0, MAX_POSITION)` spread as `|x| · MAX_POSITION / 4`, rows of a table uniform in `[0,
+/// `[0, MAX_POSITION)` spread as `|x| · MAX_POSITION / 4` (lengths after an append: `rows` more),
+/// rows of a table uniform in `[0,
 /// TABLE_ROWS)`, segment bounds — 0, then the rows cut at random points in order (some
 /// segments may be empty), then `rows` — or a page table's part ([`Domain::fixed`]).
 pub fn random_input<T: HostElement>(arg: &TensorArg, len: usize, rows: usize, seed: u64) -> Vec<T> {
     let normal = || random_normal::<f32>(len, seed).into_iter().map(f64::from);
+    let position = |v: f64| (v.abs() * MAX_POSITION / 4.0).floor().min(MAX_POSITION - 1.0);
     match arg.domain {
         Domain::Any => random_normal::<T>(len, seed),
         Domain::Nonnegative => {
             random_normal::<T>(len, seed).into_iter().map(|v| T::from_f64(v.to_f64().abs())).collect()
         }
-        Domain::Positions => {
-            normal().map(|v| T::from_f64((v.abs() * MAX_POSITION / 4.0).floor().min(MAX_POSITION - 1.0))).collect()
-        }
+        Domain::Positions => normal().map(|v| T::from_f64(position(v))).collect(),
+        Domain::SequenceLengths => normal().map(|v| T::from_f64(rows as f64 + position(v))).collect(),
         Domain::TableRows => {
             // The normal's CDF (by the logistic approximation) makes it uniform in (0, 1).
             let rows = TABLE_ROWS as f64;

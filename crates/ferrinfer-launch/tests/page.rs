@@ -271,3 +271,18 @@ fn batch_indices_positions_errors_name_the_argument() {
     assert!(matches!(error, Err(Error::InvalidScalar { argument: "nnz", .. })), "{error:?}");
     assert_eq!((b, p), (vec![7], vec![7]), "nothing written on the error path");
 }
+
+/// The CPU backend checks the values before writing (the GPU's are in device memory, read by
+/// the kernel only): bounds from 0, never going down; lengths at least the appended tokens.
+#[test]
+fn batch_indices_positions_refuse_bad_bounds_and_lengths_on_the_cpu() {
+    let refused = |bounds: &[i32], lengths: &[i32]| match positions_of(bounds, lengths, 5) {
+        Err(Error::InvalidIndex { argument, index, value, .. }) => (argument, index, value),
+        other => panic!("{bounds:?} {lengths:?}: {other:?}"),
+    };
+    assert_eq!(refused(&[0, 3, 2], &[4, 3]), ("append_indptr", 2, 2), "going down");
+    assert_eq!(refused(&[-1, 2, 5], &[4, 3]), ("append_indptr", 0, -1), "below 0");
+    assert_eq!(refused(&[0, 2, 5], &[1, 3]), ("seq_lens", 0, 1), "shorter than its 2 tokens");
+    let error = positions_of(&[0, 2, 5], &[1, 3], 5).unwrap_err().to_string();
+    assert!(error.contains("`seq_lens`[0] is 1") && error.contains("2..="), "{error}");
+}
