@@ -27,29 +27,28 @@
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages PYTHONUNBUFFERED=1 # as install.sh sets it
 export SUITE_OUT=$OUT/$1; mkdir -p $SUITE_OUT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $SUITE_OUT/gpu.txt; cat .bundle/commit >> $SUITE_OUT/gpu.txt
+# sweep ROUTINE DTYPE LAYOUTS CASES SECONDS LABEL: the suite's layout sweep of the sampling
+# family, bounded, its exit status noted under LABEL.
+sweep() {
+  LAYOUT_VAR=FERRINFER_SAMPLING_LAYOUT LAYOUT_ROUTINE=$1 POINT_DTYPE=$2 LAYOUTS="$3" LAYOUT_CASES="$4" \
+    timeout $5 bash .bundle/suite.sh layouts > /dev/null 2>&1
+  echo "$6 rc=$?" >> $SUITE_OUT/gpu.txt
+}
 case "$1" in
   sweep)
     for pass_dtype in 1:bf16 2:bf16 1:f16 1:f32; do
-      LAYOUT_VAR=FERRINFER_SAMPLING_LAYOUT LAYOUT_ROUTINE=top_k_renorm_probs POINT_DTYPE=${pass_dtype#*:} \
-        LAYOUTS="*:* 256:1 320:1 384:1 448:1 512:1" LAYOUT_CASES="132:32000 200:32000 256:32000 264:32000" \
-        timeout 100 bash .bundle/suite.sh layouts > /dev/null 2>&1
-      echo "pass $pass_dtype rc=$?" >> $SUITE_OUT/gpu.txt
+      sweep top_k_renorm_probs ${pass_dtype#*:} "*:* 256:1 320:1 384:1 448:1 512:1" \
+        "132:32000 200:32000 256:32000 264:32000" 100 "pass $pass_dtype"
     done
     cat $SUITE_OUT/gpu.txt; sort -t, -k3,3 -k4,4n -k1,1 $SUITE_OUT/layouts.csv | cut -d, -f1-5,7 ;;
   guard)
     for routine in top_k_renorm_probs top_k_mask_logits; do
-      LAYOUT_VAR=FERRINFER_SAMPLING_LAYOUT LAYOUT_ROUTINE=$routine POINT_DTYPE=bf16 \
-        LAYOUTS="*:* 256:2 512:2" LAYOUT_CASES="66:32000 67:32000 100:32000 131:32000" \
-        timeout 100 bash .bundle/suite.sh layouts > /dev/null 2>&1
-      echo "$routine rc=$?" >> $SUITE_OUT/gpu.txt
+      sweep $routine bf16 "*:* 256:2 512:2" "66:32000 67:32000 100:32000 131:32000" 100 $routine
     done
     cat $SUITE_OUT/gpu.txt; sort -t, -k2,2 -k4,4n -k1,1 $SUITE_OUT/layouts.csv | cut -d, -f1-5,7 ;;
   samplers)
     for routine in top_p_sampling_from_probs min_p_sampling_from_probs; do
-      LAYOUT_VAR=FERRINFER_SAMPLING_LAYOUT LAYOUT_ROUTINE=$routine POINT_DTYPE=f32 \
-        LAYOUTS="*:* 256:1 256:4 384:2 512:1 512:2" LAYOUT_CASES="64:32000 256:32000 64:128256 256:128256" \
-        timeout 150 bash .bundle/suite.sh layouts > /dev/null 2>&1
-      echo "$routine rc=$?" >> $SUITE_OUT/gpu.txt
+      sweep $routine f32 "*:* 256:1 256:4 384:2 512:1 512:2" "64:32000 256:32000 64:128256 256:128256" 150 $routine
     done
     cat $SUITE_OUT/gpu.txt; sort -t, -k2,2 -k4,4n -k5,5n -k1,1 $SUITE_OUT/layouts.csv | cut -d, -f1-5,7 ;;
   variant)
