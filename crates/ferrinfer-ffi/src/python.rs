@@ -475,8 +475,16 @@ fn dlpack_device(argument: &str, object: &Bound<'_, PyAny>) -> PyResult<(i32, us
 /// Tensor argument `argument`'s shape; a TypeError naming it where `object` has none (a list, a
 /// number, None where a tensor is due).
 fn shape_of(argument: &str, object: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
-    let shape = object.getattr(intern!(object.py(), "shape")).and_then(|s| s.extract());
-    shape.map_err(|_| not_a_tensor(argument, object, "no shape"))
+    let py = object.py();
+    let shape = object.getattr(intern!(py, "shape")).map_err(|e| {
+        // An exception the object's own `shape` raises is its, not ours to rename.
+        if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) {
+            not_a_tensor(argument, object, "no shape")
+        } else {
+            e
+        }
+    })?;
+    shape.extract().map_err(|_| not_a_tensor(argument, object, "its shape is not a sequence of ints"))
 }
 
 /// The TypeError of tensor argument `argument` given `object`, which is not one (`why`).

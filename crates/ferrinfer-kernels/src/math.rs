@@ -207,7 +207,8 @@ const ERF_SATURATES: f32 = 3.919_206;
 /// coefficients of Eigen's `generic_fast_erf_float` (absolute error under 1e-7 in exact
 /// arithmetic, under 5e-7 evaluated in f32; a host test checks it); exactly ±1 where erf rounds
 /// to it ([`ERF_SATURATES`]), so that `1 + erf(x)` is 0 there — the approximation's residue of a
-/// few 1e-8 made `gelu(−1e8)` −4, not −0.
+/// few 1e-8 made `gelu(−1e8)` −4, not 0. (Below the edge the approximation may pass ±1 by an ulp:
+/// within its error, but `gelu` of x in about (−5.5, −5.2) is then +1e-6, not −3e-7.)
 #[inline(always)]
 pub fn erf(x: f32) -> f32 {
     const ALPHA: [f32; 7] = [

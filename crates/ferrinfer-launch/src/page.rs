@@ -22,7 +22,7 @@
 //!   never going down, within `kv_indices`; every page in the caches; every last-page length in
 //!   `0..=page_size` (0 only for a sequence of no pages); every token's sequence in range and its
 //!   position below its sequence's length; no two tokens to one entry;
-//!   `get_batch_indices_positions`' `append_indptr` from 0, never going down, and each
+//!   `get_batch_indices_positions`' `append_indptr` ≥ 0, never going down, and each
 //!   `seq_lens` at least its sequence's appended tokens, every value an int32.
 //! - On a GPU those values are on the device, and reading them would cost a synchronisation:
 //!   they are not checked. The kernel never writes outside the caches: a token whose sequence,
@@ -534,7 +534,7 @@ fn check_page_table(p: &AppendParams, indices: &[Named; 5], last_stride: u64) ->
 }
 
 /// The CPU backend's checks of `get_batch_indices_positions`' values, each naming the tensor and
-/// index of the first bad value: bounds from 0 up, never going down, and each sequence's length
+/// index of the first bad value: bounds ≥ 0, never going down, and each sequence's length
 /// after the append at least its appended tokens (else positions go negative, indistinguishable
 /// from the −1 of a token past the bounds), every value an int32 (the outputs').
 fn check_segments(

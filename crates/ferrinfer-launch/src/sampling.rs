@@ -11,8 +11,8 @@
 //! - `out`: writable, the input's shape and device, rows as the input's may be, not overlapping
 //!   it; f32 for `softmax` whatever the logits' dtype (as FlashInfer's), the input's dtype for
 //!   the filters;
-//! - `temperature`: finite and ≥ 0; 0 weighs every finite logit alike (FlashInfer's rule) and
-//!   a masked one (−∞) not at all (not `−∞ · 0`, NaN);
+//! - `temperature`: finite and ≥ 0; 0 weighs every finite logit alike (FlashInfer's rule; exactly
+//!   for |logit| < 2^64) and a masked one (−∞) not at all (not `−∞ · 0`, NaN);
 //! - `top_k`: a whole number ≥ 1; `top_k ≥ vocab` keeps every entry;
 //! - `top_p`: in (0, 1]; 1 keeps every entry; `min_p`: in [0, 1];
 //! - the sampling ops' `samples`: int32, writable, the input's (`probs`' or `logits`') shape
@@ -54,8 +54,8 @@ macro_rules! sampling_ops {
         $callback! {
             family sampling;
             /// `out = softmax(logits / temperature)` over the last dimension, in f32 whatever
-            /// the logits' dtype. `temperature` 0 weighs every finite logit alike and −∞ (a
-            /// masked logit) not at all; a row of −∞ only, or with +∞ or NaN, gives NaN. Deterministic: a row's result never depends
+            /// the logits' dtype. `temperature` 0 weighs every finite logit (|x| < 2^64) alike
+            /// and −∞ (a masked logit) not at all; a row of −∞ only, or with +∞ or NaN, gives NaN. Deterministic: a row's result never depends
             /// on timing or on the other rows.
             fn softmax(logits: In[Rows]) -> out: Out[Rows as f32]; temperature: [f32] = 1.0
                 => SamplingKernel::Softmax, reference softmax_reference;

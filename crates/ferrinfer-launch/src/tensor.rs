@@ -246,8 +246,12 @@ impl<'a> TensorView<'a> {
         };
         view.shape[..shape.len()].copy_from_slice(shape);
         if shape.contains(&0) {
-            let extents: Vec<usize> = shape.iter().map(|&d| d.max(1) as usize).collect();
-            view.strides[..strides.len()].copy_from_slice(&contiguous_strides(&extents));
+            // Saturating: the other dimensions of an empty tensor may be as large as any.
+            let mut stride = 1i64;
+            for (i, &d) in shape.iter().enumerate().rev() {
+                view.strides[i] = stride;
+                stride = stride.saturating_mul(d.max(1));
+            }
         } else {
             view.strides[..strides.len()].copy_from_slice(strides);
         }
@@ -340,5 +344,6 @@ mod tests {
         assert_eq!(view(&[3, 0, 4, 8], &[0, 0, 0, 0]).unwrap().strides(), [32, 32, 8, 1], "NumPy's strides of 0");
         assert_eq!(view(&[0, 5], &[-5, 7]).unwrap().strides(), [5, 1]);
         assert_eq!(view(&[2, 5], &[7, 1]).unwrap().strides(), [7, 1], "a view of elements keeps its own");
+        assert_eq!(view(&[0, 1 << 40, 1 << 40], &[0; 3]).unwrap().strides(), [i64::MAX, 1 << 40, 1]);
     }
 }

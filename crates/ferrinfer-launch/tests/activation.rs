@@ -93,7 +93,7 @@ fn activation_empty_batches_are_no_work_and_empty_rows_an_error() {
     assert!(matches!(err, Err(Error::ShapeMismatch { argument: "input", .. })), "{err:?}");
 }
 
-/// Far in either tail the gates are exact: `gelu(x)` is −0 for large negative x (erf is −1 there
+/// Far in either tail the gates are exact: `gelu(x)` is 0 for large negative x (erf is −1 there
 /// in f32; the rational approximation's residue once gave −4 at −1e8), `x` for large positive.
 #[test]
 fn activation_gates_saturate_exactly_in_the_tails() {

@@ -273,7 +273,7 @@ fn batch_indices_positions_errors_name_the_argument() {
 }
 
 /// The CPU backend checks the values before writing (the GPU's are in device memory, read by
-/// the kernel only): bounds from 0, never going down; lengths at least the appended tokens.
+/// the kernel only): bounds ≥ 0, never going down; lengths at least the appended tokens.
 #[test]
 fn batch_indices_positions_refuse_bad_bounds_and_lengths_on_the_cpu() {
     let refused = |bounds: &[i32], lengths: &[i32]| match positions_of(bounds, lengths, 5) {

@@ -130,6 +130,11 @@ fn sampling_gpu_softmax_follows_the_temperature() {
         compare(DType::F32, &got, want).unwrap_or_else(|e| panic!("temperature {temperature}: {e}"));
     }
     assert!(gpu_softmax(&gpu, &logits, vocab, 0.0).iter().all(|&p| p == 1.0 / vocab as f32));
+    // Masked logits (−∞) keep nothing at a temperature of 0, the others exactly alike.
+    let mut masked = logits[..vocab].to_vec();
+    masked[4..].fill(f32::NEG_INFINITY);
+    let probs = gpu_softmax(&gpu, &masked, vocab, 0.0);
+    assert!(probs[..4].iter().all(|&p| p == 0.25) && probs[4..].iter().all(|&p| p == 0.0), "{:?}", &probs[..8]);
 }
 
 /// A temperature a row from device memory: each row as softmax at that one temperature, bit for
