@@ -548,14 +548,10 @@ fn check_segments(
     let invalid =
         |argument, index, value, expected: String| Err(Error::InvalidIndex { argument, index, value, expected });
     let most = i32::MAX as i64;
-    if let Some(&first) = bounds.first()
-        && !(0..=most).contains(&first)
-    {
-        return invalid("append_indptr", 0, first, format!("bounds in 0..={most}, never going down"));
-    }
-    for (i, pair) in bounds.windows(2).enumerate() {
-        if pair[1] < pair[0] || pair[1] > most {
-            return invalid("append_indptr", i + 1, pair[1], format!("bounds in 0..={most}, never going down"));
+    for (i, &bound) in bounds.iter().enumerate() {
+        let least = if i == 0 { 0 } else { bounds[i - 1] };
+        if !(least..=most).contains(&bound) {
+            return invalid("append_indptr", i, bound, format!("bounds in 0..={most}, never going down"));
         }
     }
     for (b, (&length, pair)) in lengths.iter().zip(bounds.windows(2)).enumerate() {

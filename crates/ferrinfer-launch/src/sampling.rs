@@ -55,8 +55,8 @@ macro_rules! sampling_ops {
             family sampling;
             /// `out = softmax(logits / temperature)` over the last dimension, in f32 whatever
             /// the logits' dtype. `temperature` 0 weighs every finite logit (|x| < 2^64) alike
-            /// and −∞ (a masked logit) not at all; a row of −∞ only, or with +∞ or NaN, gives NaN. Deterministic: a row's result never depends
-            /// on timing or on the other rows.
+            /// and −∞ (a masked logit) not at all; a row of −∞ only, or with +∞ or NaN, gives
+            /// NaN. Deterministic: a row's result never depends on timing or on the other rows.
             fn softmax(logits: In[Rows]) -> out: Out[Rows as f32]; temperature: [f32] = 1.0
                 => SamplingKernel::Softmax, reference softmax_reference;
             /// `out` = `logits` where the logit is among the row's `top_k` largest (every logit

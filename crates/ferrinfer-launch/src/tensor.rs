@@ -129,11 +129,12 @@ pub struct TensorView<'a> {
 unsafe impl Send for TensorView<'_> {}
 unsafe impl Sync for TensorView<'_> {}
 
-/// Row-major strides (in elements) for `shape`.
+/// Row-major strides (in elements) for `shape`; saturating at `i64::MAX` (an empty tensor's
+/// other dimensions may be as large as any).
 pub fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
     let mut strides = vec![1i64; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        strides[i] = strides[i + 1] * shape[i + 1] as i64;
+        strides[i] = strides[i + 1].saturating_mul(shape[i + 1] as i64);
     }
     strides
 }
@@ -246,12 +247,8 @@ impl<'a> TensorView<'a> {
         };
         view.shape[..shape.len()].copy_from_slice(shape);
         if shape.contains(&0) {
-            // Saturating: the other dimensions of an empty tensor may be as large as any.
-            let mut stride = 1i64;
-            for (i, &d) in shape.iter().enumerate().rev() {
-                view.strides[i] = stride;
-                stride = stride.saturating_mul(d.max(1));
-            }
+            let extents: Vec<usize> = shape.iter().map(|&d| d.max(1) as usize).collect();
+            view.strides[..shape.len()].copy_from_slice(&contiguous_strides(&extents));
         } else {
             view.strides[..strides.len()].copy_from_slice(strides);
         }
