@@ -14,7 +14,7 @@ pub fn peers(family: &str) -> Option<Vec<(usize, usize)>> {
         // k's 8: `op::QUERY_HEADS`, `op::KV_HEADS`).
         "rope" => (&[128], &[1, 128, 2048, 16384]),
         // The paged-KV append issue's points: {1, 128, 2048} tokens for each of 64 sequences,
-        // head_dim 128 (8 heads, pages of 16: `op::KV_HEADS`, `op::PAGE_SIZE`; the problems deal
+        // head_dim 128 (8 heads, pages of 16: `op::KV_HEADS`, `page::PAGE_SIZE`; the problems deal
         // the tokens to `op::SEGMENTS` sequences — the kernel's work does not depend on how many).
         "page" => (&[128], &[64, 64 * 128, 64 * 2048]),
         _ => return None,

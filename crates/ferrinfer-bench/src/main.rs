@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use ferrinfer_launch::{DType, cuda_device_count};
+use ferrinfer_launch::{DType, Scalar, cuda_device_count};
 
 /// Benchmark ferrinfer's ops: time, bandwidth and (with --refcheck) correctness.
 #[derive(Parser, Debug)]
@@ -35,7 +35,7 @@ pub struct Args {
     dtype: DTypeArg,
     /// A scalar argument by name, e.g. `--scalar eps=1e-5` (default: FlashInfer's).
     #[arg(long, value_parser = scalar_parser, value_name = "NAME=VALUE")]
-    scalar: Vec<(String, f64)>,
+    scalar: Vec<(String, String)>,
     /// auto: CUDA when a driver and device are present, else the CPU backend.
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendArg,
@@ -71,10 +71,10 @@ fn routine_parser() -> clap::builder::PossibleValuesParser {
     ferrinfer_launch::ops().map(|op| op.name).collect::<Vec<_>>().into()
 }
 
-fn scalar_parser(text: &str) -> Result<(String, f64), String> {
+/// `NAME=VALUE`; the value is read as the scalar's type once the routine is known ([`scalars`]).
+fn scalar_parser(text: &str) -> Result<(String, String), String> {
     let (name, value) = text.split_once('=').ok_or("expected NAME=VALUE")?;
-    let value = value.parse().map_err(|e| format!("`{value}`: {e}"))?;
-    Ok((name.to_owned(), value))
+    Ok((name.to_owned(), value.to_owned()))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -172,18 +172,24 @@ fn run(args: &Args) -> Result<(), String> {
 }
 
 /// The op's scalars for `tokens` rows of `hidden`: FlashInfer's defaults (or the table's
-/// examples), overridden by `--scalar NAME=VALUE`.
+/// examples), overridden by `--scalar NAME=VALUE` (a value of the scalar's type: a number,
+/// `true`/`false`, a choice's name, or `None` for an optional one).
 fn scalars(
     op: &ferrinfer_launch::OpInfo,
-    given: &[(String, f64)],
+    given: &[(String, String)],
     (tokens, hidden): (usize, usize),
-) -> Result<Vec<f64>, String> {
+) -> Result<Vec<Scalar>, String> {
     let mut values = op.examples(tokens, hidden);
-    for (name, value) in given {
+    for (name, text) in given {
         let known = || op.scalars.iter().map(|s| s.name).collect::<Vec<_>>();
         let i = op.scalars.iter().position(|s| s.name == name);
         let i = i.ok_or_else(|| format!("--scalar {name}: `{}` takes {:?}", op.name, known()))?;
-        values[i] = *value;
+        let arg = &op.scalars[i];
+        let value = match text.as_str() {
+            "None" if arg.optional => Some(Scalar::Absent),
+            text => arg.kind.parse(text),
+        };
+        values[i] = value.ok_or_else(|| format!("--scalar {name}={text}: expected {}", arg.kind.expected()))?;
     }
     Ok(values)
 }

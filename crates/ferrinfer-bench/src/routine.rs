@@ -7,7 +7,7 @@
 use ferrinfer_launch::cudarc::driver::{CudaSlice, DevicePtrMut};
 use ferrinfer_launch::op::{Domain, Extent, OpInfo, Role, TensorArg};
 use ferrinfer_launch::reference::{self, Agreement};
-use ferrinfer_launch::{DType, Device, Error, Stream, TensorView, with_host_element};
+use ferrinfer_launch::{DType, Device, Error, Scalar, Stream, TensorView, with_host_element};
 
 use crate::report::Row;
 use crate::timing::{Executor, Mode};
@@ -18,7 +18,7 @@ pub struct Setup {
     pub dtype: DType,
     pub tokens: usize,
     pub hidden: usize,
-    pub scalars: Vec<f64>,
+    pub scalars: Vec<Scalar>,
     pub refcheck: bool,
     pub iters: usize,
     pub mode: Mode,

@@ -1,7 +1,7 @@
 //! The `candle` feature: every op of the registry as a candle op, on candle tensors, without
 //! copying — made from each family's op table.
 //!
-//! - [`Op`] (`Op::new("rmsnorm", &[eps])`) is the op as a `CustomOp1/2/3` (a new output:
+//! - [`Op`] (`Op::new("rmsnorm", &[Scalar::F32(eps)])`) is the op as a `CustomOp1/2/3` (a new output:
 //!   `x.apply_op2_no_bwd(&w, &op)`) and an `InplaceOp1/2/3` (the first operand is the output:
 //!   `x.inplace_op2(&w, &op)`, for ops whose output has the first input's shape).
 //! - Helpers per op, made by [`candle_functions!`] from the table: `rmsnorm(&x, &w, eps)` returns a
@@ -42,7 +42,9 @@ use candle_core::{
     CpuStorage, CustomOp1, CustomOp2, CustomOp3, InplaceOp1, InplaceOp2, InplaceOp3, Layout, Result, Shape, Storage,
     Tensor, WithDType,
 };
-use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, ScalarValue};
+pub use ferrinfer_launch::Scalar;
+use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role};
+use ferrinfer_launch::scalar::ScalarType;
 use ferrinfer_launch::{DType, Device, Error, Stream, TensorView};
 
 #[cfg(feature = "candle-cuda")]
@@ -52,19 +54,19 @@ use cuda::CudaExec;
 #[derive(Clone, Debug)]
 pub struct Op {
     info: &'static OpInfo,
-    scalars: Vec<f64>,
+    scalars: Vec<Scalar>,
 }
 
 impl Op {
-    /// The op FlashInfer calls `name`, with its scalars (`[eps]` for the norms).
-    pub fn new(name: &str, scalars: &[f64]) -> Result<Self> {
+    /// The op FlashInfer calls `name`, with its scalars (`[Scalar::F32(eps)]` for the norms).
+    pub fn new(name: &str, scalars: &[Scalar]) -> Result<Self> {
         let info = ferrinfer_launch::op(name)
             .ok_or_else(|| candle_core::Error::Msg(format!("ferrinfer has no op `{name}`")))?;
         Op::of(info, scalars)
     }
 
     /// `info` with its scalars.
-    pub fn of(info: &'static OpInfo, scalars: &[f64]) -> Result<Self> {
+    pub fn of(info: &'static OpInfo, scalars: &[Scalar]) -> Result<Self> {
         if scalars.len() != info.scalars.len() {
             let expected = info.scalars.iter().map(|s| s.name).collect::<Vec<_>>();
             return Err(candle_core::Error::Msg(format!(
@@ -151,36 +153,28 @@ fn output_shape(op: &Op, out: usize, inputs: &[(Extent, &Shape)]) -> Shape {
     Shape::from(shape.into_iter().map(|d| d.max(0) as usize).collect::<Vec<_>>())
 }
 
-/// One helper per op of a family's table (`ferrinfer_launch::norm_ops!(candle_functions)`):
-/// inputs as `&Tensor`, then scalars; returns the new output, or `()` for in-place ops.
+/// One helper per op of the registry (`ferrinfer_launch::all_ops!(candle_functions)`): inputs
+/// as `&Tensor`, then scalars; returns the new output, or `()` for in-place ops.
 macro_rules! candle_functions {
     (
         family $family:ident;
         $(
             $(#[doc = $doc:literal])*
-            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(as $input_fixed:ident)? $(, $domain:ident)?]),+)
-                $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : $kind:tt $(<$inner:ident>)? $(= $default:literal)? $((example $example:tt))?),+)?
-                => $op:expr, reference $reference:path $(, order ($($order:ident),+))?;
+            fn $name:ident($($tensor:ident : $role:ident),+) -> ($($out:ident),*); ($($scalar:ident : $type:ty),*);
         )+
     ) => {
         $(
             $(#[doc = $doc])*
             #[allow(clippy::too_many_arguments)]
-            pub fn $name($($tensor: &Tensor,)+ $($($scalar: ferrinfer_launch::__scalar_value!($kind $(<$inner>)?),)+)?) -> Result<returns_of!($($($out)+)?)> {
-                let op = Op::of(&ferrinfer_launch::$family::$name::INFO, &[$($(ScalarValue::to_f64($scalar)),+)?])?;
+            pub fn $name($($tensor: &Tensor,)+ $($scalar: $type,)*) -> Result<returns_of!($($out)*)> {
+                let op = Op::of(&ferrinfer_launch::$family::$name::INFO, &[$(ScalarType::into_scalar($scalar)),*])?;
                 Produced::run(&op, &[$($tensor),+])
             }
         )+
     };
 }
 
-ferrinfer_launch::norm_ops!(candle_functions);
-ferrinfer_launch::activation_ops!(candle_functions);
-ferrinfer_launch::sampling_ops!(candle_functions);
-ferrinfer_launch::cascade_ops!(candle_functions);
-ferrinfer_launch::rope_ops!(candle_functions);
-ferrinfer_launch::page_ops!(candle_functions);
+ferrinfer_launch::all_ops!(candle_functions);
 
 /// How a helper runs its op, by what it returns.
 trait Produced: Sized {

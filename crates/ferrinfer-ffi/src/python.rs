@@ -24,13 +24,14 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use ferrinfer_launch::cudarc::driver::CudaStream;
-use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, ScalarKind};
-use ferrinfer_launch::{DType, Device, Error, MAX_DIMS, Stream, TensorView, borrowed_stream};
+use ferrinfer_launch::op::{DTypeRule, Extent, OpInfo, Role, ScalarArg};
+use ferrinfer_launch::scalar::ScalarKind;
+use ferrinfer_launch::{DType, Device, Error, MAX_DIMS, Scalar, Stream, TensorView, borrowed_stream};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{IntoPyDict, PyCFunction, PyCapsule, PyDict, PyTuple};
+use pyo3::types::{IntoPyDict, PyCFunction, PyCapsule, PyDict, PyInt, PyTuple};
 
 use crate::dlpack::{DLManagedTensor, view_from_dlpack};
 
@@ -142,16 +143,10 @@ fn signature(op: &OpInfo) -> String {
         .map(|p| match p {
             Parameter::Tensor(i) if op.tensors[i].role == Role::Out => format!("{}=None", parameter_name(op, p)),
             Parameter::Scalar(i) => {
-                let (name, kind) = (op.scalars[i].name, op.scalars[i].kind);
-                match op.scalars[i].default {
-                    Some(default) if default.is_nan() => format!("{name}=None"),
-                    Some(default) if let Some(choice) = kind.choice_name(default) => format!("{name}={choice:?}"),
-                    Some(default) if kind == ScalarKind::Bool => {
-                        format!("{name}={}", if default != 0.0 { "True" } else { "False" })
-                    }
-                    Some(default) if kind.integer() => format!("{name}={default}"),
-                    Some(default) => format!("{name}={default:?}"),
-                    None => name.into(),
+                let arg = &op.scalars[i];
+                match arg.default {
+                    Some(default) => format!("{}={}", arg.name, python_literal(arg, default)),
+                    None => arg.name.into(),
                 }
             }
             Parameter::EnablePdl => "enable_pdl=None".into(),
@@ -161,38 +156,60 @@ fn signature(op: &OpInfo) -> String {
     format!("{}({})", op.name, parameters.join(", "))
 }
 
-/// Scalar `i`'s value: the one given (a number; an `int` for an integer scalar, a `bool` for a
-/// flag, an `int` or None for an optional one), else its default; a required one missing is a
-/// `TypeError`, as Python's own.
-fn scalar(op: &OpInfo, i: usize, given: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
-    let arg = &op.scalars[i];
-    match given {
-        Some(value) if arg.kind == ScalarKind::OptionalI32 && value.is_none() => Ok(f64::NAN),
-        Some(value) if let ScalarKind::Choice(names) = arg.kind => {
-            let choices = names.join("\", \"");
-            let name: String = value.extract().map_err(|_| {
-                PyTypeError::new_err(format!("`{}` must be a str (\"{choices}\"); got {}", arg.name, type_name(value)))
-            })?;
-            let index = names.iter().position(|&n| n == name).ok_or_else(|| {
-                PyValueError::new_err(format!("`{}` is {name:?}; expected one of \"{choices}\"", arg.name))
-            })?;
-            Ok(index as f64)
-        }
-        Some(value) if arg.kind == ScalarKind::Bool => value
-            .extract::<bool>()
-            .map(|v| if v { 1.0 } else { 0.0 })
-            .map_err(|_| PyTypeError::new_err(format!("`{}` must be a bool; got {}", arg.name, type_name(value)))),
-        Some(value) if arg.kind.integer() => value
-            .extract::<i64>()
-            .map(|v| v as f64)
-            .map_err(|_| PyTypeError::new_err(format!("`{}` must be an int; got {}", arg.name, type_name(value)))),
-        Some(value) => value
-            .extract::<f64>()
-            .map_err(|_| PyTypeError::new_err(format!("`{}` must be a number; got {}", arg.name, type_name(value)))),
-        None => arg
-            .default
-            .ok_or_else(|| PyTypeError::new_err(format!("{}() missing required argument: '{}'", op.name, arg.name))),
+/// A scalar's value as Python writes it: `1e-06`, `8192`, `True`, `None`, `"NHD"`.
+fn python_literal(arg: &ScalarArg, value: Scalar) -> String {
+    match value {
+        // Python's repr of the f32 as a float: the shortest digits that give it back.
+        Scalar::F32(v) => format!("{v:?}"),
+        Scalar::Bool(v) => if v { "True" } else { "False" }.into(),
+        Scalar::Absent => "None".into(),
+        Scalar::Choice(_) => arg.show(value),
+        integer => integer.to_string(),
     }
+}
+
+/// Scalar `i`'s value: the one given (a number; an `int` for an integer scalar, in its type's
+/// range; a `bool` for a flag; a `str` for a choice; None for an optional one), else its
+/// default; a required one missing is a `TypeError`, as Python's own; a value out of its type's
+/// range a `ValueError` naming the argument.
+fn scalar(op: &OpInfo, i: usize, given: Option<&Bound<'_, PyAny>>) -> PyResult<Scalar> {
+    let arg = &op.scalars[i];
+    let Some(value) = given else {
+        return arg
+            .default
+            .ok_or_else(|| PyTypeError::new_err(format!("{}() missing required argument: '{}'", op.name, arg.name)));
+    };
+    let expected = arg.kind.expected();
+    let wrong_type =
+        |what: &str| PyTypeError::new_err(format!("`{}` must be {what}; got {}", arg.name, type_name(value)));
+    match arg.kind {
+        _ if arg.optional && value.is_none() => Ok(Scalar::Absent),
+        ScalarKind::Choice(names) => {
+            let name: String = value.extract().map_err(|_| wrong_type(&format!("a str ({expected})")))?;
+            let index = names
+                .iter()
+                .position(|&n| n == name)
+                .ok_or_else(|| PyValueError::new_err(format!("`{}` is {name:?}; expected {expected}", arg.name)))?;
+            Ok(Scalar::Choice(index))
+        }
+        ScalarKind::Bool => value.extract::<bool>().map(Scalar::Bool).map_err(|_| wrong_type("a bool")),
+        kind if kind.integer() => {
+            if !value.is_instance_of::<PyInt>() {
+                return Err(wrong_type("an int"));
+            }
+            let number: i128 = value.extract().map_err(|_| {
+                PyValueError::new_err(format!("`{}` is {}; expected {expected}", arg.name, python_repr(value)))
+            })?;
+            kind.from_integer(number)
+                .ok_or_else(|| PyValueError::new_err(format!("`{}` is {number}; expected {expected}", arg.name)))
+        }
+        _ => value.extract::<f64>().map(|v| Scalar::F32(v as f32)).map_err(|_| wrong_type("a number")),
+    }
+}
+
+/// `repr(value)`, or its type's name where that fails.
+fn python_repr(value: &Bound<'_, PyAny>) -> String {
+    value.repr().map(|r| r.to_string()).unwrap_or_else(|_| type_name(value))
 }
 
 /// The Python function of `op`.
@@ -233,10 +250,10 @@ fn call<'py>(
         (0..op.scalars.len()).map(|i| scalar_object(i).filter(|v| op.scalars[i].per_row && is_tensor(v))).collect();
     let scalars = (0..op.scalars.len())
         .map(|i| match per_row_objects[i] {
-            Some(_) => Ok(f64::NAN),
+            Some(_) => Ok(Scalar::Absent),
             None => scalar(op, i, scalar_object(i)),
         })
-        .collect::<PyResult<Vec<f64>>>()?;
+        .collect::<PyResult<Vec<Scalar>>>()?;
     let mut objects: Vec<Bound<PyAny>> = Vec::with_capacity(op.tensors.len());
     let mut input_shapes: Vec<(Extent, Vec<i64>)> = Vec::new();
     for (i, arg) in op.tensors.iter().enumerate() {
@@ -523,7 +540,7 @@ fn allocate_like<'py>(
     first: &Bound<'py, PyAny>,
     op: &OpInfo,
     out: usize,
-    (inputs, scalars): (&[(Extent, Vec<i64>)], &[f64]),
+    (inputs, scalars): (&[(Extent, Vec<i64>)], &[Scalar]),
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = first.py();
     let arg = &op.tensors[out];

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use ferrinfer_launch::cudarc::driver::CudaStream;
 use ferrinfer_launch::op::{DTypeRule, Extent};
-use ferrinfer_launch::{DType, Device, Error, MAX_DIMS, Stream, TensorView};
+use ferrinfer_launch::{DType, Device, Error, MAX_DIMS, Scalar, Stream, TensorView};
 use tch::{Kind, TchError, Tensor};
 
 /// Where an op runs: named by the caller on every call (see the module docs).
@@ -57,7 +57,7 @@ impl TorchStream {
     }
 }
 
-/// One tch function per op of a family's table (`ferrinfer_launch::norm_ops!(tch_functions)`):
+/// One tch function per op of the registry (`ferrinfer_launch::all_ops!(tch_functions)`):
 /// inputs (`&Tensor`; `&mut Tensor` for those updated in place), outputs (`Option<&mut Tensor>`:
 /// a new tensor when `None`), scalars, the stream; returns the output (or `()`).
 macro_rules! tch_functions {
@@ -65,10 +65,7 @@ macro_rules! tch_functions {
         family $family:ident;
         $(
             $(#[doc = $doc:literal])*
-            fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(as $input_fixed:ident)? $(, $domain:ident)?]),+)
-                $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : $kind:tt $(<$inner:ident>)? $(= $default:literal)? $((example $example:tt))?),+)?
-                => $op:expr, reference $reference:path $(, order ($($order:ident),+))?;
+            fn $name:ident($($tensor:ident : $role:ident),+) -> ($($out:ident),*); ($($scalar:ident : $type:ty),*);
         )+
     ) => {
         $(
@@ -76,12 +73,12 @@ macro_rules! tch_functions {
             #[allow(clippy::too_many_arguments)]
             pub fn $name(
                 $($tensor: tch_param!($role),)+
-                $($($out: Option<&mut Tensor>,)+)?
-                $($($scalar: ferrinfer_launch::__scalar_value!($kind $(<$inner>)?),)+)?
+                $($out: Option<&mut Tensor>,)*
+                $($scalar: $type,)*
                 stream: &TorchStream,
-            ) -> Result<returns_of!($($($out)+)?), TchError> {
-                let outputs: Vec<Option<&Tensor>> = vec![$($($out.map(|t| &*t)),+)?];
-                let scalars = [$($(ferrinfer_launch::op::ScalarValue::to_f64($scalar)),+)?];
+            ) -> Result<returns_of!($($out)*), TchError> {
+                let outputs: Vec<Option<&Tensor>> = vec![$($out.map(|t| &*t)),*];
+                let scalars = [$(ferrinfer_launch::scalar::ScalarType::into_scalar($scalar)),*];
                 let produced = call(&ferrinfer_launch::$family::$name::INFO, &[$(&*$tensor),+], outputs, &scalars, stream)?;
                 Produced::take(produced)
             }
@@ -99,12 +96,7 @@ macro_rules! tch_param {
     };
 }
 
-ferrinfer_launch::norm_ops!(tch_functions);
-ferrinfer_launch::activation_ops!(tch_functions);
-ferrinfer_launch::sampling_ops!(tch_functions);
-ferrinfer_launch::cascade_ops!(tch_functions);
-ferrinfer_launch::rope_ops!(tch_functions);
-ferrinfer_launch::page_ops!(tch_functions);
+ferrinfer_launch::all_ops!(tch_functions);
 
 /// The outputs an op produced, as its function returns them.
 trait Produced: Sized {
@@ -142,7 +134,7 @@ pub fn call(
     op: &'static ferrinfer_launch::OpInfo,
     inputs: &[&Tensor],
     outputs: Vec<Option<&Tensor>>,
-    scalars: &[f64],
+    scalars: &[Scalar],
     stream: &TorchStream,
 ) -> Result<Vec<Tensor>, TchError> {
     let names = op.tensors.iter().map(|a| a.name);
@@ -173,7 +165,7 @@ fn allocate_like(
     op: &ferrinfer_launch::OpInfo,
     inputs: &[&Tensor],
     out: usize,
-    scalars: &[f64],
+    scalars: &[Scalar],
 ) -> Result<Tensor, TchError> {
     let (arg, first) = (&op.tensors[out], inputs[op.output_source(out)]);
     let kind = match arg.dtype {
@@ -277,7 +269,7 @@ mod tests {
     fn torch_errors_keep_ferrinfer_messages_in_tch_variants() {
         let shape = Error::ShapeMismatch { argument: "out", expected: "[2, 3]".into(), found: vec![3] };
         assert!(matches!(to_tch(shape), TchError::Shape(m) if m.starts_with("`out` has shape [3]")));
-        let eps = Error::InvalidScalar { argument: "eps", value: -1.0, expected: "a finite number ≥ 0" };
+        let eps = Error::invalid_scalar("eps", -1.0, "a finite number ≥ 0");
         assert!(matches!(to_tch(eps), TchError::Torch(m) if m.starts_with("`eps` is -1")));
     }
 }

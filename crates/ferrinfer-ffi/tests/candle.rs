@@ -10,7 +10,8 @@ use candle_common::{EPS, Elem, check_op, dtype, error_of, rms_reference, tensor,
 use candle_core::{DType as CandleDType, Device, IndexOp, Tensor, WithDType};
 use ferrinfer_ffi::candle::{self as fc, Op};
 use ferrinfer_launch::reference;
-use ferrinfer_launch::{DType, fused_add_rmsnorm};
+use ferrinfer_launch::scalar::ScalarType;
+use ferrinfer_launch::{DType, KvLayout, Scalar, fused_add_rmsnorm};
 use half::{bf16, f16};
 
 fn check_every_op<T: Elem>(seed: u64) {
@@ -42,7 +43,7 @@ fn candle_every_op_matches_the_reference_bf16() {
 }
 
 fn op(name: &str) -> Op {
-    Op::new(name, &[EPS as f64]).unwrap()
+    Op::new(name, &[Scalar::F32(EPS)]).unwrap()
 }
 
 /// The candle op forms give exactly the helpers' results; in place writes the view and nothing
@@ -190,8 +191,15 @@ fn candle_fused_locks_in_one_order() {
         let (xs, rs, ws) = (values(&x), values(&r), values(&w));
         fc::fused_add_rmsnorm(&x, &r, &w, EPS).unwrap();
         let written = [values(&x), values(&r)];
-        reference::check_written(&fused_add_rmsnorm::INFO, DType::F32, 128, &[xs, rs, ws], &written, &[EPS as f64])
-            .unwrap();
+        reference::check_written(
+            &fused_add_rmsnorm::INFO,
+            DType::F32,
+            128,
+            &[xs, rs, ws],
+            &written,
+            &[Scalar::F32(EPS)],
+        )
+        .unwrap();
     }
     // The weight locked by the outer step (before `second`) and by the inner one (after it).
     let weight_last = seen.iter().any(|o| o[2] == 2);
@@ -211,13 +219,13 @@ fn candle_fused_locks_in_one_order() {
 fn candle_docs_quickstart() -> candle_core::Result<()> {
     // quickstart:begin
     use candle_core::{DType, Device, Tensor};
-    use ferrinfer_ffi::candle::{self as ferrinfer, Op};
+    use ferrinfer_ffi::candle::{self as ferrinfer, Op, Scalar};
 
     let device = Device::Cpu; // or Device::new_cuda(0)? with the `candle-cuda` feature
     let x = Tensor::randn(0f32, 1.0, (4, 4096), &device)?.to_dtype(DType::BF16)?;
     let w = Tensor::ones(4096, DType::BF16, &device)?;
     let y = ferrinfer::rmsnorm(&x, &w, 1e-6)?; // a new tensor
-    let rms = Op::new("rmsnorm", &[1e-6])?; // any op of ferrinfer by name, with its scalars
+    let rms = Op::new("rmsnorm", &[Scalar::F32(1e-6)])?; // any op of ferrinfer by name, with its scalars
     let same = x.apply_op2_no_bwd(&w, &rms)?; // the same, as a candle op
     assert_eq!(y.to_vec2::<half::bf16>()?, same.to_vec2::<half::bf16>()?);
     x.narrow(1, 0, 2048)?.inplace_op2(&w.narrow(0, 0, 2048)?, &rms)?; // in place, on a view
@@ -260,7 +268,7 @@ fn candle_rope_with_cos_sin_cache_allocates_like_query_and_runs_in_place() {
     let op = &ferrinfer_launch::apply_rope_with_cos_sin_cache::INFO;
     let tensors = [values(&pos), values(&query), values(&key), values(&cache), Vec::new(), Vec::new()];
     let written = [values(&q_out), values(&k_out)];
-    reference::check_written(op, DType::F16, 64, &tensors, &written, &[64.0, 1.0]).unwrap();
+    reference::check_written(op, DType::F16, 64, &tensors, &written, &[Scalar::I32(64), Scalar::Bool(true)]).unwrap();
     let (q2, k2) = (query.copy().unwrap(), key.copy().unwrap());
     fc::apply_rope_with_cos_sin_cache_inplace(&pos, &q2, &k2, &cache, 64, true).unwrap();
     assert_eq!((values(&q2), values(&k2)), (values(&q_out), values(&k_out)));
@@ -277,7 +285,7 @@ fn candle_rope_matches_the_reference_and_runs_in_place() {
     let (q_rope, k_rope) = fc::apply_rope_pos_ids(&q, &k, &pos, None, false, 1.0, 1e4).unwrap();
     assert_eq!((q_rope.dims(), k_rope.dims()), (q.dims(), k.dims()));
     let op = &ferrinfer_launch::apply_rope_pos_ids::INFO;
-    let scalars = [f64::NAN, 0.0, 1.0, 1e4];
+    let scalars = [Scalar::Absent, Scalar::Bool(false), Scalar::F32(1.0), Scalar::F32(1e4)];
     let tensors = [values(&q), values(&k), values(&pos), Vec::new(), Vec::new()];
     reference::check_written(op, DType::F32, 64, &tensors, &[values(&q_rope), values(&k_rope)], &scalars).unwrap();
     let (q2, k2) = (q.copy().unwrap(), k.copy().unwrap());
@@ -310,7 +318,7 @@ fn candle_append_paged_kv_cache_updates_both_caches() {
     let layout = ferrinfer_launch::KvLayout::Nhd;
     fc::append_paged_kv_cache(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &t[7], &t[8], layout).unwrap();
     let written = [values(&t[4]), values(&t[5])];
-    reference::check_written(op, DType::F16, hidden, &before, &written, &[0.0]).unwrap();
+    reference::check_written(op, DType::F16, hidden, &before, &written, &[KvLayout::Nhd.into_scalar()]).unwrap();
     assert_ne!(written[0], before[4], "keys were appended");
 }
 

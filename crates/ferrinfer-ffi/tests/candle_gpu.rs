@@ -49,7 +49,7 @@ fn candle_gpu_every_op_matches_the_reference() {
 }
 
 fn op(name: &str) -> Op {
-    Op::new(name, &[EPS as f64]).unwrap()
+    Op::new(name, &[ferrinfer_launch::Scalar::F32(EPS)]).unwrap()
 }
 
 /// In place on a narrowed CUDA view (start offset, row stride): the view is normalised exactly as

@@ -9,7 +9,8 @@
 use ferrinfer_ffi::torch::{self as ft, TorchStream};
 use ferrinfer_launch::op::{DTypeRule, Domain, Extent, OpInfo, Role, TensorArg};
 use ferrinfer_launch::reference::{self, random_normal};
-use ferrinfer_launch::{DType, cuda_device_count};
+use ferrinfer_launch::scalar::ScalarType;
+use ferrinfer_launch::{DType, KvLayout, Scalar, cuda_device_count};
 use tch::{Device, Kind, TchError, Tensor};
 
 const EPS: f32 = 1e-6;
@@ -299,7 +300,7 @@ fn torch_rope_with_cos_sin_cache_allocates_like_query_and_runs_in_place() {
     let op = &ferrinfer_launch::apply_rope_with_cos_sin_cache::INFO;
     let tensors = [values(&pos), values(&query), values(&key), values(&cache), Vec::new(), Vec::new()];
     let written = [values(&q_out), values(&k_out)];
-    reference::check_written(op, DType::Bf16, 64, &tensors, &written, &[64.0, 0.0]).unwrap();
+    reference::check_written(op, DType::Bf16, 64, &tensors, &written, &[Scalar::I32(64), Scalar::Bool(false)]).unwrap();
     let (mut q2, mut k2) = (query.copy(), key.copy());
     ft::apply_rope_with_cos_sin_cache_inplace(&pos, &mut q2, &mut k2, &cache, 64, false, cpu).unwrap();
     assert_eq!((values(&q2), values(&k2)), (values(&q_out), values(&k_out)));
@@ -317,7 +318,7 @@ fn torch_rope_matches_the_launch_layer_and_runs_in_place() {
     let (q_rope, k_rope) = ft::apply_rope_pos_ids(&q, &k, &pos, None, None, None, false, 1.0, 1e4, cpu).unwrap();
     assert_eq!((q_rope.size(), k_rope.size()), (q.size(), k.size()));
     let op = &ferrinfer_launch::apply_rope_pos_ids::INFO;
-    let scalars = [f64::NAN, 0.0, 1.0, 1e4];
+    let scalars = [Scalar::Absent, Scalar::Bool(false), Scalar::F32(1.0), Scalar::F32(1e4)];
     let tensors = [values(&q), values(&k), values(&pos), Vec::new(), Vec::new()];
     reference::check_written(op, DType::Bf16, 64, &tensors, &[values(&q_rope), values(&k_rope)], &scalars).unwrap();
     let (mut q2, mut k2) = (q.copy(), k.copy());
@@ -370,7 +371,7 @@ fn torch_append_paged_kv_cache_updates_both_caches() {
     .unwrap();
     let op = &ferrinfer_launch::append_paged_kv_cache::INFO;
     let written = [values(&k_cache), values(&v_cache)];
-    reference::check_written(op, DType::Bf16, hidden, &before, &written, &[0.0]).unwrap();
+    reference::check_written(op, DType::Bf16, hidden, &before, &written, &[KvLayout::Nhd.into_scalar()]).unwrap();
     assert_ne!(written[0], before[4], "keys were appended");
 }
 

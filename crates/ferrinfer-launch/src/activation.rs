@@ -25,8 +25,9 @@ use crate::{Error, Stream, TensorView, cpu, logging, tuning};
 /// The activation family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
 #[macro_export]
 macro_rules! activation_ops {
-    ($callback:path) => {
+    ($callback:path $(, $adapter:path)?) => {
         $callback! {
+            $(@adapter $adapter;)?
             family activation;
             /// `out = silu(input[..., :d]) · input[..., d:]` (SiLU: `x · σ(x)`), in f32. `input`:
             /// `[..., 2d]`; `out`: `[..., d]`, not overlapping `input`.

@@ -34,8 +34,9 @@ use crate::{Error, Stream, TensorView, cpu, logging, tuning};
 /// The cascade family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
 #[macro_export]
 macro_rules! cascade_ops {
-    ($callback:path) => {
+    ($callback:path $(, $adapter:path)?) => {
         $callback! {
+            $(@adapter $adapter;)?
             family cascade;
             /// Merges two attention states of the same queries, FlashInfer's `merge_state`:
             /// `m = max(s_a, s_b)`, `wₓ = 2^(sₓ − m)`, `v_merged = (w_a v_a + w_b v_b) / (w_a + w_b)`,

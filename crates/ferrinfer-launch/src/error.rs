@@ -39,7 +39,7 @@ pub enum Error {
     DeviceMismatch { argument: &'static str, reference: &'static str, expected: Device, found: Device },
 
     #[error("`{argument}` is {value}; expected {expected}")]
-    InvalidScalar { argument: &'static str, value: f64, expected: &'static str },
+    InvalidScalar { argument: &'static str, value: String, expected: String },
 
     /// A value of an index tensor (a page table's, read on the host) out of its range.
     #[error("`{argument}`[{index}] is {value}; expected {expected}")]
@@ -79,6 +79,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// A scalar argument's bad value: `Error::invalid_scalar("eps", -1.0, "a finite number ≥ 0")`.
+    pub fn invalid_scalar(argument: &'static str, value: impl std::fmt::Display, expected: impl Into<String>) -> Self {
+        Error::InvalidScalar { argument, value: value.to_string(), expected: expected.into() }
+    }
+
     /// Whether the error is about a dtype (adapters raise these as their framework's type
     /// errors: Python's `TypeError`, tch's `Kind`).
     pub fn is_dtype(&self) -> bool {

@@ -293,7 +293,7 @@ impl PerRowCheck {
                 .map(|b| <T as crate::HostElement>::to_f64(bytemuck::pod_read_unaligned(b)))
                 .collect::<Vec<f64>>());
             if let Some(&value) = values.iter().find(|&&v| !valid(v)) {
-                return Err(Error::InvalidScalar { argument, value, expected: self.expected });
+                return Err(Error::invalid_scalar(argument, value, self.expected));
             }
         }
         Ok(view.address())

@@ -35,6 +35,7 @@ pub mod page;
 pub mod reference;
 pub mod rope;
 pub mod sampling;
+pub mod scalar;
 mod tensor;
 mod tuning;
 
@@ -44,7 +45,7 @@ pub use cuda::{ENABLE_PDL_VAR, borrowed_stream, cuda_device_count, with_pdl};
 pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
 pub use norm::{fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm};
-pub use op::{OpInfo, PerRow};
+pub use op::OpInfo;
 pub use page::{KvLayout, append_paged_kv_cache, get_batch_indices_positions};
 pub use rope::{
     apply_llama31_rope, apply_llama31_rope_inplace, apply_llama31_rope_pos_ids, apply_llama31_rope_pos_ids_inplace,
@@ -56,6 +57,7 @@ pub use sampling::{
     top_k_sampling_from_probs, top_k_top_p_sampling_from_logits, top_k_top_p_sampling_from_probs, top_p_renorm_probs,
     top_p_sampling_from_probs,
 };
+pub use scalar::{PerRow, Scalar};
 pub use tensor::{Device, HostElement, MAX_DIMS, Stream, TensorView, contiguous_strides};
 
 /// Re-exported so callers name the same cudarc and half types this crate uses.
@@ -76,4 +78,18 @@ pub fn ops() -> impl Iterator<Item = &'static OpInfo> {
 /// The op FlashInfer calls `name`.
 pub fn op(name: &str) -> Option<&'static OpInfo> {
     ops().find(|op| op.name == name)
+}
+
+/// Every family's op table handed to an adapter's macro, in the form [`define_ops!`] gives
+/// adapters (`ferrinfer_launch::all_ops!(tch_functions);`): one line per op, types resolved.
+#[macro_export]
+macro_rules! all_ops {
+    ($adapter:path) => {
+        $crate::norm_ops!($crate::define_ops, $adapter);
+        $crate::activation_ops!($crate::define_ops, $adapter);
+        $crate::sampling_ops!($crate::define_ops, $adapter);
+        $crate::cascade_ops!($crate::define_ops, $adapter);
+        $crate::rope_ops!($crate::define_ops, $adapter);
+        $crate::page_ops!($crate::define_ops, $adapter);
+    };
 }

@@ -85,13 +85,11 @@ pub(crate) fn begin(call: &Call) {
         for (name, view) in call.named() {
             write_line(&format!("  {name}: {}", describe(view)));
         }
-        // A number is shown as an f32 (what the kernels take), so `eps = 1e-6` reads 0.000001,
-        // not the f64 widening of its f32 rounding; a choice by its name (`kv_layout = "NHD"`).
+        // A choice by its name (`kv_layout = "NHD"`).
         for (i, (arg, value)) in call.op.scalars.iter().zip(call.scalars).enumerate() {
-            match (call.per_row(i), arg.kind.choice_name(*value)) {
-                (Some(view), _) => write_line(&format!("  {}: {} (one a row)", arg.name, describe(view))),
-                (None, Some(name)) => write_line(&format!("  {} = {name:?}", arg.name)),
-                (None, None) => write_line(&format!("  {} = {}", arg.name, *value as f32)),
+            match call.per_row.get(i).copied().flatten() {
+                Some(view) => write_line(&format!("  {}: {} (one a row)", arg.name, describe(view))),
+                None => write_line(&format!("  {} = {}", arg.name, arg.show(*value))),
             }
         }
     }

@@ -35,8 +35,9 @@ use crate::{Error, Stream, TensorView, cpu, logging, tuning};
 /// name), the outputs, the scalars with their defaults, the kernel and the f64 reference.
 #[macro_export]
 macro_rules! norm_ops {
-    ($callback:path) => {
+    ($callback:path $(, $adapter:path)?) => {
         $callback! {
+            $(@adapter $adapter;)?
             family norm;
             /// `out = input / √(mean(input²) + eps) · weight` over the last dimension, in f32.
             /// `out`: writable, `input`'s shape and dtype; it may be `input` itself (the identical
@@ -67,7 +68,7 @@ crate::norm_ops!(crate::define_ops);
 
 impl FamilyOp for NormKernel {
     fn run(&self, call: &Call) -> Result<(), Error> {
-        let eps = call.scalar(0);
+        let eps: f32 = call.scalar("eps")?;
         let norm = match self {
             NormKernel::Rms | NormKernel::GemmaRms => {
                 let [input, weight, out] = call.tensors()?;
@@ -117,7 +118,7 @@ struct NormCall<'c, 'v> {
     bias: Option<(&'static str, &'c TensorView<'v>)>,
     /// Written: `out`, or for the fused ops `input` itself.
     output: (&'static str, &'c TensorView<'v>),
-    eps: f64,
+    eps: f32,
 }
 
 impl<'c, 'v> NormCall<'c, 'v> {
@@ -126,7 +127,7 @@ impl<'c, 'v> NormCall<'c, 'v> {
         input: &'c TensorView<'v>,
         weight: &'c TensorView<'v>,
         output: (&'static str, &'c TensorView<'v>),
-        eps: f64,
+        eps: f32,
     ) -> Self {
         NormCall { kernel, input, residual: None, weight: ("weight", weight), bias: None, output, eps }
     }
@@ -135,7 +136,7 @@ impl<'c, 'v> NormCall<'c, 'v> {
     /// `None` when there is nothing to compute (no rows, or empty rows).
     fn plan(&self, stream: &Stream) -> Result<Option<Plan>, Error> {
         if !self.eps.is_finite() || self.eps < 0.0 {
-            return Err(Error::InvalidScalar { argument: "eps", value: self.eps, expected: "a finite number ≥ 0" });
+            return Err(Error::invalid_scalar("eps", self.eps, "a finite number ≥ 0"));
         }
         let dtype = self.input.dtype();
         layout::check_placement(stream, self.tensors())?;
@@ -268,7 +269,7 @@ impl<'c, 'v> NormCall<'c, 'v> {
             residual_row_stride: r.map_or(0, |r| r.row_stride),
             output_row_stride: y.row_stride,
             hidden: x.hidden as u32,
-            eps: self.eps as f32,
+            eps: self.eps,
             threads_per_row: 1,
             stages: 0,
         }
@@ -762,12 +763,12 @@ fn gcd(a: u64, b: u64) -> u64 {
 
 /// rmsnorm in f64 of `[input, weight, out]`.
 fn rmsnorm_reference(p: &Problem) -> Vec<Vec<f64>> {
-    vec![rms_rows(&p.tensors[0], &p.tensors[1], p.hidden, p.scalars[0], 0.0)]
+    vec![rms_rows(&p.tensors[0], &p.tensors[1], p.hidden, p.scalar::<f32>("eps").into(), 0.0)]
 }
 
 /// Gemma's rmsnorm in f64: `1 + weight`.
 fn gemma_rmsnorm_reference(p: &Problem) -> Vec<Vec<f64>> {
-    vec![rms_rows(&p.tensors[0], &p.tensors[1], p.hidden, p.scalars[0], 1.0)]
+    vec![rms_rows(&p.tensors[0], &p.tensors[1], p.hidden, p.scalar::<f32>("eps").into(), 1.0)]
 }
 
 /// Fused add + rmsnorm in f64 of `[input, residual, weight]`: the new residual is `input +
@@ -786,7 +787,7 @@ fn fused_rows(p: &Problem, offset: f64) -> Vec<Vec<f64>> {
     let round = |v: f64| crate::with_host_element!(p.dtype, T => crate::HostElement::to_f64(<T as crate::HostElement>::from_f64(v)));
     let sums = p.tensors[0].iter().zip(&p.tensors[1]).map(|(x, r)| round(x + r)).collect();
     let stored = p.written.get(1).unwrap_or(&sums);
-    vec![rms_rows(stored, &p.tensors[2], p.hidden, p.scalars[0], offset), sums]
+    vec![rms_rows(stored, &p.tensors[2], p.hidden, p.scalar::<f32>("eps").into(), offset), sums]
 }
 
 /// rmsnorm in f64 over contiguous rows of `hidden`, with `(weight + offset)`.
@@ -806,7 +807,7 @@ fn layernorm_reference(p: &Problem) -> Vec<Vec<f64>> {
     let rows = p.tensors[0].chunks_exact(hidden).flat_map(|row| {
         let mean = row.iter().sum::<f64>() / hidden as f64;
         let var = row.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / hidden as f64;
-        let inverse = 1.0 / (var + p.scalars[0]).sqrt();
+        let inverse = 1.0 / (var + f64::from(p.scalar::<f32>("eps"))).sqrt();
         row.iter().zip(gamma.iter().zip(beta)).map(move |(x, (g, b))| (x - mean) * inverse * g + b)
     });
     vec![rows.collect()]

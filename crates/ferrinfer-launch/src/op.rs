@@ -14,6 +14,7 @@
 
 use ferrinfer_kernels::element::DType;
 
+use crate::scalar::{PerRow, Scalar, ScalarKind, ScalarType};
 use crate::{Error, Stream, TensorView, logging};
 
 /// How an op uses a tensor argument.
@@ -62,34 +63,59 @@ pub enum Extent {
     /// calls take any number of rows). The rows a problem reads are those its
     /// [`Domain::TableRows`] input names: at most one a row of the problem (see [`Extent::touched`]).
     Table,
-    /// `[P, PAGE_SIZE, KH, H]`: a paged cache of [`KV_HEADS`] heads of `H` ([`PAGE_SIZE`] entries
-    /// a page, "NHD"), into which an op writes one entry a row of the problem; its problems hold
-    /// [`page_table`]'s pages and one spare page no row reaches. Calls take any page size, page
-    /// count and layout (the op's).
-    Pages,
-    /// `[U]`: the cache page of each page the problem's [`SEGMENTS`] sequences use, in order
-    /// (FlashInfer's `kv_indices`: [`page_table`]).
-    PageIds,
+    /// A shape the argument's family makes for its problems, where none of the above fits (a
+    /// paged cache, its page table): the table names the family's [`FamilyExtent`] static.
+    Family(&'static FamilyExtent),
     /// `[N]`: a value for each of `N` items, `N` the op's scalar whose example is the problem's
     /// rows (`nnz: i32 (example rows)`: [`OpInfo::count`]); `[T]` in the problems.
     Count,
 }
 
-/// The entries a page of [`Extent::Pages`] holds in the problems the benchmark and the tests make.
-pub const PAGE_SIZE: usize = 16;
-
-/// The page table of a problem of `rows` rows appended to a paged cache ([`Extent::Pages`]):
-/// row `i` belongs to sequence `i mod SEGMENTS` at position `i / SEGMENTS` (so every sequence's
-/// rows hold its first positions, and a sequence may have none), each sequence owns the fewest
-/// pages of [`PAGE_SIZE`] entries that hold them, sequence by sequence, and page `u` of that order is cache
-/// page `U − u` (pages out of order, cache page 0 spare). Returns each sequence's row count.
-pub fn page_table(rows: usize) -> [usize; SEGMENTS] {
-    std::array::from_fn(|b| (rows + SEGMENTS - 1 - b) / SEGMENTS)
+/// A problem shape of a family's own ([`Extent::Family`]): the argument's shape in a problem of
+/// `rows` rows of `hidden`, the elements such a problem touches (what the benchmark counts as
+/// bytes moved), and whether an in-out argument is read as well as written. Known by its name.
+#[derive(Clone, Copy, Debug)]
+pub struct FamilyExtent {
+    pub name: &'static str,
+    pub shape: fn(usize, usize) -> Vec<usize>,
+    pub touched: fn(usize, usize) -> usize,
+    pub read_in_place: bool,
 }
 
-/// The pages each sequence of [`page_table`] owns.
-fn pages_of(rows: usize) -> [usize; SEGMENTS] {
-    page_table(rows).map(|n| n.div_ceil(PAGE_SIZE))
+impl PartialEq for FamilyExtent {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for FamilyExtent {}
+
+impl std::hash::Hash for FamilyExtent {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+/// An input's values that follow from a problem's row count alone by its family's own problem
+/// layout ([`Domain::Fixed`]: a page table's parts). Known by its name.
+#[derive(Clone, Copy, Debug)]
+pub struct FixedValues {
+    pub name: &'static str,
+    pub values: fn(usize) -> Vec<i64>,
+}
+
+impl PartialEq for FixedValues {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for FixedValues {}
+
+impl std::hash::Hash for FixedValues {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
 }
 
 /// The rows of [`Extent::Table`] in the problems the benchmark and the tests make.
@@ -125,8 +151,7 @@ impl Extent {
             Extent::FlatHeads => vec![rows, QUERY_HEADS * hidden],
             Extent::FlatKvHeads => vec![rows, KV_HEADS * hidden],
             Extent::Table => vec![TABLE_ROWS, hidden],
-            Extent::Pages => vec![pages_of(rows).iter().sum::<usize>() + 1, PAGE_SIZE, KV_HEADS, hidden],
-            Extent::PageIds => vec![pages_of(rows).iter().sum()],
+            Extent::Family(family) => (family.shape)(rows, hidden),
             Extent::Count => vec![rows],
         }
     }
@@ -137,16 +162,19 @@ impl Extent {
     pub fn touched(self, rows: usize, hidden: usize) -> usize {
         match self {
             Extent::Table => rows.min(TABLE_ROWS) * hidden,
-            Extent::Pages => rows * KV_HEADS * hidden,
+            Extent::Family(family) => (family.touched)(rows, hidden),
             _ => self.shape(rows, hidden).iter().product(),
         }
     }
 
-    /// Whether an in-out argument of this extent is read as well as written: not a paged
-    /// cache, into which an op only writes (entries appended). The benchmark counts the
-    /// [`touched`](Extent::touched) bytes of one that is twice.
+    /// Whether an in-out argument of this extent is read as well as written (not so a family's
+    /// that says otherwise: a paged cache, into which an op only writes entries). The benchmark
+    /// counts the [`touched`](Extent::touched) bytes of one that is twice.
     pub fn read_in_place(self) -> bool {
-        self != Extent::Pages
+        match self {
+            Extent::Family(family) => family.read_in_place,
+            _ => true,
+        }
     }
 
     /// The shape of a new output of this extent, made for a call whose inputs (`(extent,
@@ -226,51 +254,18 @@ pub enum Domain {
     SequenceLengths,
     /// Row indices of the op's [`Extent::Table`]: integers in `[0, TABLE_ROWS)`.
     TableRows,
-    /// [`page_table`]'s sequence of each row (`batch_indices`).
-    PageSequences,
-    /// [`page_table`]'s position of each row in its sequence (`positions`).
-    PagePositions,
-    /// [`page_table`]'s cache page of each page the sequences use (`kv_indices`).
-    PageIds,
-    /// [`page_table`]'s bounds of each sequence's pages in `PageIds` (`kv_indptr`).
-    PageBounds,
-    /// [`page_table`]'s entries used in each sequence's last page (`kv_last_page_len`; 0 for a
-    /// sequence of no pages).
-    LastPageLengths,
+    /// Values its family's problem layout fixes from the row count (a page table's parts).
+    Fixed(&'static FixedValues),
 }
 
 impl Domain {
     /// The values of an input of this domain in a problem of `rows` rows when they follow from
-    /// `rows` alone ([`page_table`]'s), else `None` (drawn at random).
+    /// `rows` alone (a family's [`FixedValues`]), else `None` (drawn at random).
     pub fn fixed(self, rows: usize) -> Option<Vec<i64>> {
-        let (counts, pages) = (page_table(rows), pages_of(rows));
-        let count = |n: usize| n as i64;
-        Some(match self {
-            Domain::PageSequences => (0..rows).map(|i| count(i % SEGMENTS)).collect(),
-            Domain::PagePositions => (0..rows).map(|i| count(i / SEGMENTS)).collect(),
-            Domain::PageIds => {
-                let used: usize = pages.iter().sum();
-                (0..used).map(|u| count(used - u)).collect()
-            }
-            Domain::PageBounds => {
-                let ends = pages.iter().scan(0, |end, &p| {
-                    *end += count(p);
-                    Some(*end)
-                });
-                [0].into_iter().chain(ends).collect()
-            }
-            Domain::LastPageLengths => {
-                counts.iter().zip(pages).map(|(&n, p)| count(n) - count(p.saturating_sub(1) * PAGE_SIZE)).collect()
-            }
-            Domain::Any
-            | Domain::Nonnegative
-            | Domain::Positions
-            | Domain::SegmentBounds
-            | Domain::SequenceLengths
-            | Domain::TableRows => {
-                return None;
-            }
-        })
+        match self {
+            Domain::Fixed(fixed) => Some((fixed.values)(rows)),
+            _ => None,
+        }
     }
 }
 
@@ -287,87 +282,29 @@ pub struct TensorArg {
     pub domain: Domain,
 }
 
-/// A scalar's type in the typed API.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ScalarKind {
-    F32,
-    I32,
-    /// A `u64` the family takes below 2^53, where an f64 holds it exactly (`seed`).
-    U64,
-    /// 0 or 1 in the registry (`interleave`).
-    Bool,
-    /// `Option<i32>`: NaN in the registry for `None` (rope's `rotary_dim`, None meaning all).
-    OptionalI32,
-    /// One of these names (a [`Choice`] type in the typed API, a string in Python): its index
-    /// in the registry (the page family's `kv_layout`, "NHD" or "HND").
-    Choice(&'static [&'static str]),
-}
-
-/// A scalar type whose values are named choices (`kv_layout`): the table writes its default
-/// as a name (`= "NHD"`), the registry carries its index in [`Choice::NAMES`].
-pub trait Choice: Copy {
-    /// Every value's name, by index.
-    const NAMES: &'static [&'static str];
-    /// The value of index `index`, if there is one.
-    fn from_index(index: f64) -> Option<Self>;
-}
-
-/// The index of `name` in `names`: a table's default choice, at compile time (a name not there
-/// fails the build).
-#[doc(hidden)]
-pub const fn choice_index(names: &[&str], name: &str) -> usize {
-    let mut i = 0;
-    while i < names.len() {
-        let (a, b) = (names[i].as_bytes(), name.as_bytes());
-        if a.len() == b.len() {
-            let mut j = 0;
-            while j < a.len() && a[j] == b[j] {
-                j += 1;
-            }
-            if j == a.len() {
-                return i;
-            }
-        }
-        i += 1;
-    }
-    panic!("a default that is none of its type's names")
-}
-
-impl ScalarKind {
-    /// Whether a value must be whole.
-    pub fn integer(self) -> bool {
-        matches!(self, ScalarKind::I32 | ScalarKind::U64 | ScalarKind::OptionalI32 | ScalarKind::Choice(_))
-    }
-
-    /// The name of choice `value` (an index), if this is a choice and it has one.
-    pub fn choice_name(self, value: f64) -> Option<&'static str> {
-        match self {
-            ScalarKind::Choice(names) if value >= 0.0 && value.fract() == 0.0 => names.get(value as usize).copied(),
-            _ => None,
-        }
-    }
-}
-
 /// What the benchmark and the tests that walk every op pass for a scalar.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Example {
     /// This value: the default, or for a required scalar a typical one.
-    Value(f64),
+    Value(Scalar),
     /// The problem's `H` (`(example hidden)`: rope's `head_size`, which must match the
     /// tensors' shapes).
     Hidden,
-    /// The problem's `T` (`(example rows)`: `nnz`, the length of an [`Extent::Count`] output).
+    /// The problem's `T` (`(example rows)`: a count such as `nnz`, the length of an
+    /// [`Extent::Count`] output).
     Rows,
 }
 
-/// One scalar argument: f32 (`eps`, `temperature`), an integer (`top_k`, `seed`), a bool or an
-/// optional integer, with FlashInfer's default where it has one.
+/// One scalar argument, of the type its table line gives it (see [`crate::scalar`]), with
+/// FlashInfer's default where it has one.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ScalarArg {
     pub name: &'static str,
     pub kind: ScalarKind,
-    /// `None`: the caller must give it. An optional scalar's default is NaN (`None`).
-    pub default: Option<f64>,
+    /// An `Option` in the table: it may be [`Scalar::Absent`] (its default then).
+    pub optional: bool,
+    /// `None`: the caller must give it.
+    pub default: Option<Scalar>,
     /// What the benchmark and the tests pass: see [`ScalarArg::example_for`].
     pub example: Example,
     /// May be given a tensor of one value a row instead (`[f32]`, `[i32]` or `[u64]` in the
@@ -378,114 +315,48 @@ pub struct ScalarArg {
 impl ScalarArg {
     /// The value the benchmark and the tests that walk every op pass in a problem of `rows` rows
     /// of `hidden`.
-    pub fn example_for(&self, rows: usize, hidden: usize) -> f64 {
+    pub fn example_for(&self, rows: usize, hidden: usize) -> Scalar {
+        let count = |n: usize| self.kind.from_integer(n as i128).unwrap_or(Scalar::Absent);
         match self.example {
             Example::Value(value) => value,
-            Example::Hidden => hidden as f64,
-            Example::Rows => rows as f64,
+            Example::Hidden => count(hidden),
+            Example::Rows => count(rows),
+        }
+    }
+
+    /// Whether `value` may be this scalar's.
+    pub fn accepts(&self, value: Scalar) -> bool {
+        self.kind.holds(value) || (value == Scalar::Absent && self.optional)
+    }
+
+    /// `value` as a reader of this scalar spells it: a choice by its name.
+    pub fn show(&self, value: Scalar) -> String {
+        match (self.kind, value) {
+            (ScalarKind::Choice(names), Scalar::Choice(i)) if i < names.len() => format!("{:?}", names[i]),
+            _ => value.to_string(),
         }
     }
 }
 
-/// A parameter given once for every row, or — for the scalars a table marks `[f32]`, `[i32]` or
-/// `[u64]` — as a tensor of one value a row (FlashInfer's "tensor or scalar"): `softmax(&logits,
-/// &mut out, 0.7, s)` or `softmax(&logits, &mut out, &temperatures, s)` with `temperatures` a
-/// `[rows]` f32 tensor; `top_k_mask_logits(&logits, &mut out, 50, s)` or with a `[rows]` int32
-/// tensor; a sampling op's `seed` and `offset` as numbers or int64 tensors (`[rows]`, or `[1]` for
-/// every row) read on the device, so that a captured graph draws afresh once they change.
+/// The scalars of one call (or problem), read by name as their table's types.
 #[derive(Clone, Copy, Debug)]
-pub enum PerRow<'a, T> {
-    All(T),
-    Rows(&'a TensorView<'a>),
+pub struct Scalars<'c> {
+    pub args: &'static [ScalarArg],
+    pub values: &'c [Scalar],
 }
 
-impl From<f32> for PerRow<'_, f32> {
-    fn from(value: f32) -> Self {
-        PerRow::All(value)
+impl Scalars<'_> {
+    /// Scalar `name` as `T`, its table's type. An error only for a name or type the op's table
+    /// does not give it, which its family's tests find (calls are checked against the table
+    /// before a family runs).
+    pub fn get<T: ScalarType>(&self, name: &'static str) -> Result<T, Error> {
+        let value = self.args.iter().position(|arg| arg.name == name).and_then(|i| self.values.get(i)).copied();
+        value.and_then(T::from_scalar).ok_or_else(|| Error::InvalidScalar {
+            argument: name,
+            value: value.map_or_else(|| "missing".into(), |v| v.to_string()),
+            expected: T::KIND.expected(),
+        })
     }
-}
-
-impl From<i32> for PerRow<'_, i32> {
-    fn from(value: i32) -> Self {
-        PerRow::All(value)
-    }
-}
-
-impl From<u64> for PerRow<'_, u64> {
-    fn from(value: u64) -> Self {
-        PerRow::All(value)
-    }
-}
-
-/// A float literal (`0.7`, an f64 to Rust) for an f32 parameter, rounded to f32 as the kernels take it.
-impl From<f64> for PerRow<'_, f32> {
-    fn from(value: f64) -> Self {
-        PerRow::All(value as f32)
-    }
-}
-
-impl<'a, T> From<&'a TensorView<'a>> for PerRow<'a, T> {
-    fn from(view: &'a TensorView<'a>) -> Self {
-        PerRow::Rows(view)
-    }
-}
-
-/// A scalar's value as the registry carries it: an f64 (exact for f32 and i32; a u64 from 2^53
-/// on rounds, and the families that take one refuse it there).
-#[doc(hidden)]
-pub trait ScalarValue: Copy {
-    fn to_f64(self) -> f64;
-}
-
-impl ScalarValue for f32 {
-    fn to_f64(self) -> f64 {
-        self.into()
-    }
-}
-
-impl ScalarValue for i32 {
-    fn to_f64(self) -> f64 {
-        self.into()
-    }
-}
-
-impl ScalarValue for u64 {
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-}
-
-impl ScalarValue for bool {
-    fn to_f64(self) -> f64 {
-        if self { 1.0 } else { 0.0 }
-    }
-}
-
-/// `None` is NaN.
-impl ScalarValue for Option<i32> {
-    fn to_f64(self) -> f64 {
-        self.map_or(f64::NAN, f64::from)
-    }
-}
-
-impl<'a, T: ScalarValue> PerRow<'a, T> {
-    /// `(the value, the tensor)`: the value is NaN (never read) when a tensor is given.
-    #[doc(hidden)]
-    pub fn split(self) -> (f64, Option<&'a TensorView<'a>>) {
-        match self {
-            PerRow::All(value) => (value.to_f64(), None),
-            PerRow::Rows(view) => (f64::NAN, Some(view)),
-        }
-    }
-}
-
-/// A typed call's scalars, `(value, tensor)` each, as the registry takes them: values, then
-/// tensors — in arrays, so a call allocates nothing here.
-#[doc(hidden)]
-pub fn split_scalars<'a, const N: usize>(
-    scalars: [(f64, Option<&'a TensorView<'a>>); N],
-) -> ([f64; N], [Option<&'a TensorView<'a>>; N]) {
-    (scalars.map(|s| s.0), scalars.map(|s| s.1))
 }
 
 /// Everything the registry knows of one op.
@@ -522,7 +393,7 @@ impl std::fmt::Debug for OpInfo {
 pub struct Call<'c, 'v> {
     pub op: &'static OpInfo,
     pub tensors: &'c [&'c TensorView<'v>],
-    pub scalars: &'c [f64],
+    pub scalars: &'c [Scalar],
     pub per_row: &'c [Option<&'c TensorView<'v>>],
     pub stream: Stream<'c>,
 }
@@ -542,23 +413,34 @@ pub struct Problem<'p> {
     pub hidden: usize,
     pub tensors: &'p [Vec<f64>],
     pub written: &'p [Vec<f64>],
-    pub scalars: &'p [f64],
+    pub scalars: Scalars<'p>,
+}
+
+impl Problem<'_> {
+    /// Scalar `name` as its table's type `T`, for a reference. A problem's scalars are its
+    /// op's, of its table's types (the tests and the benchmark make them from the op's examples
+    /// or parse them by its [`ScalarKind`]s); a reference that reads a name or type its table
+    /// does not give is a bug of its family, which panics here in that family's first test.
+    pub fn scalar<T: ScalarType>(&self, name: &'static str) -> T {
+        self.scalars.get(name).unwrap_or_else(|error| panic!("a reference reads a scalar its op lacks: {error}"))
+    }
 }
 
 impl OpInfo {
     /// Runs the op with arguments by position (see [`Call`]); the typed functions and the
     /// adapters all come through here. Checks the argument counts, then logs and runs.
-    pub fn call(&'static self, tensors: &[&TensorView], scalars: &[f64], stream: Stream) -> Result<(), Error> {
+    pub fn call(&'static self, tensors: &[&TensorView], scalars: &[Scalar], stream: Stream) -> Result<(), Error> {
         self.call_per_row(tensors, scalars, &[], stream)
     }
 
     /// [`OpInfo::call`] with, for each scalar, the tensor of its values a row where one is given
     /// (`per_row`: empty for none, else one entry a scalar; only scalars marked
-    /// [`ScalarArg::per_row`] take one, their value in `scalars` is then ignored).
+    /// [`ScalarArg::per_row`] take one, their value in `scalars` is then ignored). A scalar of
+    /// another type than its table's is [`Error::InvalidScalar`].
     pub fn call_per_row(
         &'static self,
         tensors: &[&TensorView],
-        scalars: &[f64],
+        scalars: &[Scalar],
         per_row: &[Option<&TensorView>],
         stream: Stream,
     ) -> Result<(), Error> {
@@ -572,6 +454,13 @@ impl OpInfo {
         }
         if let Some((arg, _)) = self.scalars.iter().zip(per_row).find(|(arg, view)| view.is_some() && !arg.per_row) {
             return Err(Error::NotPerRow { op: self.name, argument: arg.name });
+        }
+        let given = |i: usize| per_row.get(i).is_some_and(Option::is_some);
+        let mistyped =
+            self.scalars.iter().zip(scalars).enumerate().find(|(i, (arg, v))| !arg.accepts(**v) && !given(*i));
+        if let Some((_, (arg, value))) = mistyped {
+            let expected = arg.kind.expected();
+            return Err(Error::InvalidScalar { argument: arg.name, value: value.to_string(), expected });
         }
         let call = Call { op: self, tensors, scalars, per_row, stream };
         logging::begin(&call);
@@ -602,8 +491,13 @@ impl OpInfo {
 
     /// The reference of a problem given by its inputs alone (`tensors` by argument, empty for
     /// `Out`; nothing written before): what a test of known rows needs.
-    pub fn reference_of(&self, dtype: DType, hidden: usize, tensors: &[Vec<f64>], scalars: &[f64]) -> Vec<Vec<f64>> {
-        self.reference(&Problem { dtype, hidden, tensors, written: &[], scalars })
+    pub fn reference_of(&self, dtype: DType, hidden: usize, tensors: &[Vec<f64>], scalars: &[Scalar]) -> Vec<Vec<f64>> {
+        self.reference(&Problem { dtype, hidden, tensors, written: &[], scalars: self.scalars_of(scalars) })
+    }
+
+    /// `values` read by this op's scalar names and types.
+    pub fn scalars_of<'c>(&self, values: &'c [Scalar]) -> Scalars<'c> {
+        Scalars { args: self.scalars, values }
     }
 
     /// The argument named `name` (or aliased so), by position.
@@ -625,7 +519,7 @@ impl OpInfo {
     }
 
     /// The scalars' examples in a problem of `rows` rows of `hidden` ([`ScalarArg::example_for`]).
-    pub fn examples(&self, rows: usize, hidden: usize) -> Vec<f64> {
+    pub fn examples(&self, rows: usize, hidden: usize) -> Vec<Scalar> {
         self.scalars.iter().map(|s| s.example_for(rows, hidden)).collect()
     }
 
@@ -639,11 +533,16 @@ impl OpInfo {
     /// scalars `scalars`: [`Extent::output_shape`], but an [`Extent::Count`] output's is the
     /// count scalar's value (0 if it is not a count: the op's own checks refuse it). What
     /// adapters allocate when the caller passes no output.
-    pub fn output_shape(&self, out: usize, inputs: &[(Extent, &[i64])], scalars: &[f64]) -> Vec<i64> {
+    pub fn output_shape(&self, out: usize, inputs: &[(Extent, &[i64])], scalars: &[Scalar]) -> Vec<i64> {
         match self.tensors[out].extent {
             Extent::Count => {
-                let count = self.count().and_then(|i| scalars.get(i)).copied().unwrap_or(0.0);
-                vec![if count >= 0.0 && count <= i64::MAX as f64 { count as i64 } else { 0 }]
+                let count = match self.count().and_then(|i| scalars.get(i)) {
+                    Some(Scalar::I32(n)) => i64::from(*n),
+                    Some(Scalar::U32(n)) => i64::from(*n),
+                    Some(Scalar::U64(n)) => i64::try_from(*n).unwrap_or(0),
+                    _ => 0,
+                };
+                vec![count.max(0)]
             }
             extent => extent.output_shape(inputs),
         }
@@ -676,14 +575,23 @@ impl Call<'_, '_> {
         })
     }
 
-    /// Scalar `i` (validated by the family: e.g. `eps` finite and ≥ 0).
-    pub fn scalar(&self, i: usize) -> f64 {
-        self.scalars.get(i).copied().unwrap_or(f64::NAN)
+    /// The call's scalars, read by name as their table's types.
+    pub fn scalars(&self) -> Scalars<'_> {
+        self.op.scalars_of(self.scalars)
     }
 
-    /// Scalar `i`'s tensor of values a row, where the caller gave one.
-    pub fn per_row(&self, i: usize) -> Option<&TensorView<'_>> {
-        self.per_row.get(i).copied().flatten()
+    /// Scalar `name` as its table's type `T` (validated by the family: e.g. `eps` finite and ≥ 0).
+    pub fn scalar<T: ScalarType>(&self, name: &'static str) -> Result<T, Error> {
+        self.scalars().get(name)
+    }
+
+    /// Per-row scalar `name`: its tensor of values a row where the caller gave one, else its value.
+    pub fn per_row<T: ScalarType>(&self, name: &'static str) -> Result<PerRow<'_, T>, Error> {
+        let index = self.op.scalars.iter().position(|arg| arg.name == name);
+        match index.and_then(|i| self.per_row.get(i).copied().flatten()) {
+            Some(view) => Ok(PerRow::Rows(view)),
+            None => self.scalar(name).map(PerRow::All),
+        }
     }
 }
 
@@ -729,7 +637,8 @@ macro_rules! __dtype_rule {
 }
 
 /// An input's domain: `[Rows, nonnegative]`, `[Batch as index, positions]`,
-/// `[SegmentBounds as index, segment_bounds]`, `[Batch as index, table_rows]`, else any value.
+/// `[SegmentBounds as index, segment_bounds]`, `[Batch as index, table_rows]`, a family's
+/// [`FixedValues`](crate::op::FixedValues) static by its name, else any value.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __domain {
@@ -751,135 +660,101 @@ macro_rules! __domain {
     (table_rows) => {
         $crate::op::Domain::TableRows
     };
-    (page_sequences) => {
-        $crate::op::Domain::PageSequences
-    };
-    (page_positions) => {
-        $crate::op::Domain::PagePositions
-    };
-    (page_ids) => {
-        $crate::op::Domain::PageIds
-    };
-    (page_bounds) => {
-        $crate::op::Domain::PageBounds
-    };
-    (last_page_lengths) => {
-        $crate::op::Domain::LastPageLengths
+    ($family:ident) => {
+        $crate::op::Domain::Fixed(&$family)
     };
 }
 
-/// `Some(default)` or `None` (a required scalar); an optional one's default is None (NaN).
+/// An argument's extent: one of [`Extent`](crate::op::Extent)'s shared shapes by its name, else
+/// the [`FamilyExtent`](crate::op::FamilyExtent) static its family names (`[PAGED_CACHE]`).
 #[doc(hidden)]
 #[macro_export]
-macro_rules! __scalar_default {
-    (Option<$inner:ident>;) => {
-        Some(f64::NAN)
+macro_rules! __extent {
+    (Rows) => {
+        $crate::op::Extent::Rows
     };
-    ($kind:tt;) => {
-        None
+    (Row) => {
+        $crate::op::Extent::Row
     };
-    ($kind:tt; $default:tt) => {
-        Some($crate::__scalar_literal!($kind; $default))
+    (DoubleRows) => {
+        $crate::op::Extent::DoubleRows
+    };
+    (Batch) => {
+        $crate::op::Extent::Batch
+    };
+    (Stacked) => {
+        $crate::op::Extent::Stacked
+    };
+    (StackedBatch) => {
+        $crate::op::Extent::StackedBatch
+    };
+    (Heads) => {
+        $crate::op::Extent::Heads
+    };
+    (KvHeads) => {
+        $crate::op::Extent::KvHeads
+    };
+    (SegmentBounds) => {
+        $crate::op::Extent::SegmentBounds
+    };
+    (Segments) => {
+        $crate::op::Extent::Segments
+    };
+    (FlatHeads) => {
+        $crate::op::Extent::FlatHeads
+    };
+    (FlatKvHeads) => {
+        $crate::op::Extent::FlatKvHeads
+    };
+    (Table) => {
+        $crate::op::Extent::Table
+    };
+    (Count) => {
+        $crate::op::Extent::Count
+    };
+    ($family:ident) => {
+        $crate::op::Extent::Family(&$family)
     };
 }
 
-/// A scalar's literal (its default) as the registry's f64: a number or a bool
-/// ([`__literal_f64!`]), or for a [`Choice`](crate::op::Choice) type the index of its name.
+/// A scalar's Rust type from its table type: `f32`, `i32`, `u32`, `u64`, `bool`, `Option<u32>`, a
+/// per-row `[f32]` (the type inside), or a choice enum, named at the crate root where its family
+/// re-exports it (`ferrinfer_launch::KvLayout`): adapters import nothing per family.
 #[doc(hidden)]
 #[macro_export]
-macro_rules! __scalar_literal {
-    ($kind:ident; $value:tt) => {
-        $crate::__scalar_literal!(@$kind; $value)
-    };
-    ([$kind:tt]; $value:tt) => {
-        $crate::__literal_f64!($value)
-    };
-    (@f32; $value:tt) => {
-        $crate::__literal_f64!($value)
-    };
-    (@i32; $value:tt) => {
-        $crate::__literal_f64!($value)
-    };
-    (@u64; $value:tt) => {
-        $crate::__literal_f64!($value)
-    };
-    (@bool; $value:tt) => {
-        $crate::__literal_f64!($value)
-    };
-    (@$choice:ident; $name:tt) => {
-        $crate::op::choice_index(<$crate::$choice as $crate::op::Choice>::NAMES, $name) as f64
-    };
+macro_rules! __scalar_value {
+    ([$kind:tt]) => { $kind };
+    (Option<$inner:ident>) => { Option<$crate::__scalar_value!($inner)> };
+    (f32) => { f32 };
+    (i32) => { i32 };
+    (u32) => { u32 };
+    (u64) => { u64 };
+    (bool) => { bool };
+    ($choice:ident) => { $crate::$choice };
 }
 
-/// A table's literal as the registry's f64 (in a `static`: no trait call); `true` is 1.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __literal_f64 {
-    (true) => {
-        1.0
-    };
-    (false) => {
-        0.0
-    };
-    ($value:literal) => {
-        $value as f64
-    };
-}
-
-/// A scalar's [`Example`](crate::op::Example): its `(example V)` (`(example hidden)`: the
-/// problem's `H`), else its default (an optional one's: None, NaN).
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __scalar_example {
-    ($kind:tt $(<$inner:ident>)?; [$($default:tt)?]; [hidden]) => {
-        $crate::op::Example::Hidden
-    };
-    ($kind:tt $(<$inner:ident>)?; [$($default:tt)?]; [rows]) => {
-        $crate::op::Example::Rows
-    };
-    ($kind:tt $(<$inner:ident>)?; [$($default:tt)?]; [$example:literal]) => {
-        $crate::op::Example::Value($crate::__literal_f64!($example))
-    };
-    ($kind:tt $(<$inner:ident>)?; [$default:tt]; []) => {
-        $crate::op::Example::Value($crate::__scalar_literal!($kind; $default))
-    };
-    (Option<$inner:ident>; []; []) => {
-        $crate::op::Example::Value(f64::NAN)
-    };
-    ($kind:tt; []; []) => {
-        compile_error!("a scalar without a default needs `(example VALUE)`")
-    };
-}
-
-/// A scalar's [`ScalarKind`](crate::op::ScalarKind): `f32`, `i32`, `u64`, `bool`, `Option<i32>`,
-/// or per row (`[f32]`, `[i32]`, `[u64]`) of the kind inside.
+/// A scalar's [`ScalarKind`](crate::scalar::ScalarKind), from its Rust type.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scalar_kind {
-    (f32) => {
-        $crate::op::ScalarKind::F32
-    };
-    (i32) => {
-        $crate::op::ScalarKind::I32
-    };
-    (u64) => {
-        $crate::op::ScalarKind::U64
-    };
-    (bool) => {
-        $crate::op::ScalarKind::Bool
-    };
-    (Option<i32>) => {
-        $crate::op::ScalarKind::OptionalI32
-    };
-    ([$kind:tt]) => {
-        $crate::__scalar_kind!($kind)
-    };
-    ($choice:ident) => {
-        $crate::op::ScalarKind::Choice(<$crate::$choice as $crate::op::Choice>::NAMES)
+    ($($kind:tt)+) => {
+        <$crate::__scalar_value!($($kind)+) as $crate::scalar::ScalarType>::KIND
     };
 }
 
-/// Whether a scalar's type is per row (`[f32]`).
+/// Whether a scalar's table type is an `Option`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scalar_optional {
+    (Option<$inner:ident>) => {
+        true
+    };
+    ($($kind:tt)+) => {
+        false
+    };
+}
+
+/// Whether a scalar's table type is per row (`[f32]`).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scalar_per_row {
@@ -891,74 +766,101 @@ macro_rules! __scalar_per_row {
     };
 }
 
+/// A table's literal as a constant [`Scalar`](crate::scalar::Scalar) of the scalar's type (in a
+/// `static`: no trait call): a number, a bool, or a choice's name.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scalar_literal {
+    ([$kind:tt]; $value:tt) => { $crate::__scalar_literal!($kind; $value) };
+    (f32; $value:literal) => { $crate::scalar::Scalar::F32($value) };
+    (i32; $value:literal) => { $crate::scalar::Scalar::I32($value) };
+    (u32; $value:literal) => { $crate::scalar::Scalar::U32($value) };
+    (u64; $value:literal) => { $crate::scalar::Scalar::U64($value) };
+    (bool; $value:literal) => { $crate::scalar::Scalar::Bool($value) };
+    ($choice:ident; $name:literal) => {
+        $crate::scalar::Scalar::Choice($crate::scalar::choice_index($crate::__scalar_kind!($choice), $name))
+    };
+}
+
+/// `Some(default)`, or `None` for a required scalar; an `Option`'s default is absent.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scalar_default {
+    (Option<$inner:ident>; []) => { Some($crate::scalar::Scalar::Absent) };
+    ($kind:tt; []) => { None };
+    ($kind:tt; [$default:tt]) => { Some($crate::__scalar_literal!($kind; $default)) };
+}
+
+/// A scalar's [`Example`](crate::op::Example): its `(example V)` (`(example hidden)`: the
+/// problem's `H`; `(example rows)`: its `T`), else its default.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __scalar_example {
+    ($kind:tt; [$($default:tt)?]; [hidden]) => { $crate::op::Example::Hidden };
+    ($kind:tt; [$($default:tt)?]; [rows]) => { $crate::op::Example::Rows };
+    ($kind:tt; [$($default:tt)?]; [$example:literal]) => {
+        $crate::op::Example::Value($crate::__scalar_literal!($kind; $example))
+    };
+    (Option<$inner:ident>; []; []) => { $crate::op::Example::Value($crate::scalar::Scalar::Absent) };
+    ($kind:tt; [$default:tt]; []) => { $crate::op::Example::Value($crate::__scalar_literal!($kind; $default)) };
+    ($kind:tt; []; []) => { compile_error!("a scalar without a default needs `(example VALUE)`") };
+}
+
 /// The typed API's parameter type of a scalar: its type, or for a per-row one
 /// `impl Into<PerRow<f32>>`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scalar_param {
-    ([$kind:tt], $life:lifetime) => { impl Into<$crate::PerRow<$life, $kind>> };
-    ($kind:ident $(<$inner:ident>)?, $life:lifetime) => { $crate::__scalar_value!($kind $(<$inner>)?) };
-}
-
-/// A scalar's value type, whether or not it may be per row (what adapters that take one value
-/// for every row accept). A [`Choice`](crate::op::Choice) type is named at the crate root, where
-/// its family re-exports it (`ferrinfer_launch::KvLayout`): adapters import nothing per family.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __scalar_value {
-    ([$kind:tt]) => {
-        $kind
-    };
-    (Option<$inner:ident>) => {
-        Option<$inner>
-    };
-    (f32) => {
-        f32
-    };
-    (i32) => {
-        i32
-    };
-    (u64) => {
-        u64
-    };
-    (bool) => {
-        bool
-    };
-    ($choice:ident) => {
-        $crate::$choice
-    };
+    (([$kind:tt]), $life:lifetime) => { impl Into<$crate::PerRow<$life, $kind>> };
+    (($($kind:tt)+), $life:lifetime) => { $crate::__scalar_value!($($kind)+) };
 }
 
 /// `(value, per-row tensor)` of a typed API's scalar argument.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scalar_split {
-    ([$kind:tt], $value:expr) => {
+    (([$kind:tt]), $value:expr) => {
         $crate::PerRow::<'_, $kind>::split($value.into())
     };
-    ($kind:ident $(<$inner:ident>)?, $value:expr) => {
-        ($crate::op::ScalarValue::to_f64($value), None)
+    (($($kind:tt)+), $value:expr) => {
+        ($crate::scalar::ScalarType::into_scalar($value), None)
     };
 }
 
-/// Turns a family's op table into the typed public functions, their [`OpInfo`]s and `OPS`.
-/// A family invokes it once: `crate::norm_ops!(crate::define_ops);`.
+/// A typed call's scalars, `(value, tensor)` each, as the registry takes them: values, then
+/// tensors — in arrays, so a call allocates nothing here.
+#[doc(hidden)]
+pub fn split_scalars<'a, const N: usize>(
+    scalars: [(Scalar, Option<&'a TensorView<'a>>); N],
+) -> ([Scalar; N], [Option<&'a TensorView<'a>>; N]) {
+    (scalars.map(|s| s.0), scalars.map(|s| s.1))
+}
+
+/// Turns a family's op table into the typed public functions, their [`OpInfo`]s and `OPS`, or
+/// hands it to an adapter's macro: the one place the table's grammar is matched. A family
+/// invokes it once, `crate::norm_ops!(crate::define_ops);`; adapters through
+/// [`all_ops!`](crate::all_ops), which gives each table to `define_ops!` with their macro.
 ///
-/// The table's grammar, one line per op (what every consumer of a table matches):
+/// The table's grammar, one line per op:
 /// `fn NAME(INPUT: In|InOut [Extent (| f32 | as f32|index)? (, nonnegative|positions|segment_bounds|sequence_lengths|…)?], …) (-> OUTPUT: Out [Extent (as f32|i32)?], …)? (;
-/// SCALAR: f32|i32|u64|bool|Option<i32>|[f32]|[i32]|[u64]|CHOICE (= DEFAULT)? ((example VALUE|hidden|rows))?, …)? => SELECTOR, reference PATH
+/// SCALAR: f32|i32|u32|u64|bool|Option<u32>|[f32]|[i32]|[u64]|CHOICE (= DEFAULT)? ((example VALUE|hidden|rows))?, …)? => SELECTOR, reference PATH
 /// (, order (NAME, …))?;` with doc comments before it. `order` gives FlashInfer's positional order
 /// where it differs from the table's ([`OpInfo::order`]). `/ alias` after an argument's name gives FlashInfer's Python name when it
 /// differs; `| f32` lets an input be f32 whatever the first tensor's dtype, `as f32` (`as i32`)
 /// makes an input f32 or an output f32 (int32) always (attention states' scores), `as index` an input int32 or int64 (positions),
 /// `nonnegative` marks an input of probabilities, `positions` one of token positions, `segment_bounds` an `indptr`, `sequence_lengths` lengths after an append of its segments, `table_rows` row indices of a `Table`. `[f32]` makes a scalar per
 /// row: one value, or a `[rows]` tensor ([`PerRow`]). A scalar without a default is required and needs an example (see
-/// [`ScalarArg::example`]), but for an `Option<i32>`, which defaults to None; required scalars come before the others.
+/// [`ScalarArg::example`]), but for an `Option`, which defaults to None; required scalars come before the others.
 /// An output takes the shape of the first input of its extent (see [`Extent::output_shape`]).
+///
+/// What an adapter's macro receives, one line per op, every type resolved:
+/// `fn NAME(INPUT: In|InOut, …) -> (OUTPUT, …); (SCALAR: TYPE, …);` with the doc comments
+/// before it, after `family FAMILY;`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! define_ops {
     (
+        $(@adapter $adapter:path;)?
         family $family:ident;
         $(
             $(#[doc = $doc:literal])*
@@ -968,18 +870,57 @@ macro_rules! define_ops {
                 => $op:expr, reference $reference:path $(, order ($($order:ident),+))?;
         )+
     ) => {
+        $crate::define_ops! {
+            @canonical [$($adapter)?] family $family;
+            $(
+                [$($doc),*] $name
+                [$(($tensor [$($alias)?] $role $extent [$(| $wide)? $(as $input_fixed)?] [$($domain)?]))+]
+                [$($(($out $out_extent [$(as $fixed)?]))+)?]
+                [$($(($scalar [$kind $(<$inner>)?] [$($default)?] [$($example)?]))+)?]
+                ($op) ($reference) [$($($order)+)?];
+            )+
+        }
+    };
+    (
+        @canonical [$adapter:path] family $family:ident;
+        $(
+            [$($doc:literal),*] $name:ident
+            [$(($tensor:ident [$($alias:ident)?] $role:ident $extent:ident [$($rule:tt)*] [$($domain:ident)?]))+]
+            [$(($out:ident $out_extent:ident [$($fixed:tt)*]))*]
+            [$(($scalar:ident [$($kind:tt)+] [$($default:tt)?] [$($example:tt)?]))*]
+            ($op:expr) ($reference:path) [$($order:ident)*];
+        )+
+    ) => {
+        $adapter! {
+            family $family;
+            $(
+                $(#[doc = $doc])*
+                fn $name($($tensor: $role),+) -> ($($out),*); ($($scalar: $crate::__scalar_value!($($kind)+)),*);
+            )+
+        }
+    };
+    (
+        @canonical [] family $family:ident;
+        $(
+            [$($doc:literal),*] $name:ident
+            [$(($tensor:ident [$($alias:ident)?] $role:ident $extent:ident [$($rule:tt)*] [$($domain:ident)?]))+]
+            [$(($out:ident $out_extent:ident [$($fixed:tt)*]))*]
+            [$(($scalar:ident [$($kind:tt)+] [$($default:tt)?] [$($example:tt)?]))*]
+            ($op:expr) ($reference:path) [$($order:ident)*];
+        )+
+    ) => {
         $(
             $(#[doc = $doc])*
             // `'p`: the borrow of a per-row scalar's tensor (unused by ops without one).
             #[allow(clippy::too_many_arguments, clippy::extra_unused_lifetimes)]
             pub fn $name<'p>(
                 $($tensor: $crate::__tensor_param!($role),)+
-                $($($out: &mut $crate::TensorView<'_>,)+)?
-                $($($scalar: $crate::__scalar_param!($kind $(<$inner>)?, 'p),)+)?
+                $($out: &mut $crate::TensorView<'_>,)*
+                $($scalar: $crate::__scalar_param!(($($kind)+), 'p),)*
                 stream: $crate::Stream<'_>,
             ) -> Result<(), $crate::Error> {
-                let (values, per_row) = $crate::op::split_scalars([$($($crate::__scalar_split!($kind $(<$inner>)?, $scalar)),+)?]);
-                $name::INFO.call_per_row(&[$(&*$tensor,)+ $($(&*$out,)+)?], &values, &per_row, stream)
+                let (values, per_row) = $crate::op::split_scalars([$($crate::__scalar_split!(($($kind)+), $scalar)),*]);
+                $name::INFO.call_per_row(&[$(&*$tensor,)+ $(&*$out,)*], &values, &per_row, stream)
             }
 
             #[doc(hidden)]
@@ -996,27 +937,28 @@ macro_rules! define_ops {
                             name: stringify!($tensor),
                             alias: $crate::__alias!($($alias)?),
                             role: $crate::op::Role::$role,
-                            extent: $crate::op::Extent::$extent,
-                            dtype: $crate::__dtype_rule!($(| $wide)? $(as $input_fixed)?),
+                            extent: $crate::__extent!($extent),
+                            dtype: $crate::__dtype_rule!($($rule)*),
                             domain: $crate::__domain!($($domain)?),
                         },)+
-                        $($($crate::op::TensorArg {
+                        $($crate::op::TensorArg {
                             name: stringify!($out),
                             alias: None,
                             role: $crate::op::Role::Out,
-                            extent: $crate::op::Extent::$out_extent,
-                            dtype: $crate::__dtype_rule!($(as $fixed)?),
+                            extent: $crate::__extent!($out_extent),
+                            dtype: $crate::__dtype_rule!($($fixed)*),
                             domain: $crate::op::Domain::Any,
-                        },)+)?
+                        },)*
                     ],
-                    scalars: &[$($($crate::op::ScalarArg {
+                    scalars: &[$($crate::op::ScalarArg {
                         name: stringify!($scalar),
-                        kind: $crate::__scalar_kind!($kind $(<$inner>)?),
-                        default: $crate::__scalar_default!($kind $(<$inner>)?; $($default)?),
-                        example: $crate::__scalar_example!($kind $(<$inner>)?; [$($default)?]; [$($example)?]),
-                        per_row: $crate::__scalar_per_row!($kind $(<$inner>)?),
-                    }),+)?],
-                    order: &[$($(stringify!($order)),+)?],
+                        kind: $crate::__scalar_kind!($($kind)+),
+                        optional: $crate::__scalar_optional!($($kind)+),
+                        default: $crate::__scalar_default!($($kind)+; [$($default)?]),
+                        example: $crate::__scalar_example!($($kind)+; [$($default)?]; [$($example)?]),
+                        per_row: $crate::__scalar_per_row!($($kind)+),
+                    }),*],
+                    order: &[$(stringify!($order)),*],
                     run: |call| $crate::op::FamilyOp::run(&$op, call),
                     reference: $reference,
                 };

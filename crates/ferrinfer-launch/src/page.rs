@@ -40,15 +40,16 @@ use std::sync::OnceLock;
 
 use crate::cuda::{self, KernelModule, Launch, Limits, ModuleCache};
 use crate::layout::{self, Named};
-use crate::op::{Call, Choice, FamilyOp, PAGE_SIZE, Problem, ScalarValue};
+use crate::op::{Call, FamilyExtent, FamilyOp, FixedValues, KV_HEADS, Problem, SEGMENTS};
 use crate::tuning;
 use crate::{Error, Stream, TensorView, cpu, logging};
 
 /// The page family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
 #[macro_export]
 macro_rules! page_ops {
-    ($callback:path) => {
+    ($callback:path $(, $adapter:path)?) => {
         $callback! {
+            $(@adapter $adapter;)?
             family page;
             /// Appends keys and values to a paged KV cache, FlashInfer's `append_paged_kv_cache`:
             /// token `i` (`append_key[i]`, `append_value[i]`: `[num_kv_heads, head_dim]`) goes to
@@ -61,13 +62,13 @@ macro_rules! page_ops {
             fn append_paged_kv_cache(
                 append_key: In[KvHeads],
                 append_value: In[KvHeads],
-                batch_indices: In[Batch as index, page_sequences],
-                positions: In[Batch as index, page_positions],
-                paged_k_cache / paged_kv_cache: InOut[Pages],
-                paged_v_cache / paged_kv_cache: InOut[Pages],
-                kv_indices: In[PageIds as index, page_ids],
-                kv_indptr: In[SegmentBounds as index, page_bounds],
-                kv_last_page_len: In[Segments as index, last_page_lengths]
+                batch_indices: In[Batch as index, PAGE_SEQUENCES],
+                positions: In[Batch as index, PAGE_POSITIONS],
+                paged_k_cache / paged_kv_cache: InOut[PAGED_CACHE],
+                paged_v_cache / paged_kv_cache: InOut[PAGED_CACHE],
+                kv_indices: In[PAGE_IDS as index, PAGE_ID_VALUES],
+                kv_indptr: In[SegmentBounds as index, PAGE_BOUNDS],
+                kv_last_page_len: In[Segments as index, LAST_PAGE_LENGTHS]
             ) ; kv_layout: KvLayout = "NHD"
                 => PageOp::Append, reference append_reference;
             /// Each appended token's sequence and position, FlashInfer's
@@ -86,6 +87,81 @@ macro_rules! page_ops {
 
 crate::page_ops!(crate::define_ops);
 
+/// The entries a page of [`PAGED_CACHE`] holds in the problems the benchmark and the tests make.
+pub const PAGE_SIZE: usize = 16;
+
+/// The page table of a problem of `rows` rows appended to a paged cache ([`PAGED_CACHE`]):
+/// row `i` belongs to sequence `i mod SEGMENTS` at position `i / SEGMENTS` (so every sequence's
+/// rows hold its first positions, and a sequence may have none), each sequence owns the fewest
+/// pages of [`PAGE_SIZE`] entries that hold them, sequence by sequence, and page `u` of that order
+/// is cache page `U − u` (pages out of order, cache page 0 spare). Returns each sequence's row
+/// count.
+pub fn page_table(rows: usize) -> [usize; SEGMENTS] {
+    std::array::from_fn(|b| (rows + SEGMENTS - 1 - b) / SEGMENTS)
+}
+
+/// The pages each sequence of [`page_table`] owns.
+fn pages_of(rows: usize) -> [usize; SEGMENTS] {
+    page_table(rows).map(|n| n.div_ceil(PAGE_SIZE))
+}
+
+/// `[P, PAGE_SIZE, KH, H]`: a paged cache of [`KV_HEADS`] heads of `H` ("NHD"), into which the
+/// append writes one entry a row of the problem: [`page_table`]'s pages and one spare page no row
+/// reaches. Calls take any page size, page count and layout.
+pub static PAGED_CACHE: FamilyExtent = FamilyExtent {
+    name: "paged cache",
+    shape: |rows, hidden| vec![pages_of(rows).iter().sum::<usize>() + 1, PAGE_SIZE, KV_HEADS, hidden],
+    touched: |rows, hidden| rows * KV_HEADS * hidden,
+    read_in_place: false,
+};
+
+/// `[U]`: the cache page of each page the problem's sequences use, in order (`kv_indices`).
+pub static PAGE_IDS: FamilyExtent = FamilyExtent {
+    name: "page ids",
+    shape: |rows, _| vec![pages_of(rows).iter().sum()],
+    touched: |rows, _| pages_of(rows).iter().sum(),
+    read_in_place: true,
+};
+
+/// [`page_table`]'s sequence of each row (`batch_indices`).
+pub static PAGE_SEQUENCES: FixedValues =
+    FixedValues { name: "page sequences", values: |rows| (0..rows).map(|i| (i % SEGMENTS) as i64).collect() };
+
+/// [`page_table`]'s position of each row in its sequence (`positions`).
+pub static PAGE_POSITIONS: FixedValues =
+    FixedValues { name: "page positions", values: |rows| (0..rows).map(|i| (i / SEGMENTS) as i64).collect() };
+
+/// [`page_table`]'s cache page of each page the sequences use (`kv_indices`).
+pub static PAGE_ID_VALUES: FixedValues = FixedValues {
+    name: "page ids",
+    values: |rows| {
+        let used: usize = pages_of(rows).iter().sum();
+        (0..used).map(|u| (used - u) as i64).collect()
+    },
+};
+
+/// [`page_table`]'s bounds of each sequence's pages in [`PAGE_IDS`] (`kv_indptr`).
+pub static PAGE_BOUNDS: FixedValues = FixedValues {
+    name: "page bounds",
+    values: |rows| {
+        let ends = pages_of(rows).into_iter().scan(0, |end, pages| {
+            *end += pages as i64;
+            Some(*end)
+        });
+        [0].into_iter().chain(ends).collect()
+    },
+};
+
+/// [`page_table`]'s entries used in each sequence's last page (`kv_last_page_len`; 0 for a
+/// sequence of no pages).
+pub static LAST_PAGE_LENGTHS: FixedValues = FixedValues {
+    name: "last page lengths",
+    values: |rows| {
+        let pages = pages_of(rows);
+        page_table(rows).iter().zip(pages).map(|(&n, p)| (n - p.saturating_sub(1) * PAGE_SIZE) as i64).collect()
+    },
+};
+
 /// Where an entry's heads lie in a page (FlashInfer's `kv_layout`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum KvLayout {
@@ -96,26 +172,7 @@ pub enum KvLayout {
     Hnd,
 }
 
-impl Choice for KvLayout {
-    const NAMES: &'static [&'static str] = &["NHD", "HND"];
-
-    fn from_index(index: f64) -> Option<Self> {
-        match index {
-            0.0 => Some(KvLayout::Nhd),
-            1.0 => Some(KvLayout::Hnd),
-            _ => None,
-        }
-    }
-}
-
-impl ScalarValue for KvLayout {
-    fn to_f64(self) -> f64 {
-        match self {
-            KvLayout::Nhd => 0.0,
-            KvLayout::Hnd => 1.0,
-        }
-    }
-}
+crate::choice_scalar!(KvLayout { Nhd = "NHD", Hnd = "HND" });
 
 impl KvLayout {
     /// The dimensions of a cache's shape holding `(entries, heads)`.
@@ -206,9 +263,9 @@ fn positions_plan(call: &Call) -> Result<Option<(PositionsParams, IndexType)>, E
     for &(name, view) in &outputs {
         layout::check_writable(name, view)?;
     }
-    let nnz = call.scalar(0);
-    if !(nnz >= 0.0 && nnz <= i32::MAX as f64 && nnz.fract() == 0.0) {
-        return Err(Error::InvalidScalar { argument: "nnz", value: nnz, expected: "a whole number in 0..=2^31 − 1" });
+    let nnz: i32 = call.scalar("nnz")?;
+    if nnz < 0 {
+        return Err(Error::invalid_scalar("nnz", nnz, "0 ≤ nnz < 2^31"));
     }
     let sequences = match bounds.shape() {
         [n] if *n >= 1 => *n - 1,
@@ -219,8 +276,8 @@ fn positions_plan(call: &Call) -> Result<Option<(PositionsParams, IndexType)>, E
     };
     let expected_shapes = [
         ("seq_lens", lengths, sequences, "`append_indptr`'s length − 1"),
-        ("batch_indices", batch_out, nnz as i64, "nnz"),
-        ("positions", positions_out, nnz as i64, "nnz"),
+        ("batch_indices", batch_out, i64::from(nnz), "nnz"),
+        ("positions", positions_out, i64::from(nnz), "nnz"),
     ];
     for (name, view, len, what) in expected_shapes {
         if view.shape() != [len] {
@@ -248,7 +305,7 @@ fn positions_plan(call: &Call) -> Result<Option<(PositionsParams, IndexType)>, E
     if matches!(call.stream, Stream::Cpu) {
         check_segments(bounds, lengths, [strides[0], strides[1]])?;
     }
-    if nnz == 0.0 {
+    if nnz == 0 {
         return Ok(None);
     }
     let params = PositionsParams {
@@ -297,11 +354,7 @@ fn plan(call: &Call) -> Result<Option<Plan>, Error> {
         ("kv_last_page_len", last_page_len),
     ];
     let dtype = check_tensors(&rows, &caches, &indices, &call.stream)?;
-    let layout = KvLayout::from_index(call.scalar(0)).ok_or(Error::InvalidScalar {
-        argument: "kv_layout",
-        value: call.scalar(0),
-        expected: "\"NHD\" or \"HND\"",
-    })?;
+    let layout: KvLayout = call.scalar("kv_layout")?;
     let (tokens, heads, width) = check_rows(&rows)?;
     let [index_strides @ .., last_stride] = check_indices(&indices, tokens)?;
     let cache = check_caches(&caches, layout, (heads, width))?;
@@ -657,14 +710,14 @@ pub struct CacheGeometry {
 }
 
 /// The f64 reference of a problem (the tests' and the benchmark's: pages of
-/// [`PAGE_SIZE`](crate::op::PAGE_SIZE), "NHD" unless the scalar says otherwise).
+/// [`PAGE_SIZE`], "NHD" unless the scalar says otherwise).
 pub fn append_reference(problem: &Problem) -> Vec<Vec<f64>> {
     let tokens = problem.tensors[2].len();
     let heads = match tokens * problem.hidden {
         0 => 0,
         per_head => problem.tensors[0].len() / per_head,
     };
-    let layout = KvLayout::from_index(problem.scalars.first().copied().unwrap_or(0.0)).unwrap_or_default();
+    let layout = problem.scalar::<KvLayout>("kv_layout");
     let geometry = CacheGeometry { heads, head_dim: problem.hidden, page_size: PAGE_SIZE, layout };
     appended(problem.tensors, geometry)
 }
@@ -697,7 +750,7 @@ pub fn appended(tensors: &[Vec<f64>], g: CacheGeometry) -> Vec<Vec<f64>> {
 /// bounds hold it, found by a walk over the bounds.
 pub fn batch_indices_positions_reference(problem: &Problem) -> Vec<Vec<f64>> {
     let (bounds, lengths) = (&problem.tensors[0], &problem.tensors[1]);
-    let nnz = problem.scalars.first().copied().unwrap_or(0.0).max(0.0) as usize;
+    let nnz = usize::try_from(problem.scalar::<i32>("nnz")).unwrap_or(0);
     let mut out = [vec![-1.0; nnz], vec![-1.0; nnz]];
     for b in 0..lengths.len() {
         let (first, end) = (bounds[b], bounds[b + 1]);
@@ -726,14 +779,16 @@ mod tests {
     }
 
     #[test]
-    fn kv_layout_choices_are_the_registry_indices() {
+    fn kv_layout_choices_are_their_names_in_the_registry() {
+        use crate::scalar::{Scalar, ScalarKind, ScalarType};
         for layout in [KvLayout::Nhd, KvLayout::Hnd] {
-            let index = ScalarValue::to_f64(layout);
-            assert_eq!(KvLayout::from_index(index), Some(layout));
-            assert_eq!(KvLayout::NAMES[index as usize], format!("{layout:?}").to_uppercase());
+            let ScalarKind::Choice(names) = KvLayout::KIND else { panic!("kv_layout is a choice") };
+            let Scalar::Choice(index) = layout.into_scalar() else { panic!("{layout:?} is a choice") };
+            assert_eq!(names[index], format!("{layout:?}").to_uppercase());
+            assert_eq!(KvLayout::from_scalar(Scalar::Choice(index)), Some(layout));
         }
-        assert_eq!(append_paged_kv_cache::INFO.scalars[0].default, Some(0.0), "the table's \"NHD\"");
-        assert_eq!(KvLayout::from_index(0.5), None);
+        let default = append_paged_kv_cache::INFO.scalars[0].default;
+        assert_eq!(default, Some(KvLayout::Nhd.into_scalar()), "the table's \"NHD\"");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use ferrinfer_kernels::element::DType;
 
 use crate::HostElement;
 use crate::op::{Domain, OpInfo, Problem, Role, TABLE_ROWS, TensorArg};
+use crate::scalar::Scalar;
 
 /// How far a result is from its reference.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -71,9 +72,9 @@ pub fn check_written(
     hidden: usize,
     inputs: &[Vec<f64>],
     written: &[Vec<f64>],
-    scalars: &[f64],
+    scalars: &[Scalar],
 ) -> Result<Agreement, String> {
-    let problem = Problem { dtype, hidden, tensors: inputs, written, scalars };
+    let problem = Problem { dtype, hidden, tensors: inputs, written, scalars: op.scalars_of(scalars) };
     let expected = op.reference(&problem);
     // Each written tensor at its own dtype's precision (softmax's f32 probabilities of bf16 logits).
     let outputs = op.tensors.iter().filter(|a| a.role != Role::In).map(|a| (a.name, a.dtype.dtype(dtype, false)));
@@ -119,11 +120,7 @@ pub fn random_input<T: HostElement>(arg: &TensorArg, len: usize, rows: usize, se
             let rows = TABLE_ROWS as f64;
             normal().map(|v| T::from_f64((rows / (1.0 + (-1.702 * v).exp())).floor().min(rows - 1.0))).collect()
         }
-        Domain::PageSequences
-        | Domain::PagePositions
-        | Domain::PageIds
-        | Domain::PageBounds
-        | Domain::LastPageLengths => {
+        Domain::Fixed(_) => {
             arg.domain.fixed(rows).unwrap_or_default().into_iter().map(|v| T::from_f64(v as f64)).collect()
         }
         Domain::SegmentBounds => {

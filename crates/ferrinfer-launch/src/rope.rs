@@ -47,8 +47,9 @@ use crate::{Error, Stream, TensorView, cpu, logging, tuning};
 /// The rope family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
 #[macro_export]
 macro_rules! rope_ops {
-    ($callback:path) => {
+    ($callback:path $(, $adapter:path)?) => {
         $callback! {
+            $(@adapter $adapter;)?
             family rope;
             /// Rotary position embedding of queries and keys at the positions `pos_ids`,
             /// FlashInfer's `apply_rope_pos_ids`: `q` `[nnz, num_qo_heads, head_dim]`, `k`
@@ -58,12 +59,12 @@ macro_rules! rope_ops {
             /// by `pos · rope_theta^(−2i/rotary_dim) / rope_scale`; the rest are copied.
             fn apply_rope_pos_ids(q: In[Heads], k: In[KvHeads], pos_ids: In[Batch as index, positions])
                 -> q_rope: Out[Heads], k_rope: Out[KvHeads];
-                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
+                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
                 => RopeOp::PLAIN, reference rope_reference;
             /// `apply_rope_pos_ids` in place, FlashInfer's `apply_rope_pos_ids_inplace`: `q` and
             /// `k` become their rotations.
             fn apply_rope_pos_ids_inplace(q: InOut[Heads], k: InOut[KvHeads], pos_ids: In[Batch as index, positions]);
-                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
+                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
                 => RopeOp::PLAIN_IN_PLACE, reference rope_reference;
             /// `apply_rope_pos_ids` with llama 3.1's frequencies, FlashInfer's
             /// `apply_llama31_rope_pos_ids`: a frequency `f` whose wavelength `2π / f` is below
@@ -71,13 +72,13 @@ macro_rules! rope_ops {
             /// low_freq_factor` divided by `rope_scale`, and one between blended smoothly.
             fn apply_llama31_rope_pos_ids(q: In[Heads], k: In[KvHeads], pos_ids: In[Batch as index, positions])
                 -> q_rope: Out[Heads], k_rope: Out[KvHeads];
-                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
+                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
                 low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
                 => RopeOp::LLAMA31, reference rope_reference;
             /// `apply_llama31_rope_pos_ids` in place, FlashInfer's
             /// `apply_llama31_rope_pos_ids_inplace`.
             fn apply_llama31_rope_pos_ids_inplace(q: InOut[Heads], k: InOut[KvHeads], pos_ids: In[Batch as index, positions]);
-                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
+                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
                 low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
                 => RopeOp::LLAMA31_IN_PLACE, reference rope_reference;
             /// `apply_rope_pos_ids` over a ragged batch, FlashInfer's `apply_rope`: segment `b`
@@ -86,21 +87,21 @@ macro_rules! rope_ops {
             /// `indptr`'s int32 or int64), its tokens at consecutive positions.
             fn apply_rope(q: In[Heads], k: In[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions])
                 -> q_rope: Out[Heads], k_rope: Out[KvHeads];
-                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
+                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
                 => RopeOp::PLAIN.segmented(), reference segments_reference;
             /// `apply_rope` in place, FlashInfer's `apply_rope_inplace`.
             fn apply_rope_inplace(q: InOut[Heads], k: InOut[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions]);
-                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
+                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
                 => RopeOp::PLAIN_IN_PLACE.segmented(), reference segments_reference;
             /// `apply_rope` with llama 3.1's frequencies, FlashInfer's `apply_llama31_rope`.
             fn apply_llama31_rope(q: In[Heads], k: In[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions])
                 -> q_rope: Out[Heads], k_rope: Out[KvHeads];
-                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
+                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
                 low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
                 => RopeOp::LLAMA31.segmented(), reference segments_reference;
             /// `apply_llama31_rope` in place, FlashInfer's `apply_llama31_rope_inplace`.
             fn apply_llama31_rope_inplace(q: InOut[Heads], k: InOut[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions]);
-                rotary_dim: Option<i32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
+                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
                 low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
                 => RopeOp::LLAMA31_IN_PLACE.segmented(), reference segments_reference;
             /// Rotary embedding with the angles read from a table, FlashInfer's
@@ -240,7 +241,7 @@ fn plan(op: RopeOp, call: &Call) -> Result<Option<Plan>, Error> {
     let others: Vec<Named> = args.positions.iter().copied().chain(args.cache).collect();
     let dtype = check_tensors(&heads, &others, &call.stream)?;
     let head_size = match op.source {
-        RopeSource::CachedIds => Some(head_size(call.scalar(0))?),
+        RopeSource::CachedIds => Some(head_size(call.scalar("head_size")?)?),
         _ => None,
     };
     let [q_layout, k_layout, q_out_layout, k_out_layout] = heads.map(|named| head_layout(named, head_size));
@@ -271,7 +272,7 @@ fn plan(op: RopeOp, call: &Call) -> Result<Option<Plan>, Error> {
         return Ok(None);
     }
     let (frequencies, cache) = match table {
-        Some(table) => (Frequencies::cached(table.rotary_dim, call.scalar(1) != 0.0), table),
+        Some(table) => (Frequencies::cached(table.rotary_dim, call.scalar("is_neox")?), table),
         None => (Frequencies::of(op, call, head_dim as u64)?, CacheTable::NONE),
     };
     let layouts = [q_layout, k_layout, q_out_layout, k_out_layout];
@@ -314,12 +315,9 @@ fn plan(op: RopeOp, call: &Call) -> Result<Option<Plan>, Error> {
     Ok(Some(Plan { params, q_name: args.q.0, dtype, positions: source.index, source: op.source, vec }))
 }
 
-/// The cache op's `head_size`: a whole number from 1 to `u32::MAX`.
-fn head_size(value: f64) -> Result<u32, Error> {
-    match value.fract() == 0.0 && value >= 1.0 && value <= u32::MAX as f64 {
-        true => Ok(value as u32),
-        false => Err(Error::InvalidScalar { argument: "head_size", value, expected: "a whole number ≥ 1" }),
-    }
+/// The cache op's `head_size`: at least 1.
+fn head_size(value: i32) -> Result<u32, Error> {
+    u32::try_from(value).ok().filter(|&size| size >= 1).ok_or_else(|| Error::invalid_scalar("head_size", value, "≥ 1"))
 }
 
 /// `cos_sin_cache`, validated: `[max_seq_len, rotary_dim]` f32, rows contiguous.
@@ -378,7 +376,7 @@ impl CacheTable {
             && let Some(position) = (0..tokens as u64).map(|t| source.host_id(t)).find(|&p| p < 0 || p as u64 >= rows)
         {
             let expected = "positions below cos_sin_cache's rows (max_seq_len)";
-            return Err(Error::InvalidScalar { argument: source.name, value: position as f64, expected });
+            return Err(Error::invalid_scalar(source.name, position, expected));
         }
         let row_stride = if rows > 1 { strides[0] as u64 } else { 0 };
         Ok(CacheTable { address: view.address(), row_stride, rows, rotary_dim: rotary_dim as u32 })
@@ -465,7 +463,7 @@ fn check_bounds(argument: &'static str, indptr: &TensorView, stride: u64, tokens
     // SAFETY: a validated host view of `count` elements `stride` apart.
     let read = |i: usize| unsafe { layout::host_index(layout::index_type(indptr), indptr.address(), i as u64, stride) };
     let bounds: Vec<i64> = (0..count).map(read).collect();
-    let invalid = |value: i64, expected| Err(Error::InvalidScalar { argument, value: value as f64, expected });
+    let invalid = |value: i64, expected: &str| Err(Error::invalid_scalar(argument, value, expected));
     if bounds[0] != 0 {
         return invalid(bounds[0], "0 first (segment 0 starts at token 0)");
     }
@@ -598,43 +596,43 @@ impl Frequencies {
     /// The scalars of `call` (`rotary_dim`, `interleave`, `rope_scale`, `rope_theta`, and
     /// llama 3.1's three) for heads of `head_dim`, validated.
     fn of(op: RopeOp, call: &Call, head_dim: u64) -> Result<Self, Error> {
-        let rotary_dim = match call.scalar(0) {
-            d if d.is_nan() => head_dim as f64,
-            d => d,
-        };
-        if !(rotary_dim >= 2.0 && rotary_dim <= head_dim as f64 && rotary_dim % 2.0 == 0.0) {
+        let rotary_dim = call.scalar::<Option<u32>>("rotary_dim")?.map_or(head_dim, u64::from);
+        if !(rotary_dim >= 2 && rotary_dim <= head_dim && rotary_dim.is_multiple_of(2)) {
             let expected = "an even number from 2 to head_dim (or None: head_dim)";
-            return Err(Error::InvalidScalar { argument: "rotary_dim", value: rotary_dim, expected });
+            return Err(Error::invalid_scalar("rotary_dim", rotary_dim, expected));
         }
-        if rotary_dim > MAX_ROTARY_DIM as f64 {
-            let (value, limit) = (rotary_dim as u64, MAX_ROTARY_DIM as u64);
-            return Err(Error::TooLarge { argument: "rotary_dim", what: "rotary_dim", value, limit });
+        if rotary_dim > MAX_ROTARY_DIM as u64 {
+            let limit = MAX_ROTARY_DIM as u64;
+            return Err(Error::TooLarge { argument: "rotary_dim", what: "rotary_dim", value: rotary_dim, limit });
         }
-        let positive = |i: usize, argument: &'static str| {
-            let value = call.scalar(i);
+        let positive = |argument: &'static str| {
+            let value = f64::from(call.scalar::<f32>(argument)?);
             match value.is_finite() && value > 0.0 {
                 true => Ok(value),
-                false => Err(Error::InvalidScalar { argument, value, expected: "finite and > 0" }),
+                false => Err(Error::invalid_scalar(argument, value, "finite and > 0")),
             }
         };
-        let (scale, theta) = (positive(2, "rope_scale")?, positive(3, "rope_theta")?);
+        let (scale, theta) = (positive("rope_scale")?, positive("rope_theta")?);
         let (smooth_a, smooth_b) = match op.llama31 {
             false => (0.0, 0.0),
             true => {
-                let low = positive(4, "low_freq_factor")?;
-                let high = call.scalar(5);
+                let low = positive("low_freq_factor")?;
+                let high = f64::from(call.scalar::<f32>("high_freq_factor")?);
                 if !(high.is_finite() && high > low) {
                     let expected = "finite and above low_freq_factor";
-                    return Err(Error::InvalidScalar { argument: "high_freq_factor", value: high, expected });
+                    return Err(Error::invalid_scalar("high_freq_factor", high, expected));
                 }
-                let old_context_len = positive(6, "old_context_len")?;
-                llama31_smoothing(low, high, old_context_len)
+                let old_context_len: i32 = call.scalar("old_context_len")?;
+                if old_context_len <= 0 {
+                    return Err(Error::invalid_scalar("old_context_len", old_context_len, "> 0"));
+                }
+                llama31_smoothing(low, high, old_context_len.into())
             }
         };
         Ok(Frequencies {
             rotary_dim: rotary_dim as u32,
-            interleave: call.scalar(1) != 0.0,
-            exponent_step: 2.0 * theta.log2() / rotary_dim,
+            interleave: call.scalar("interleave")?,
+            exponent_step: 2.0 * theta.log2() / rotary_dim as f64,
             inverse_scale: 1.0 / scale,
             smooth_a,
             smooth_b,
@@ -778,8 +776,8 @@ fn segments_reference(p: &Problem) -> Vec<Vec<f64>> {
 fn cached_reference(p: &Problem) -> Vec<Vec<f64>> {
     let (positions, table) = (&p.tensors[0], &p.tensors[3]);
     let rotary_dim = table.len() / crate::op::TABLE_ROWS;
-    let head_dim = p.scalars[0] as usize;
-    let interleave = p.scalars[1] == 0.0;
+    let head_dim = p.scalar::<i32>("head_size") as usize;
+    let interleave = !p.scalar::<bool>("is_neox");
     let turn = |token: usize, pair: usize| {
         let row = &table[positions[token] as usize * rotary_dim..];
         (row[pair], row[rotary_dim / 2 + pair])
@@ -791,12 +789,16 @@ fn cached_reference(p: &Problem) -> Vec<Vec<f64>> {
 /// `(q', k')` of the problem's `q` and `k` at `positions`, by the frequencies of its scalars
 /// (`rotary_dim`, `interleave`, `rope_scale`, `rope_theta`, llama 3.1's three).
 fn computed_at(p: &Problem, positions: &[f64]) -> Vec<Vec<f64>> {
-    let scalar = |i: usize| p.scalars.get(i).copied().unwrap_or(f64::NAN);
-    let rotary_dim = if scalar(0).is_nan() { p.hidden } else { scalar(0) as usize };
-    let (scale, theta) = (scalar(2), scalar(3));
-    let (smooth_a, smooth_b) = match p.scalars.len() {
-        7 => llama31_smoothing(scalar(4), scalar(5), scalar(6)),
-        _ => (0.0, 0.0),
+    let number = |name| f64::from(p.scalar::<f32>(name));
+    let rotary_dim = p.scalar::<Option<u32>>("rotary_dim").map_or(p.hidden, |d| d as usize);
+    let (scale, theta) = (number("rope_scale"), number("rope_theta"));
+    let llama31 = p.scalars.args.iter().any(|arg| arg.name == "old_context_len");
+    let (smooth_a, smooth_b) = match llama31 {
+        true => {
+            let old_context_len = p.scalar::<i32>("old_context_len").into();
+            llama31_smoothing(number("low_freq_factor"), number("high_freq_factor"), old_context_len)
+        }
+        false => (0.0, 0.0),
     };
     let frequencies: Vec<f32> = (0..rotary_dim / 2)
         .map(|i| {
@@ -809,7 +811,7 @@ fn computed_at(p: &Problem, positions: &[f64]) -> Vec<Vec<f64>> {
         let (sin, cos) = ((positions[token] as f32 * frequencies[pair]) as f64).sin_cos();
         (cos, sin)
     };
-    let heads = Heads { head_dim: p.hidden, rotary_dim, interleave: scalar(1) != 0.0, tokens: positions.len() };
+    let heads = Heads { head_dim: p.hidden, rotary_dim, interleave: p.scalar("interleave"), tokens: positions.len() };
     vec![heads.turned(&p.tensors[0], turn), heads.turned(&p.tensors[1], turn)]
 }
 

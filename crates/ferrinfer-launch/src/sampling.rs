@@ -17,7 +17,7 @@
 //! - `top_p`: in (0, 1]; 1 keeps every entry; `min_p`: in [0, 1];
 //! - the sampling ops' `samples`: int32, writable, the input's (`probs`' or `logits`') shape
 //!   without its last dimension (one token a row), contiguous, on the input's device, not
-//!   overlapping it; `seed` and `offset` whole numbers in [0, 2^53) (Philox's key and position:
+//!   overlapping it; `seed` and `offset` any u64 (Philox's key and position:
 //!   row `r` reads outputs `offset` and `offset + 1` of subsequence `r` — the next call's
 //!   `offset` is 2 on);
 //! - a scalar given a row (`temperature`, `top_p`, `min_p`: f32; `top_k`: i32; `seed`,
@@ -45,13 +45,14 @@ use ferrinfer_kernels::{CLUSTER_EXCHANGE_BYTES, MAX_CLUSTER_BLOCKS};
 use crate::cuda::{self, KernelModule, Launch, Limits, MAX_BLOCK, ModuleCache};
 use crate::layout::{self, RowLayout};
 use crate::op::{Call, FamilyOp, Problem};
-use crate::{Error, Stream, TensorView, cpu, logging, tuning};
+use crate::{Error, PerRow, Stream, TensorView, cpu, logging, tuning};
 
 /// The sampling family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
 #[macro_export]
 macro_rules! sampling_ops {
-    ($callback:path) => {
+    ($callback:path $(, $adapter:path)?) => {
         $callback! {
+            $(@adapter $adapter;)?
             family sampling;
             /// `out = softmax(logits / temperature)` over the last dimension, in f32 whatever
             /// the logits' dtype. `temperature` 0 weighs every finite logit (|x| < 2^64) alike
@@ -82,9 +83,9 @@ macro_rules! sampling_ops {
             /// Philox's stream `(seed, row, offset)`. Deterministic: the draw is made in exact
             /// integers (a fixed point of 2^−(62 − ⌈log2 vocab⌉) of the row's largest entry, or
             /// of 1 for a row of probabilities: `MassScale`), so the CPU draws the GPU's token.
-            /// `seed` and `offset` are numbers below 2^53 or int64 tensors read on the device —
-            /// `[rows]` (a value a row) or `[1]` (one for every row) — so that a captured CUDA
-            /// graph draws afresh once they change.
+            /// `seed` and `offset` are any u64, or int64 tensors (their bits as u64) read on the
+            /// device — `[rows]` (a value a row) or `[1]` (one for every row) — so that a captured
+            /// CUDA graph draws afresh once they change.
             fn sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; seed: [u64] (example 42), offset: [u64] (example 0)
                 => SamplingKernel::SamplingFromProbs, reference sampling_reference;
             /// `samples` = one token a row drawn as `sampling_from_probs` among the row's `top_k`
@@ -128,9 +129,10 @@ impl FamilyOp for SamplingKernel {
         let [input, out] = call.tensors()?;
         let input_name = call.op.tensors[0].name;
         let plan = match self {
-            SamplingKernel::Softmax => softmax_plan(input, out, call.scalar(0), call.per_row(0), &call.stream)?,
+            SamplingKernel::Softmax => softmax_plan(input, out, call.per_row("temperature")?, &call.stream)?,
             SamplingKernel::TopKMaskLogits | SamplingKernel::TopKRenormProbs | SamplingKernel::TopPRenormProbs => {
-                filter_plan(*self, input_name, input, out, call.scalar(0), call.per_row(0), &call.stream)?
+                let threshold = call_threshold(call, filter_of(*self).0)?;
+                filter_plan(*self, input_name, input, out, threshold, &call.stream)?
             }
             _ => sample_plan(*self, input_name, input, out, call)?,
         };
@@ -217,10 +219,13 @@ fn vocabulary_rows(input_name: &'static str, input: &TensorView) -> Result<RowLa
 fn softmax_plan(
     logits: &TensorView,
     out: &TensorView,
-    temperature: f64,
-    temperatures: Option<&TensorView>,
+    temperature: PerRow<f32>,
     stream: &Stream,
 ) -> Result<Option<Plan>, Error> {
+    let (temperature, temperatures) = match temperature {
+        PerRow::All(t) => (f64::from(t), None),
+        PerRow::Rows(view) => (0.0, Some(view)),
+    };
     layout::check_placement(stream, [("logits", logits), ("out", out)])?;
     if out.dtype() != DType::F32 {
         return Err(Error::UnsupportedDType {
@@ -232,7 +237,7 @@ fn softmax_plan(
     layout::check_writable("out", out)?;
     let valid_temperature = |t: f64| t.is_finite() && t >= 0.0;
     if temperatures.is_none() && !valid_temperature(temperature) {
-        return Err(Error::InvalidScalar { argument: "temperature", value: temperature, expected: "finite and ≥ 0" });
+        return Err(Error::invalid_scalar("temperature", temperature, "finite and ≥ 0"));
     }
     let rows = rows_of("logits", logits, out)?;
     let per_row = layout::PerRowCheck { argument: "temperature", reference: "logits", expected: "finite and ≥ 0" };
@@ -261,14 +266,13 @@ fn softmax_plan(
 }
 
 /// The filters' checks and parameters (`input_name`: `logits` or `probs`; `threshold`: `top_k`
-/// or `top_p`, or `thresholds` a row).
+/// or `top_p`, or their tensor of values a row: [`call_threshold`]).
 fn filter_plan(
     kernel: SamplingKernel,
     input_name: &'static str,
     input: &TensorView,
     out: &TensorView,
-    threshold: f64,
-    thresholds: Option<&TensorView>,
+    (threshold, thresholds): (f64, Option<&TensorView>),
     stream: &Stream,
 ) -> Result<Option<Plan>, Error> {
     layout::check_placement(stream, [(input_name, input), ("out", out)])?;
@@ -316,6 +320,37 @@ fn threshold_rule(filter: Filter) -> (&'static str, fn(f64) -> bool, &'static st
     }
 }
 
+/// A filter's threshold argument in `call` (`top_k`: i32, `top_p` and `min_p`: f32, each exact
+/// as an f64), or its tensor of values a row (the value then 0, never read).
+fn call_threshold<'c>(call: &'c Call, filter: Filter) -> Result<(f64, Option<&'c TensorView<'c>>), Error> {
+    let (argument, _, _) = threshold_rule(filter);
+    let split = |value: PerRow<'c, f64>| match value {
+        PerRow::All(value) => (value, None),
+        PerRow::Rows(view) => (0.0, Some(view)),
+    };
+    Ok(match threshold_dtype(filter) {
+        DType::I32 => split(per_row_f64(call.per_row::<i32>(argument)?)),
+        _ => split(per_row_f64(call.per_row::<f32>(argument)?)),
+    })
+}
+
+/// A per-row threshold's value as f64 (exact for i32 and f32).
+fn per_row_f64<'c, T: Into<f64>>(value: PerRow<'c, T>) -> PerRow<'c, f64> {
+    match value {
+        PerRow::All(value) => PerRow::All(value.into()),
+        PerRow::Rows(view) => PerRow::Rows(view),
+    }
+}
+
+/// A filter's one threshold in a reference's problem, as f64.
+fn problem_threshold(p: &Problem, filter: Filter) -> f64 {
+    let (argument, _, _) = threshold_rule(filter);
+    match threshold_dtype(filter) {
+        DType::I32 => p.scalar::<i32>(argument).into(),
+        _ => p.scalar::<f32>(argument).into(),
+    }
+}
+
 /// The dtype of a filter's threshold given a row: int32 `top_k`, f32 `top_p` and `min_p`.
 fn threshold_dtype(filter: Filter) -> DType {
     if matches!(filter, Filter::TopK | Filter::TopKTopP) { DType::I32 } else { DType::F32 }
@@ -324,11 +359,7 @@ fn threshold_dtype(filter: Filter) -> DType {
 /// A filter's one threshold, unless a tensor gives one a row.
 fn check_threshold(filter: Filter, threshold: f64, per_row: bool) -> Result<(), Error> {
     let (argument, valid, expected) = threshold_rule(filter);
-    if per_row || valid(threshold) {
-        Ok(())
-    } else {
-        Err(Error::InvalidScalar { argument, value: threshold, expected })
-    }
+    if per_row || valid(threshold) { Ok(()) } else { Err(Error::invalid_scalar(argument, threshold, expected)) }
 }
 
 /// The checks of a filter's thresholds given a row: any value a row — a top_k ≤ 0 (as ≥ vocab),
@@ -349,9 +380,6 @@ fn threshold_bits(filter: Filter, threshold: f64, thresholds: u64, vocab: u64) -
     }
 }
 
-/// Seeds and offsets a call takes exactly: whole numbers an f64 holds (below 2^53).
-const RANDOM_LIMIT: f64 = 9_007_199_254_740_992.0;
-
 /// The sampling ops' checks and parameters: the input (`input_name`: `probs`, or `logits`) as
 /// the filters', `samples` one int32 token a row (the input's shape without its last dimension,
 /// contiguous), the filter's thresholds ([`threshold_filters`]: none for
@@ -365,21 +393,16 @@ fn sample_plan(
 ) -> Result<Option<Plan>, Error> {
     let filter = filter_of(kernel).0;
     let thresholds = threshold_filters(filter);
-    let random = thresholds.len();
     layout::check_placement(&call.stream, [(input_name, probs), ("samples", samples)])?;
     if samples.dtype() != DType::I32 {
         let expected = "int32 (one token a row)".to_owned();
         return Err(Error::UnsupportedDType { argument: "samples", found: samples.dtype().to_string(), expected });
     }
     layout::check_writable("samples", samples)?;
-    for (i, &threshold) in thresholds.iter().enumerate() {
-        check_threshold(threshold, call.scalar(i), call.per_row(i).is_some())?;
-    }
-    for (i, argument) in ["seed", "offset"].into_iter().enumerate() {
-        let value = call.scalar(random + i);
-        if call.per_row(random + i).is_none() && !(value.fract() == 0.0 && (0.0..RANDOM_LIMIT).contains(&value)) {
-            return Err(Error::InvalidScalar { argument, value, expected: "a whole number in [0, 2^53)" });
-        }
+    let given: Vec<(f64, Option<&TensorView>)> =
+        thresholds.iter().map(|&filter| call_threshold(call, filter)).collect::<Result<_, _>>()?;
+    for (&threshold, &(value, view)) in thresholds.iter().zip(&given) {
+        check_threshold(threshold, value, view.is_some())?;
     }
     let x = vocabulary_rows(input_name, probs)?;
     let leading = &probs.shape()[..probs.shape().len() - 1];
@@ -401,8 +424,8 @@ fn sample_plan(
         return Err(Error::TooLarge { argument: input_name, what, value: x.rows, limit });
     }
     let mut words = [(0u64, 0u32); 2];
-    for (i, &threshold) in thresholds.iter().enumerate() {
-        let address = match call.per_row(i) {
+    for (i, (&threshold, &(value, view))) in thresholds.iter().zip(&given).enumerate() {
+        let address = match view {
             Some(view) => threshold_check(threshold, input_name).check(
                 view,
                 x.rows,
@@ -412,11 +435,10 @@ fn sample_plan(
             )?,
             None => 0,
         };
-        words[i] = (address, threshold_bits(threshold, call.scalar(i), address, x.hidden));
+        words[i] = (address, threshold_bits(threshold, value, address, x.hidden));
     }
-    let [seed, offset] = [("seed", random), ("offset", random + 1)]
-        .map(|(argument, i)| random_source(argument, input_name, call.scalar(i), call.per_row(i), x.rows, samples));
-    let ((seed, seeds, seeds_per_row), (offset, offsets, offsets_per_row)) = (seed?, offset?);
+    let random = |argument| random_source(argument, input_name, call.per_row(argument)?, x.rows, samples);
+    let ((seed, seeds, seeds_per_row), (offset, offsets, offsets_per_row)) = (random("seed")?, random("offset")?);
     if x.rows == 0 {
         return Ok(None);
     }
@@ -463,17 +485,19 @@ fn threshold_filters(filter: Filter) -> &'static [Filter] {
 }
 
 /// A sampling op's `seed` or `offset` as the kernel takes it — `(value, tensor address, 1 where the
-/// tensor holds a value a row)`: the call's number (checked already), or an int64 tensor the
-/// device reads (its bits as a u64), `[rows]` or `[1]` for every row.
+/// tensor holds a value a row)`: the call's number, any u64, or an int64 tensor the device reads
+/// (its bits as a u64: every u64 too), `[rows]` or `[1]` for every row.
 fn random_source(
     argument: &'static str,
     input_name: &'static str,
-    value: f64,
-    view: Option<&TensorView>,
+    value: PerRow<u64>,
     rows: u64,
     samples: &TensorView,
 ) -> Result<(u64, u64, u32), Error> {
-    let Some(view) = view else { return Ok((value as u64, 0, 0)) };
+    let view = match value {
+        PerRow::All(value) => return Ok((value, 0, 0)),
+        PerRow::Rows(view) => view,
+    };
     let one_for_every_row = view.shape() == [1] && rows != 1;
     let check = layout::PerRowCheck { argument, reference: input_name, expected: "an int64" };
     let address =
@@ -814,7 +838,7 @@ impl Plan {
 
 /// `softmax(x / t)` in f64 per row of `hidden` (t = 0: every finite logit alike, −∞ none).
 fn softmax_reference(p: &Problem) -> Vec<Vec<f64>> {
-    let temperature = p.scalars[0];
+    let temperature = f64::from(p.scalar::<f32>("temperature"));
     let scale = if temperature == 0.0 { 0.0 } else { 1.0 / temperature };
     let rows = p.tensors[0].chunks_exact(p.hidden);
     vec![
@@ -861,7 +885,7 @@ fn top_k_renorm_reference(p: &Problem) -> Vec<Vec<f64>> {
 /// 0 elsewhere.
 fn top_p_renorm_reference(p: &Problem) -> Vec<Vec<f64>> {
     // The op's `top_p` is an f32: 0.9 is 0.89999998 to the kernels.
-    let top_p = p.scalars[0] as f32 as f64;
+    let top_p = f64::from(p.scalar::<f32>("top_p"));
     let rows = p.tensors[0].chunks_exact(p.hidden);
     vec![
         rows.flat_map(|row| {
@@ -886,7 +910,7 @@ fn top_p_renorm_reference(p: &Problem) -> Vec<Vec<f64>> {
 
 /// A top-k op's one output, row by row: `write(row, which entries it keeps)`.
 fn top_k_reference(p: &Problem, write: impl Fn(&[f64], Vec<bool>) -> Vec<f64>) -> Vec<Vec<f64>> {
-    let k = p.scalars[0] as usize;
+    let k = usize::try_from(p.scalar::<i32>("top_k")).unwrap_or(0);
     vec![p.tensors[0].chunks_exact(p.hidden).flat_map(|row| write(row, top_k_kept(row, k))).collect()]
 }
 
@@ -933,9 +957,8 @@ fn sample_reference(p: &Problem, filter: Filter) -> Vec<Vec<f64>> {
 /// [`sample_reference`] of probabilities, or (`logits`) of logits weighed as the kernels crate's
 /// [`EntryWeight::Softmax`] (its portable `exp2`, the kernels' own).
 fn sample_reference_of(p: &Problem, filter: Filter, logits: bool) -> Vec<Vec<f64>> {
-    let thresholds = &p.scalars[..threshold_filters(filter).len()];
-    let random = &p.scalars[thresholds.len()..];
-    let (seed, offset) = (random[0] as u64, random[1] as u64);
+    let thresholds: Vec<f64> = threshold_filters(filter).iter().map(|&f| problem_threshold(p, f)).collect();
+    let (seed, offset) = (p.scalar::<u64>("seed"), p.scalar::<u64>("offset"));
     let rows = p.tensors[0].chunks_exact(p.hidden).enumerate();
     vec![
         rows.map(|(row, values)| {

@@ -4,7 +4,7 @@
 mod support;
 
 use ferrinfer_launch::reference::{compare, random_normal, to_f64};
-use ferrinfer_launch::{DType, Device, Error, Stream, TensorView, gemma_rmsnorm, layernorm, rmsnorm};
+use ferrinfer_launch::{DType, Device, Error, Scalar, Stream, TensorView, gemma_rmsnorm, layernorm, rmsnorm};
 use half::bf16;
 use support::{Cpu, family, run_cases};
 
@@ -22,7 +22,9 @@ fn norm_cpu_sanitizer_cases() {
 
 /// rmsnorm's result in f64, through the op's own reference.
 fn rms_reference(x: &[f64], w: &[f64], hidden: usize) -> Vec<f64> {
-    rmsnorm::INFO.reference_of(DType::F32, hidden, &[x.to_vec(), w.to_vec(), Vec::new()], &[1e-6]).remove(0)
+    rmsnorm::INFO
+        .reference_of(DType::F32, hidden, &[x.to_vec(), w.to_vec(), Vec::new()], &[Scalar::F32(1e-6)])
+        .remove(0)
 }
 
 #[test]
@@ -30,14 +32,20 @@ fn norm_references_of_known_rows() {
     // mean(x²) = (9 + 16) / 2 = 12.5 → 1/√12.5; Gemma scales by 1 + w.
     let inv = 1.0 / (12.5f64 + 1e-6).sqrt();
     let tensors = [vec![3.0, 4.0], vec![1.0, 2.0], Vec::new()];
-    assert_eq!(rmsnorm::INFO.reference_of(DType::F32, 2, &tensors, &[1e-6]), [vec![3.0 * inv, 8.0 * inv]]);
-    assert_eq!(gemma_rmsnorm::INFO.reference_of(DType::F32, 2, &tensors, &[1e-6]), [vec![6.0 * inv, 12.0 * inv]]);
+    assert_eq!(rmsnorm::INFO.reference_of(DType::F32, 2, &tensors, &[Scalar::F32(1e-6)]), [vec![3.0 * inv, 8.0 * inv]]);
+    assert_eq!(
+        gemma_rmsnorm::INFO.reference_of(DType::F32, 2, &tensors, &[Scalar::F32(1e-6)]),
+        [vec![6.0 * inv, 12.0 * inv]]
+    );
     // mean 2, variance ((−1)² + 1²)/2 = 1.
     let tensors = [vec![1.0, 3.0], vec![2.0, 2.0], vec![0.5, 0.5], Vec::new()];
-    assert_eq!(layernorm::INFO.reference_of(DType::F32, 2, &tensors, &[0.0]), [vec![-1.5, 2.5]]);
+    assert_eq!(layernorm::INFO.reference_of(DType::F32, 2, &tensors, &[Scalar::F32(0.0)]), [vec![-1.5, 2.5]]);
     // The fused op's new residual is the sum rounded to the dtype: 1 + 2^-9 is 1 in bf16.
     let tensors = [vec![1.0], vec![1.0 / 512.0], vec![1.0]];
-    assert_eq!(ferrinfer_launch::fused_add_rmsnorm::INFO.reference_of(DType::Bf16, 1, &tensors, &[0.0])[1], [1.0]);
+    assert_eq!(
+        ferrinfer_launch::fused_add_rmsnorm::INFO.reference_of(DType::Bf16, 1, &tensors, &[Scalar::F32(0.0)])[1],
+        [1.0]
+    );
 }
 
 #[test]

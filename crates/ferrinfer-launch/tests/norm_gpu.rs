@@ -7,7 +7,7 @@ mod support;
 
 use ferrinfer_launch::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use ferrinfer_launch::reference::{self, random_normal};
-use ferrinfer_launch::{DType, Stream, TensorView, rmsnorm};
+use ferrinfer_launch::{DType, Scalar, Stream, TensorView, rmsnorm};
 use half::bf16;
 use support::{Case, Gpu, Runner, family, run_case, run_cases};
 
@@ -80,7 +80,9 @@ fn norm_gpu_pdl_on_and_off_chain_correctly() {
 
 /// rmsnorm in f64 (through the op's reference).
 fn rms_rows(x: &[f64], w: &[f64], hidden: usize) -> Vec<f64> {
-    rmsnorm::INFO.reference_of(DType::Bf16, hidden, &[x.to_vec(), w.to_vec(), Vec::new()], &[1e-6]).remove(0)
+    rmsnorm::INFO
+        .reference_of(DType::Bf16, hidden, &[x.to_vec(), w.to_vec(), Vec::new()], &[Scalar::F32(1e-6)])
+        .remove(0)
 }
 
 #[test]
@@ -171,8 +173,9 @@ fn norm_gpu_over_2_pow_31_elements() {
     for op in [&ferrinfer_launch::rmsnorm::INFO, &ferrinfer_launch::fused_add_rmsnorm::INFO] {
         let before = support::buffers(op, DType::Bf16, false, &case, 41);
         let mut after = before.clone();
-        gpu.run(op, &mut after, &[1e-6]).unwrap();
-        let failures = support::check_in_slices(op, DType::Bf16, &case, &before, &after, &[1e-6], 1024);
+        let eps = [Scalar::F32(1e-6)];
+        gpu.run(op, &mut after, &eps).unwrap();
+        let failures = support::check_in_slices(op, DType::Bf16, &case, &before, &after, &eps, 1024);
         assert!(failures.is_empty(), "{}: {failures:?}", op.name);
     }
 }

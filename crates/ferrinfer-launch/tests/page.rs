@@ -7,7 +7,8 @@
 
 mod support;
 
-use ferrinfer_launch::{DType, Error, KvLayout, Stream, TensorView, append_paged_kv_cache};
+use ferrinfer_launch::scalar::ScalarType;
+use ferrinfer_launch::{DType, Error, KvLayout, Scalar, Stream, TensorView, append_paged_kv_cache};
 use support::{Case, Cpu, PagedCase, family, run_cases};
 
 fn cases() -> Vec<Case> {
@@ -128,8 +129,14 @@ impl Call {
         self
     }
 
-    /// Runs with `scalars` and returns the error; asserts both caches stayed as they were.
-    fn refused(mut self, layout: f64) -> Error {
+    /// Runs in the layout its caches are made in (NHD) and returns the error; asserts both
+    /// caches stayed as they were.
+    fn refused(self) -> Error {
+        self.refused_as(KvLayout::Nhd.into_scalar())
+    }
+
+    /// [`Call::refused`] with `layout` as the `kv_layout` scalar.
+    fn refused_as(mut self, layout: Scalar) -> Error {
         let before: Vec<Vec<u8>> = self.buffers[4..6].iter().map(|b| b.bytes.clone()).collect();
         let op = &ferrinfer_launch::append_paged_kv_cache::INFO;
         let error = support::Runner::run(&Cpu, op, &mut self.buffers, &[layout]).expect_err("the call should fail");
@@ -147,45 +154,47 @@ fn is_index(error: &Error, name: &str, at: usize) -> bool {
 fn bad_page_tables_are_refused_naming_the_tensor_and_index() {
     // PagedCase's table here: two sequences of 4 entries (1 before, 3 appended), a page each —
     // pages 3 and 2 of a 4-page cache; each case breaks one value.
-    let e = Call::new().with_index(6, &[3, 9]).refused(0.0);
+    let e = Call::new().with_index(6, &[3, 9]).refused();
     assert!(is_index(&e, "kv_indices", 1), "a page past the cache: {e}");
-    let e = Call::new().with_index(7, &[0, 2, 1]).refused(0.0);
+    let e = Call::new().with_index(7, &[0, 2, 1]).refused();
     assert!(is_index(&e, "kv_indptr", 2), "bounds going down: {e}");
-    let e = Call::new().with_index(7, &[0, 1, 3]).refused(0.0);
+    let e = Call::new().with_index(7, &[0, 1, 3]).refused();
     assert!(is_index(&e, "kv_indptr", 2), "bounds past kv_indices: {e}");
-    let e = Call::new().with_index(8, &[4, 5]).refused(0.0);
+    let e = Call::new().with_index(8, &[4, 5]).refused();
     assert!(is_index(&e, "kv_last_page_len", 1), "a last page longer than a page: {e}");
-    let e = Call::new().with_index(2, &[0, 1, 0, 2, 0, 1]).refused(0.0);
+    let e = Call::new().with_index(2, &[0, 1, 0, 2, 0, 1]).refused();
     assert!(is_index(&e, "batch_indices", 3), "a sequence out of range: {e}");
-    let e = Call::new().with_index(3, &[1, 1, 2, 2, 3, 7]).refused(0.0);
+    let e = Call::new().with_index(3, &[1, 1, 2, 2, 3, 7]).refused();
     assert!(is_index(&e, "positions", 5), "a position past the sequence's length: {e}");
-    let e = Call::new().with_index(3, &[1, 1, 2, 2, 2, 3]).refused(0.0);
+    let e = Call::new().with_index(3, &[1, 1, 2, 2, 2, 3]).refused();
     assert!(is_index(&e, "positions", 4), "two tokens to one entry: {e}");
 }
 
 #[test]
 fn bad_shapes_dtypes_and_layouts_are_refused_by_name() {
-    let e = Call::new().refused(2.0);
-    assert!(matches!(e, Error::InvalidScalar { argument: "kv_layout", .. }), "{e}");
+    let e = Call::new().refused_as(Scalar::Choice(2));
+    assert!(matches!(e, Error::InvalidScalar { argument: "kv_layout", .. }), "a choice past its names: {e}");
+    let e = Call::new().refused_as(Scalar::U32(0));
+    assert!(matches!(e, Error::InvalidScalar { argument: "kv_layout", .. }), "a number for a choice: {e}");
     // "HND" reads the NHD caches' [pages, 4, 2, 8] as 4 heads: not the keys' 2.
-    let e = Call::new().refused(1.0);
+    let e = Call::new().refused_as(KvLayout::Hnd.into_scalar());
     assert!(matches!(e, Error::ShapeMismatch { argument: "paged_k_cache", .. }), "{e}");
     let mut call = Call::new();
     call.buffers[3] = support::buffer_of(&[1i64, 1, 2, 2, 3, 3], &[6]);
-    let e = call.refused(0.0);
+    let e = call.refused();
     assert!(matches!(e, Error::DTypeMismatch { argument: "positions", reference: "batch_indices", .. }), "{e}");
-    let e = Call::new().with_index(2, &[0, 1, 0]).refused(0.0);
+    let e = Call::new().with_index(2, &[0, 1, 0]).refused();
     assert!(matches!(e, Error::ShapeMismatch { argument: "batch_indices", .. }), "{e}");
-    let e = Call::new().with_index(8, &[4]).refused(0.0);
+    let e = Call::new().with_index(8, &[4]).refused();
     assert!(matches!(e, Error::ShapeMismatch { argument: "kv_indptr", .. }), "one bound a sequence + 1: {e}");
     let mut call = Call::new();
     call.buffers[5] = call.buffers[4].clone();
     call.buffers[5].shape[0] -= 1;
-    let e = call.refused(0.0);
+    let e = call.refused();
     assert!(matches!(e, Error::ShapeMismatch { argument: "paged_v_cache", .. }), "{e}");
     let mut call = Call::new();
     call.buffers[1] = support::buffer_of(&[ferrinfer_launch::half::bf16::ZERO; 6 * 2 * 8], &[6, 2, 8]);
-    let e = call.refused(0.0);
+    let e = call.refused();
     assert!(matches!(e, Error::DTypeMismatch { argument: "append_value", .. }), "{e}");
 }
 
@@ -212,7 +221,11 @@ fn one_tensor_as_both_caches_is_refused() {
         .unwrap()
     };
     let views: Vec<TensorView> = (0..9).map(|i| view(i, if i == 5 { 4 } else { i })).collect();
-    let e = ferrinfer_launch::append_paged_kv_cache::INFO.call(&views.iter().collect::<Vec<_>>(), &[0.0], Stream::Cpu);
+    let e = ferrinfer_launch::append_paged_kv_cache::INFO.call(
+        &views.iter().collect::<Vec<_>>(),
+        &[KvLayout::Nhd.into_scalar()],
+        Stream::Cpu,
+    );
     assert!(matches!(e, Err(Error::Overlap { argument: "paged_v_cache", other: "paged_k_cache" })), "{e:?}");
 }
 
@@ -267,7 +280,7 @@ fn batch_indices_positions_errors_name_the_argument() {
         TensorView::from_slice_mut(&mut b, &[1]).unwrap(),
         TensorView::from_slice_mut(&mut p, &[1]).unwrap(),
     ];
-    let error = op.call(&views.iter().collect::<Vec<_>>(), &[-1.0], Stream::Cpu);
+    let error = op.call(&views.iter().collect::<Vec<_>>(), &[Scalar::I32(-1)], Stream::Cpu);
     assert!(matches!(error, Err(Error::InvalidScalar { argument: "nnz", .. })), "{error:?}");
     assert_eq!((b, p), (vec![7], vec![7]), "nothing written on the error path");
 }

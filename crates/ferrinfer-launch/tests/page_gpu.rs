@@ -6,6 +6,7 @@
 
 mod support;
 
+use ferrinfer_launch::scalar::ScalarType;
 use ferrinfer_launch::{DType, KvLayout};
 use support::{Case, Gpu, PagedCase, Runner, family, run_cases};
 
@@ -73,7 +74,8 @@ fn page_gpu_tables_leading_outside_the_caches_write_nothing_there() {
     };
     let valid = case.buffers(DType::F32, 7);
     let mut expected = valid.clone();
-    Runner::run(&support::Cpu, op, &mut expected, &[0.0]).unwrap();
+    let layout = [case.layout.into_scalar()];
+    Runner::run(&support::Cpu, op, &mut expected, &layout).unwrap();
     // Each sequence holds 4 tokens in one page (`ids[b]`). Sequence 0's page moved past the cache
     // (its tokens 0, 3, 6, 9 lost), token 1's sequence and token 2's position out of range (they
     // held entry 0 of sequences 1's and 2's pages).
@@ -82,7 +84,7 @@ fn page_gpu_tables_leading_outside_the_caches_write_nothing_there() {
     broken[6] = support::buffer_of(&[1_000_000, ids[1], ids[2]], &[3]);
     broken[2] = support::buffer_of(&[0i32, 3, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2], &[12]);
     broken[3] = support::buffer_of(&[0i32, 0, -1, 1, 1, 1, 2, 2, 2, 3, 3, 3], &[12]);
-    gpu.run(op, &mut broken, &[0.0]).unwrap();
+    gpu.run(op, &mut broken, &layout).unwrap();
     let entry = case.heads * case.head_dim;
     let page = case.page_size * entry;
     for (cache, name) in [(4, "paged_k_cache"), (5, "paged_v_cache")] {

@@ -8,8 +8,8 @@
 mod support;
 
 use ferrinfer_launch::{
-    DType, Error, Stream, TensorView, apply_rope_pos_ids, apply_rope_pos_ids_inplace, apply_rope_with_cos_sin_cache,
-    apply_rope_with_cos_sin_cache_inplace,
+    DType, Error, Scalar, Stream, TensorView, apply_rope_pos_ids, apply_rope_pos_ids_inplace,
+    apply_rope_with_cos_sin_cache, apply_rope_with_cos_sin_cache_inplace,
 };
 use support::{Case, Cpu, assert_refused, family, rope_scalar_variants, run_cases_with};
 
@@ -103,7 +103,7 @@ fn bad_arguments_are_refused_by_name_and_write_nothing() {
     let positions: Vec<i32> = vec![0, 1, 2];
     let (mut q_rope, mut k_rope) = (vec![f32::NAN; q.len()], vec![f32::NAN; k.len()]);
     let call = |k_shape: &[usize],
-                rotary_dim: Option<i32>,
+                rotary_dim: Option<u32>,
                 scale: f32,
                 positions: &[i32],
                 q_rope: &mut [f32],
@@ -125,13 +125,29 @@ fn bad_arguments_are_refused_by_name_and_write_nothing() {
         |name: &'static str| move |e: &Error| matches!(e, Error::InvalidScalar { argument, .. } if *argument == name);
     let shape =
         |name: &'static str| move |e: &Error| matches!(e, Error::ShapeMismatch { argument, .. } if *argument == name);
-    for rotary_dim in [3, 0, 10, -2] {
+    // Odd, none, past the head (u32::MAX too, which must not wrap to a small or negative one).
+    for rotary_dim in [3, 0, 10, u32::MAX] {
         assert_refused(
             call(&[tokens, 2, dim], Some(rotary_dim), 1.0, &positions, &mut q_rope, &mut k_rope),
             &q_rope,
             &invalid("rotary_dim"),
         );
     }
+    // A negative one is no `Option<u32>`: through the registry (as an adapter passes it), refused by its type.
+    let op = &apply_rope_pos_ids::INFO;
+    let mut scalars = op.examples(tokens, dim);
+    scalars[op.scalars.iter().position(|s| s.name == "rotary_dim").unwrap()] = Scalar::I32(-2);
+    let negative = {
+        let views = [
+            TensorView::from_slice(&q, &[tokens, 4, dim]).unwrap(),
+            TensorView::from_slice(&k, &[tokens, 2, dim]).unwrap(),
+            TensorView::from_slice(&positions, &[tokens]).unwrap(),
+            TensorView::from_slice_mut(&mut q_rope, &[tokens, 4, dim]).unwrap(),
+            TensorView::from_slice_mut(&mut k_rope, &[tokens, 2, dim]).unwrap(),
+        ];
+        op.call(&views.iter().collect::<Vec<_>>(), &scalars, Stream::Cpu)
+    };
+    assert_refused(negative, &q_rope, &invalid("rotary_dim"));
     assert_refused(
         call(&[tokens, 2, dim], None, 0.0, &positions, &mut q_rope, &mut k_rope),
         &q_rope,

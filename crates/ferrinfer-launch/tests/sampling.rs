@@ -9,7 +9,8 @@ mod support;
 use ferrinfer_launch::op::OpInfo;
 use ferrinfer_launch::reference::{compare, random_normal};
 use ferrinfer_launch::{
-    DType, Device, Error, Stream, TensorView, softmax, top_k_mask_logits, top_k_renorm_probs, top_p_renorm_probs,
+    DType, Device, Error, Scalar, Stream, TensorView, softmax, top_k_mask_logits, top_k_renorm_probs,
+    top_p_renorm_probs,
 };
 use support::{Case, Cpu, assert_refused, family, run_cases};
 
@@ -32,12 +33,12 @@ fn sampling_cpu_grid() {
 }
 
 /// `op` over `input` (rows of `vocab` f32) with its one scalar on the CPU backend: its output.
-fn cpu_call(op: &'static OpInfo, input: &[f32], vocab: usize, scalar: impl Into<f64>) -> Vec<f32> {
+fn cpu_call(op: &'static OpInfo, input: &[f32], vocab: usize, scalar: Scalar) -> Vec<f32> {
     let shape = [input.len() / vocab, vocab];
     let mut out = vec![f32::NAN; input.len()];
     let x = TensorView::from_slice(input, &shape).unwrap();
     let y = TensorView::from_slice_mut(&mut out, &shape).unwrap();
-    op.call(&[&x, &y], &[scalar.into()], Stream::Cpu).unwrap();
+    op.call(&[&x, &y], &[scalar], Stream::Cpu).unwrap();
     out
 }
 
@@ -47,16 +48,17 @@ fn softmax_follows_the_temperature_and_zero_weighs_logits_alike() {
     let logits: Vec<f32> = random_normal(3 * 1000, 7);
     let as_f64: Vec<f64> = logits.iter().map(|&x| x as f64).collect();
     for temperature in [0.25f32, 0.7, 1.0, 3.0] {
-        let want = &op.reference_of(DType::F32, 1000, &[as_f64.clone(), Vec::new()], &[temperature as f64])[0];
-        let got: Vec<f64> = cpu_call(&softmax::INFO, &logits, 1000, temperature).iter().map(|&p| p as f64).collect();
+        let want = &op.reference_of(DType::F32, 1000, &[as_f64.clone(), Vec::new()], &[Scalar::F32(temperature)])[0];
+        let got: Vec<f64> =
+            cpu_call(&softmax::INFO, &logits, 1000, Scalar::F32(temperature)).iter().map(|&p| p as f64).collect();
         compare(DType::F32, &got, want).unwrap_or_else(|e| panic!("temperature {temperature}: {e}"));
     }
-    assert!(cpu_call(&softmax::INFO, &logits, 1000, 0.0).iter().all(|&p| p == 1.0 / 1000.0));
+    assert!(cpu_call(&softmax::INFO, &logits, 1000, Scalar::F32(0.0)).iter().all(|&p| p == 1.0 / 1000.0));
     // Masked logits (top_k_mask_logits' −∞) keep nothing at a temperature of 0 too, not NaN.
     let mut masked = logits[..1000].to_vec();
     masked[..996].fill(f32::NEG_INFINITY);
     masked[996..].copy_from_slice(&[-1.8e19, 0.0, 3e-30, 1.8e19]);
-    let probs = cpu_call(&softmax::INFO, &masked, 1000, 0.0);
+    let probs = cpu_call(&softmax::INFO, &masked, 1000, Scalar::F32(0.0));
     assert!(probs[..996].iter().all(|&p| p == 0.0) && probs[996..].iter().all(|&p| p == 0.25), "{:?}", &probs[990..]);
 }
 
@@ -67,7 +69,7 @@ fn softmax_rows_of_minus_infinity_or_holding_infinity_or_nan_are_nan_and_others_
     logits[8 + 3] = f32::INFINITY;
     logits[16 + 5] = f32::NAN;
     logits[24] = f32::NEG_INFINITY;
-    let probs = cpu_call(&softmax::INFO, &logits, 8, 1.0);
+    let probs = cpu_call(&softmax::INFO, &logits, 8, Scalar::F32(1.0));
     for (row, probs) in probs.chunks(8).enumerate().take(3) {
         assert!(probs.iter().all(|p| p.is_nan()), "row {row}: {probs:?}");
     }
@@ -137,8 +139,9 @@ fn top_k_keeps_every_tie_of_the_kth_and_follows_the_reference_for_every_k() {
         for k in [1, 2, 3, 17, 50, 299, 300, 301, 302, 100_000] {
             let mut out = vec![f32::NAN; input.len()];
             let y = TensorView::from_slice_mut(&mut out, &[2, vocab]).unwrap();
-            op.call(&[&x, &y], &[k as f64], Stream::Cpu).unwrap();
-            let want = &op.reference_of(DType::F32, vocab, &[input_f64.clone(), Vec::new()], &[k as f64])[0];
+            let top_k = [Scalar::I32(k as i32)];
+            op.call(&[&x, &y], &top_k, Stream::Cpu).unwrap();
+            let want = &op.reference_of(DType::F32, vocab, &[input_f64.clone(), Vec::new()], &top_k)[0];
             let got: Vec<f64> = out.iter().map(|&v| v as f64).collect();
             compare(DType::F32, &got, want).unwrap_or_else(|e| panic!("{} k = {k}: {e}", op.name));
             // (A kept probability of 0 looks dropped: count the mask's.)
@@ -155,7 +158,7 @@ fn top_k_ranks_by_total_order_signed_zeros_infinities_and_nan() {
     let (inf, nan) = (f32::INFINITY, f32::NAN);
     let logits = [0.0, -0.0, -inf, 1.0, nan, inf, -1.0, -0.0];
     let kept = |k: i32| {
-        cpu_call(&top_k_mask_logits::INFO, &logits, logits.len(), k)
+        cpu_call(&top_k_mask_logits::INFO, &logits, logits.len(), Scalar::I32(k))
             .iter()
             .map(|v| *v != f32::NEG_INFINITY)
             .collect::<Vec<_>>()
@@ -165,7 +168,7 @@ fn top_k_ranks_by_total_order_signed_zeros_infinities_and_nan() {
     assert_eq!(kept(3), [false, false, false, true, true, true, false, false]);
     assert_eq!(kept(4), [true, false, false, true, true, true, false, false]);
     assert_eq!(kept(5), [true, true, false, true, true, true, false, true], "both −0 tie");
-    let masked = cpu_call(&top_k_mask_logits::INFO, &logits, logits.len(), 4);
+    let masked = cpu_call(&top_k_mask_logits::INFO, &logits, logits.len(), Scalar::I32(4));
     assert!(masked[4].is_nan() && masked[5] == inf && masked[0].to_bits() == 0 && masked[1] == f32::NEG_INFINITY);
 }
 
@@ -186,21 +189,23 @@ fn top_k_errors_name_the_argument_and_leave_out_untouched() {
     let mut out = vec![f32::NAN; 4 * 64];
     for op in [&top_k_mask_logits::INFO, &top_k_renorm_probs::INFO] {
         let input = op.tensors[0].name;
-        for top_k in [0.0, -3.0, 2.5, f64::NAN, f64::INFINITY] {
+        // At most 0; of another type than i32 (a fraction, NaN, ∞); left out.
+        let floats = [2.5, f32::NAN, f32::INFINITY].map(Scalar::F32);
+        for top_k in [Scalar::I32(0), Scalar::I32(-3)].into_iter().chain(floats).chain([Scalar::Absent]) {
             let y = TensorView::from_slice_mut(&mut out, &[4, 64]).unwrap();
             let result = op.call(&[&xv, &y], &[top_k], Stream::Cpu);
             assert_refused(result, &out, &|e| matches!(e, Error::InvalidScalar { argument: "top_k", .. }));
         }
         let mut half_out = vec![half::bf16::NAN; 4 * 64];
         let y = TensorView::from_slice_mut(&mut half_out, &[4, 64]).unwrap();
-        let error = op.call(&[&xv, &y], &[5.0], Stream::Cpu).unwrap_err();
+        let error = op.call(&[&xv, &y], &[Scalar::I32(5)], Stream::Cpu).unwrap_err();
         assert!(
             matches!(&error, Error::DTypeMismatch { argument: "out", reference, .. } if *reference == input),
             "{error}"
         );
         assert!(half_out.iter().all(|v| v.is_nan()));
         let y = TensorView::from_slice_mut(&mut out[..4 * 32], &[4, 32]).unwrap();
-        let result = op.call(&[&xv, &y], &[5.0], Stream::Cpu);
+        let result = op.call(&[&xv, &y], &[Scalar::I32(5)], Stream::Cpu);
         assert_refused(result, &out, &|e| matches!(e, Error::ShapeMismatch { argument: "out", .. }));
     }
 }
@@ -217,14 +222,14 @@ fn softmax_takes_a_temperature_a_row() {
     softmax(&x, &mut TensorView::from_slice_mut(&mut probs, &[rows, vocab]).unwrap(), &t, Stream::Cpu).unwrap();
     for (row, &temperature) in temperatures.iter().enumerate() {
         let logits_f64: Vec<f64> = logits[row * vocab..(row + 1) * vocab].iter().map(|&x| x as f64).collect();
-        let want = &op.reference_of(DType::F32, vocab, &[logits_f64, Vec::new()], &[temperature as f64])[0];
+        let want = &op.reference_of(DType::F32, vocab, &[logits_f64, Vec::new()], &[Scalar::F32(temperature)])[0];
         let got: Vec<f64> = probs[row * vocab..(row + 1) * vocab].iter().map(|&p| p as f64).collect();
         compare(DType::F32, &got, want).unwrap_or_else(|e| panic!("row {row}, temperature {temperature}: {e}"));
     }
     // The same rows one temperature at a time: bit for bit.
     for (row, &temperature) in temperatures.iter().enumerate() {
         assert_eq!(
-            cpu_call(&softmax::INFO, &logits[row * vocab..(row + 1) * vocab], vocab, temperature),
+            cpu_call(&softmax::INFO, &logits[row * vocab..(row + 1) * vocab], vocab, Scalar::F32(temperature)),
             probs[row * vocab..(row + 1) * vocab]
         );
     }
@@ -244,7 +249,7 @@ fn per_row_temperatures_are_checked_before_anything_is_written() {
     let (result, untouched) = call(&TensorView::from_slice(&bad, &[3]).unwrap());
     assert!(
         untouched
-            && matches!(result, Err(Error::InvalidScalar { argument: "temperature", value, .. }) if value == -0.5)
+            && matches!(result, Err(Error::InvalidScalar { argument: "temperature", value, .. }) if value == "-0.5")
     );
     let nan = [1.0f32, 1.0, f32::NAN];
     assert!(matches!(call(&TensorView::from_slice(&nan, &[3]).unwrap()).0, Err(Error::InvalidScalar { .. })));
@@ -267,8 +272,9 @@ fn per_row_temperatures_are_checked_before_anything_is_written() {
     let w = TensorView::from_slice(&weight, &[vocab]).unwrap();
     let y = TensorView::from_slice_mut(&mut probs, &[rows, vocab]).unwrap();
     let eps = TensorView::from_slice(&eps, &[3]).unwrap();
-    let error =
-        ferrinfer_launch::rmsnorm::INFO.call_per_row(&[&x, &w, &y], &[1e-6], &[Some(&eps)], Stream::Cpu).unwrap_err();
+    let error = ferrinfer_launch::rmsnorm::INFO
+        .call_per_row(&[&x, &w, &y], &[Scalar::F32(1e-6)], &[Some(&eps)], Stream::Cpu)
+        .unwrap_err();
     assert!(matches!(error, Error::NotPerRow { op: "rmsnorm", argument: "eps" }), "{error}");
 }
 
@@ -283,7 +289,7 @@ fn top_k_takes_a_k_a_row_and_one_at_most_zero_keeps_its_row() {
     top_k_mask_logits(&x, &mut TensorView::from_slice_mut(&mut out, &[rows, vocab]).unwrap(), &k, Stream::Cpu).unwrap();
     for (row, &k) in top_ks.iter().enumerate() {
         let kept = if k <= 0 { vocab as i32 } else { k };
-        let one = cpu_call(&top_k_mask_logits::INFO, &logits[row * vocab..(row + 1) * vocab], vocab, kept);
+        let one = cpu_call(&top_k_mask_logits::INFO, &logits[row * vocab..(row + 1) * vocab], vocab, Scalar::I32(kept));
         assert_eq!(one, out[row * vocab..(row + 1) * vocab], "row {row}, top_k {k}");
     }
     let floats = [5.0f32; 5];
@@ -307,8 +313,8 @@ fn top_p_keeps_the_largest_holding_the_share_with_their_ties_for_every_share() {
     let probs: Vec<f32> = random_normal::<f32>(3 * vocab, 31).iter().map(|x| (x.abs() * 4.0).round() / 4.0).collect();
     let as_f64: Vec<f64> = probs.iter().map(|&x| x as f64).collect();
     for top_p in [1e-4f32, 0.05, 0.3, 0.5, 0.77, 0.9, 0.99, 0.999_999, 1.0] {
-        let out = cpu_call(&top_p_renorm_probs::INFO, &probs, vocab, top_p);
-        let want = &op.reference_of(DType::F32, vocab, &[as_f64.clone(), Vec::new()], &[top_p as f64])[0];
+        let out = cpu_call(&top_p_renorm_probs::INFO, &probs, vocab, Scalar::F32(top_p));
+        let want = &op.reference_of(DType::F32, vocab, &[as_f64.clone(), Vec::new()], &[Scalar::F32(top_p)])[0];
         let got: Vec<f64> = out.iter().map(|&v| v as f64).collect();
         compare(DType::F32, &got, want).unwrap_or_else(|e| panic!("top_p {top_p}: {e}"));
         for (row, out) in out.chunks(vocab).enumerate() {
@@ -324,7 +330,7 @@ fn top_p_keeps_the_largest_holding_the_share_with_their_ties_for_every_share() {
         }
     }
     // The least share keeps the largest entry and its ties only.
-    let out = cpu_call(&top_p_renorm_probs::INFO, &[0.5, 2.0, 2.0, 1.0], 4, 1e-9);
+    let out = cpu_call(&top_p_renorm_probs::INFO, &[0.5, 2.0, 2.0, 1.0], 4, Scalar::F32(1e-9));
     assert_eq!(out, [0.0, 0.5, 0.5, 0.0]);
 }
 
@@ -335,12 +341,16 @@ fn top_p_measures_the_share_of_the_rows_own_sum() {
     let probs = [0.1f32, 0.4, 0.2, 0.3];
     for scale in [1.0f32, 10.0] {
         let row: Vec<f32> = probs.iter().map(|p| p * scale).collect();
-        let kept =
-            |top_p| cpu_call(&top_p_renorm_probs::INFO, &row, 4, top_p).iter().map(|&o| o > 0.0).collect::<Vec<_>>();
+        let kept = |top_p| {
+            cpu_call(&top_p_renorm_probs::INFO, &row, 4, Scalar::F32(top_p))
+                .iter()
+                .map(|&o| o > 0.0)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(kept(0.39), [false, true, false, false], "scale {scale}");
         assert_eq!(kept(0.69), [false, true, false, true], "scale {scale}");
         assert_eq!(kept(0.71), [false, true, true, true], "scale {scale}");
-        let out = cpu_call(&top_p_renorm_probs::INFO, &row, 4, 0.69);
+        let out = cpu_call(&top_p_renorm_probs::INFO, &row, 4, Scalar::F32(0.69));
         assert!((out[1] - 4.0 / 7.0).abs() < 1e-6 && (out[3] - 3.0 / 7.0).abs() < 1e-6, "{out:?}");
     }
 }
@@ -364,13 +374,14 @@ fn top_p_takes_a_share_a_row_and_errors_name_the_argument() {
         } else {
             1e-30
         };
-        let one = cpu_call(&top_p_renorm_probs::INFO, &probs[row * vocab..(row + 1) * vocab], vocab, alone);
+        let one =
+            cpu_call(&top_p_renorm_probs::INFO, &probs[row * vocab..(row + 1) * vocab], vocab, Scalar::F32(alone));
         assert_eq!(one, out[row * vocab..(row + 1) * vocab], "row {row}, top_p {top_p}");
     }
     let mut out = vec![f32::NAN; rows * vocab];
-    for top_p in [0.0, -0.1, 1.5, f64::NAN, f64::INFINITY] {
+    for top_p in [0.0, -0.1, 1.5, f32::NAN, f32::INFINITY] {
         let y = TensorView::from_slice_mut(&mut out, &[rows, vocab]).unwrap();
-        let result = top_p_renorm_probs::INFO.call(&[&x, &y], &[top_p], Stream::Cpu);
+        let result = top_p_renorm_probs::INFO.call(&[&x, &y], &[Scalar::F32(top_p)], Stream::Cpu);
         assert_refused(result, &out, &|e| matches!(e, Error::InvalidScalar { argument: "top_p", .. }));
     }
     let ints = [1i32; 5];
@@ -382,7 +393,7 @@ fn top_p_takes_a_share_a_row_and_errors_name_the_argument() {
 #[test]
 fn a_renormalised_row_without_mass_is_nan_and_the_other_rows_are_not() {
     let probs = [0.0f32, 0.0, 0.0, 0.0, 0.1, 0.4, 0.2, 0.3];
-    for (op, scalar) in [(&top_k_renorm_probs::INFO, 2.0), (&top_p_renorm_probs::INFO, 0.5)] {
+    for (op, scalar) in [(&top_k_renorm_probs::INFO, Scalar::I32(2)), (&top_p_renorm_probs::INFO, Scalar::F32(0.5))] {
         let out = cpu_call(op, &probs, 4, scalar);
         assert!(out[..4].iter().all(|p| p.is_nan()), "{}: {out:?}", op.name);
         assert!(out[4..].iter().all(|p| p.is_finite()) && (out[4..].iter().sum::<f32>() - 1.0).abs() < 1e-6);
@@ -390,13 +401,13 @@ fn a_renormalised_row_without_mass_is_nan_and_the_other_rows_are_not() {
 }
 
 /// `op`'s tokens for rows of `probs` (each `vocab` long) on the CPU backend.
-fn draw(op: &'static OpInfo, threshold: &[f64], probs: &[f32], vocab: usize, seed: u64, offset: u64) -> Vec<i32> {
+fn draw(op: &'static OpInfo, threshold: &[Scalar], probs: &[f32], vocab: usize, seed: u64, offset: u64) -> Vec<i32> {
     let rows = probs.len() / vocab;
     let mut samples = vec![-1i32; rows];
     let input = support::sampling_input(op, probs);
     let x = TensorView::from_slice(&input, &[rows, vocab]).unwrap();
     let y = TensorView::from_slice_mut(&mut samples, &[rows]).unwrap();
-    let scalars: Vec<f64> = threshold.iter().copied().chain([seed as f64, offset as f64]).collect();
+    let scalars: Vec<Scalar> = threshold.iter().copied().chain([Scalar::U64(seed), Scalar::U64(offset)]).collect();
     op.call(&[&x, &y], &scalars, Stream::Cpu).unwrap();
     samples
 }
@@ -453,13 +464,14 @@ fn top_p_sampling_redraws_above_a_rejected_token_as_the_reference() {
     let (rows, vocab) = (64, 2000);
     let probs = support::peaked_probabilities(rows, vocab, 5);
     let ops = support::sampling_ops();
-    for (op, top_k) in [(ops[2].0, None), (ops[4].0, Some(200.0)), (ops[5].0, Some(200.0))] {
-        let thresholds = |top_p: f64| -> Vec<f64> { top_k.into_iter().chain([top_p]).collect() };
+    for (op, top_k) in [(ops[2].0, None), (ops[4].0, Some(200)), (ops[5].0, Some(200))] {
+        let thresholds =
+            |top_p: f32| -> Vec<Scalar> { top_k.map(Scalar::I32).into_iter().chain([Scalar::F32(top_p)]).collect() };
         let input: Vec<f64> = support::sampling_input(op, &probs).iter().map(|&x| x as f64).collect();
         let unfiltered = draw(op, &thresholds(1.0), &probs, vocab, 9, 2);
         for top_p in [0.01, 0.3, 0.9] {
             let tokens = draw(op, &thresholds(top_p), &probs, vocab, 9, 2);
-            let scalars: Vec<f64> = thresholds(top_p).into_iter().chain([9.0, 2.0]).collect();
+            let scalars: Vec<Scalar> = thresholds(top_p).into_iter().chain([Scalar::U64(9), Scalar::U64(2)]).collect();
             let want = &op.reference_of(DType::F32, vocab, &[input.clone(), Vec::new()], &scalars)[0];
             let mut rejected_first = 0;
             for (row, (&token, &first)) in tokens.iter().zip(&unfiltered).enumerate() {
@@ -488,13 +500,13 @@ fn top_k_top_p_sampling_is_each_filter_alone_at_the_others_identity() {
     let probs = support::peaked_probabilities(rows, vocab, 8);
     let ops = support::sampling_ops();
     let (top_k, top_p, both) = (ops[1].0, ops[2].0, ops[4].0);
-    for share in [0.05, 0.5, 0.95] {
+    for share in [0.05, 0.5, 0.95].map(Scalar::F32) {
         let alone = draw(top_p, &[share], &probs, vocab, 3, 6);
-        assert_eq!(draw(both, &[vocab as f64, share], &probs, vocab, 3, 6), alone, "top_p {share}");
+        assert_eq!(draw(both, &[Scalar::I32(vocab as i32), share], &probs, vocab, 3, 6), alone, "top_p {share}");
     }
-    for k in [1.0, 40.0, 2999.0] {
+    for k in [1, 40, 2999].map(Scalar::I32) {
         let alone = draw(top_k, &[k], &probs, vocab, 3, 6);
-        assert_eq!(draw(both, &[k, 1.0], &probs, vocab, 3, 6), alone, "top_k {k}");
+        assert_eq!(draw(both, &[k, Scalar::F32(1.0)], &probs, vocab, 3, 6), alone, "top_k {k}");
     }
 }
 
@@ -514,27 +526,29 @@ fn top_k_top_p_sampling_takes_both_thresholds_a_row_and_names_them_in_errors() {
         let input = support::sampling_input(op, &probs);
         let x = TensorView::from_slice(&input, &[rows, vocab]).unwrap();
         let mut samples = vec![-1i32; rows];
-        let call = |samples: &mut [i32], scalars: [f64; 4], per_row: [Option<&TensorView>; 4]| {
+        let call = |samples: &mut [i32], (top_k, top_p): (Scalar, Scalar), per_row: [Option<&TensorView>; 4]| {
             let y = TensorView::from_slice_mut(samples, &[samples.len()]).unwrap();
+            let scalars = [top_k, top_p, Scalar::U64(3), Scalar::U64(4)];
             op.call_per_row(&[&x, &y], &scalars, &per_row, Stream::Cpu)
         };
-        call(&mut samples, [f64::NAN, f64::NAN, 3.0, 4.0], [Some(&k_view), Some(&p_view), None, None]).unwrap();
+        let given_a_row = (Scalar::Absent, Scalar::Absent);
+        call(&mut samples, given_a_row, [Some(&k_view), Some(&p_view), None, None]).unwrap();
         for row in 0..rows {
-            let k = if top_ks[row] <= 0 { vocab as f64 } else { top_ks[row] as f64 };
-            let alone = draw(op, &[k, top_ps[row] as f64], &probs, vocab, 3, 4);
+            let k = if top_ks[row] <= 0 { vocab as i32 } else { top_ks[row] };
+            let alone = draw(op, &[Scalar::I32(k), Scalar::F32(top_ps[row])], &probs, vocab, 3, 4);
             assert_eq!(samples[row], alone[row], "{}: row {row}", op.name);
         }
         let mut untouched = vec![-1i32; rows];
         for (scalars, per_row, name) in [
-            ([5.0, 0.0, 3.0, 4.0], [None, None, None, None], "top_p"),
-            ([0.0, 0.5, 3.0, 4.0], [None, None, None, None], "top_k"),
-            ([5.0, f64::NAN, 3.0, 4.0], [None, Some(&ints), None, None], "top_p"),
-            ([f64::NAN, 0.5, 3.0, 4.0], [Some(&p_view), None, None, None], "top_k"),
+            ((Scalar::I32(5), Scalar::F32(0.0)), [None, None, None, None], "top_p"),
+            ((Scalar::I32(0), Scalar::F32(0.5)), [None, None, None, None], "top_k"),
+            ((Scalar::I32(5), Scalar::Absent), [None, Some(&ints), None, None], "top_p"),
+            ((Scalar::Absent, Scalar::F32(0.5)), [Some(&p_view), None, None, None], "top_k"),
         ] {
             let error = call(&mut untouched, scalars, per_row).unwrap_err();
             assert!(error.to_string().contains(name), "{}: {error}", op.name);
         }
-        let error = call(&mut untouched[..4], [5.0, 0.5, 3.0, 4.0], [None; 4]).unwrap_err();
+        let error = call(&mut untouched[..4], (Scalar::I32(5), Scalar::F32(0.5)), [None; 4]).unwrap_err();
         assert!(matches!(&error, Error::ShapeMismatch { argument: "samples", .. }), "{error}");
         assert!(error.to_string().contains(op.tensors[0].name), "{}: {error}", op.name);
         assert!(untouched.iter().all(|&s| s == -1), "{}: samples written on an error", op.name);
@@ -569,12 +583,12 @@ fn sampling_ops_are_functions_of_seed_offset_and_row() {
     let infinite = [0.5f32, f32::INFINITY, 0.25, 1.0];
     for (op, threshold) in support::sampling_ops() {
         assert_eq!(draw(op, threshold, &empty, 4, 1, 0), [0], "{}", op.name);
-        let threshold: &[f64] = if op.name == "min_p_sampling_from_probs" { &[0.0] } else { threshold };
+        let threshold: &[Scalar] = if op.name == "min_p_sampling_from_probs" { &[Scalar::F32(0.0)] } else { threshold };
         assert_eq!(draw(op, threshold, &infinite, 4, 1, 0), [0], "{}: a row holding +∞", op.name);
     }
     let (min_p, _) = support::sampling_ops()[3];
     let ties = [0.5f32, 0.25, 0.5].repeat(100);
-    let tokens = draw(min_p, &[1.0], &ties, 3, 1, 0);
+    let tokens = draw(min_p, &[Scalar::F32(1.0)], &ties, 3, 1, 0);
     assert!(
         tokens.iter().all(|&t| t != 1) && tokens.contains(&0) && tokens.contains(&2),
         "min_p = 1: the largest's ties"
@@ -590,36 +604,59 @@ fn sampling_errors_name_the_argument_and_leave_samples_untouched() {
     let op = &top_k_sampling_from_probs::INFO;
     let mut samples = vec![-1i32; 8];
     let refused = |samples: &[i32]| samples.iter().all(|&s| s == -1);
-    let mut call = |shape: &[usize], scalars: [f64; 3]| {
+    let mut call = |shape: &[usize], scalars: [Scalar; 3]| {
         let y = TensorView::from_slice_mut(&mut samples[..shape.iter().product::<usize>()], shape).unwrap();
         op.call(&[&x, &y], &scalars, Stream::Cpu).unwrap_err()
     };
+    let (top_k, seed, offset) = (Scalar::I32(5), Scalar::U64(1), Scalar::U64(0));
+    // A top_k of 0; a seed or offset of another type than u64 (negative, a fraction, NaN), or left out.
     for (scalars, name) in [
-        ([0.0, 1.0, 0.0], "top_k"),
-        ([5.0, -1.0, 0.0], "seed"),
-        ([5.0, 1.5, 0.0], "seed"),
-        ([5.0, 1.0, 9.1e15], "offset"),
-        ([5.0, 1.0, f64::NAN], "offset"),
+        ([Scalar::I32(0), seed, offset], "top_k"),
+        ([top_k, Scalar::I32(-1), offset], "seed"),
+        ([top_k, Scalar::F32(1.5), offset], "seed"),
+        ([top_k, seed, Scalar::Absent], "offset"),
+        ([top_k, seed, Scalar::F32(f32::NAN)], "offset"),
     ] {
         let error = call(&[4], scalars);
         assert!(matches!(&error, Error::InvalidScalar { argument, .. } if argument == &name), "{error}");
     }
-    let error = call(&[8], [5.0, 1.0, 0.0]);
+    let error = call(&[8], [top_k, seed, offset]);
     assert!(matches!(&error, Error::ShapeMismatch { argument: "samples", .. }), "{error}");
-    let error = call(&[4, 1], [5.0, 1.0, 0.0]);
+    let error = call(&[4, 1], [top_k, seed, offset]);
     assert!(matches!(&error, Error::ShapeMismatch { argument: "samples", .. }), "{error}");
     assert!(refused(&samples));
     let mut floats = vec![f32::NAN; 4];
     let y = TensorView::from_slice_mut(&mut floats, &[4]).unwrap();
-    let error = op.call(&[&x, &y], &[5.0, 1.0, 0.0], Stream::Cpu).unwrap_err();
+    let error = op.call(&[&x, &y], &[top_k, seed, offset], Stream::Cpu).unwrap_err();
     assert!(matches!(&error, Error::UnsupportedDType { argument: "samples", .. }), "{error}");
     let min_p = support::sampling_ops()[3].0;
-    for bad in [-0.1, 1.5, f64::NAN] {
+    for bad in [-0.1, 1.5, f32::NAN] {
         let y = TensorView::from_slice_mut(&mut samples[..4], &[4]).unwrap();
-        let error = min_p.call(&[&x, &y], &[bad, 1.0, 0.0], Stream::Cpu).unwrap_err();
+        let error = min_p.call(&[&x, &y], &[Scalar::F32(bad), seed, offset], Stream::Cpu).unwrap_err();
         assert!(matches!(&error, Error::InvalidScalar { argument: "min_p", .. }), "{error}");
     }
     assert!(refused(&samples));
+}
+
+/// `seed` and `offset` take every u64 as numbers (Philox's whole key and position, none rounded):
+/// at the largest the CPU backend draws the reference's tokens, and the largest seed draws
+/// other tokens than the one below it.
+#[test]
+fn sampling_takes_every_u64_seed_and_offset_as_a_number() {
+    let (rows, vocab) = (64, 300);
+    let probs = support::peaked_probabilities(rows, vocab, 21);
+    for (op, threshold) in support::sampling_ops() {
+        let input: Vec<f64> = support::sampling_input(op, &probs).iter().map(|&x| x as f64).collect();
+        for (seed, offset) in [(u64::MAX, 0), (0, u64::MAX), (u64::MAX, u64::MAX)] {
+            let tokens: Vec<f64> = draw(op, threshold, &probs, vocab, seed, offset).iter().map(|&t| t as f64).collect();
+            let random = [Scalar::U64(seed), Scalar::U64(offset)];
+            let scalars: Vec<Scalar> = threshold.iter().copied().chain(random).collect();
+            let want = &op.reference_of(DType::F32, vocab, &[input.clone(), Vec::new()], &scalars)[0];
+            assert_eq!(&tokens, want, "{}: seed {seed}, offset {offset}", op.name);
+        }
+        let below = draw(op, threshold, &probs, vocab, u64::MAX - 1, 0);
+        assert_ne!(draw(op, threshold, &probs, vocab, u64::MAX, 0), below, "{}: seeds 2^64 − 1 and − 2", op.name);
+    }
 }
 
 /// `seed` and `offset` as int64 tensors (read by the kernel, as a captured graph needs): a value a
@@ -629,7 +666,8 @@ fn sampling_errors_name_the_argument_and_leave_samples_untouched() {
 fn sampling_takes_seeds_and_offsets_from_tensors_a_row_or_one() {
     let (rows, vocab) = (6, 500);
     let probs: Vec<f32> = random_normal::<f32>(rows * vocab, 5).into_iter().map(f32::abs).collect();
-    let seeds: [i64; 6] = [0, 1, 42, 7, (1 << 53) - 1, 3];
+    // −1: u64::MAX's bits, the largest seed.
+    let seeds: [i64; 6] = [0, 1, 42, 7, -1, 3];
     let offsets: [i64; 6] = [0, 2, 4, 1_000_006, 6, 8];
     let seed_view = TensorView::from_slice(&seeds, &[rows]).unwrap();
     let offset_view = TensorView::from_slice(&offsets, &[rows]).unwrap();
@@ -638,26 +676,28 @@ fn sampling_takes_seeds_and_offsets_from_tensors_a_row_or_one() {
     for (op, threshold) in support::sampling_ops() {
         let input = support::sampling_input(op, &probs);
         let x = TensorView::from_slice(&input, &[rows, vocab]).unwrap();
-        let call = |seed: Option<&TensorView>, offset: Option<&TensorView>, numbers: [f64; 2]| {
+        let call = |seed: Option<&TensorView>, offset: Option<&TensorView>, numbers: [Scalar; 2]| {
             let mut samples = vec![-1i32; rows];
             let y = TensorView::from_slice_mut(&mut samples, &[rows]).unwrap();
-            let scalars: Vec<f64> = threshold.iter().copied().chain(numbers).collect();
+            let scalars: Vec<Scalar> = threshold.iter().copied().chain(numbers).collect();
             let per_row: Vec<Option<&TensorView>> = threshold.iter().map(|_| None).chain([seed, offset]).collect();
             op.call_per_row(&[&x, &y], &scalars, &per_row, Stream::Cpu).map(|()| samples)
         };
-        let tokens = call(Some(&seed_view), Some(&offset_view), [f64::NAN; 2]).unwrap();
+        let tokens = call(Some(&seed_view), Some(&offset_view), [Scalar::Absent; 2]).unwrap();
         for row in 0..rows {
             let alone = draw(op, threshold, &probs, vocab, seeds[row] as u64, offsets[row] as u64);
             assert_eq!(tokens[row], alone[row], "{}: row {row}", op.name);
         }
-        let broadcast = call(Some(&one_view), None, [f64::NAN, 5.0]).unwrap();
+        let broadcast = call(Some(&one_view), None, [Scalar::Absent, Scalar::U64(5)]).unwrap();
         assert_eq!(broadcast, draw(op, threshold, &probs, vocab, 9, 5), "{}: one seed for every row", op.name);
-        let mixed = call(None, Some(&one_view), [3.0, f64::NAN]).unwrap();
+        let mixed = call(None, Some(&one_view), [Scalar::U64(3), Scalar::Absent]).unwrap();
         assert_eq!(mixed, draw(op, threshold, &probs, vocab, 3, 9), "{}: one offset for every row", op.name);
         let int32 = [1i32; 6];
-        let error = call(Some(&TensorView::from_slice(&int32, &[rows]).unwrap()), None, [f64::NAN, 0.0]).unwrap_err();
+        let int32 = TensorView::from_slice(&int32, &[rows]).unwrap();
+        let error = call(Some(&int32), None, [Scalar::Absent, Scalar::U64(0)]).unwrap_err();
         assert!(matches!(&error, Error::UnsupportedDType { argument: "seed", .. }), "{}: {error}", op.name);
-        let error = call(None, Some(&TensorView::from_slice(&seeds[..3], &[3]).unwrap()), [1.0, f64::NAN]).unwrap_err();
+        let short = TensorView::from_slice(&seeds[..3], &[3]).unwrap();
+        let error = call(None, Some(&short), [Scalar::U64(1), Scalar::Absent]).unwrap_err();
         assert!(matches!(&error, Error::ShapeMismatch { argument: "offset", .. }), "{}: {error}", op.name);
         // Offsets sharing memory with the tokens: the error names `samples`, nothing is written.
         let mut shared = [-1i64; 6];
@@ -668,7 +708,7 @@ fn sampling_takes_seeds_and_offsets_from_tensors_a_row_or_one() {
             let y = TensorView::from_raw_parts(base, 0, DType::I32, &[rows as i64], &[1], Device::Cpu).unwrap();
             (y, TensorView::from_raw_parts(base, 0, DType::I64, &[rows as i64], &[1], Device::Cpu).unwrap())
         };
-        let scalars: Vec<f64> = threshold.iter().copied().chain([1.0, f64::NAN]).collect();
+        let scalars: Vec<Scalar> = threshold.iter().copied().chain([Scalar::U64(1), Scalar::Absent]).collect();
         let per_row: Vec<Option<&TensorView>> = threshold.iter().map(|_| None).chain([None, Some(&offsets)]).collect();
         let error = op.call_per_row(&[&x, &y], &scalars, &per_row, Stream::Cpu).unwrap_err();
         assert!(matches!(&error, Error::Overlap { argument: "samples", other: "offset" }), "{}: {error}", op.name);

@@ -11,10 +11,11 @@ mod support;
 
 use ferrinfer_launch::op::OpInfo;
 use ferrinfer_launch::reference::{compare, random_normal};
+use ferrinfer_launch::scalar::ScalarType;
 use ferrinfer_launch::{
-    DType, Error, Stream, TensorView, min_p_sampling_from_probs, sampling_from_probs, softmax, top_k_mask_logits,
-    top_k_renorm_probs, top_k_sampling_from_probs, top_k_top_p_sampling_from_logits, top_k_top_p_sampling_from_probs,
-    top_p_renorm_probs, top_p_sampling_from_probs,
+    DType, Error, Scalar, Stream, TensorView, min_p_sampling_from_probs, sampling_from_probs, softmax,
+    top_k_mask_logits, top_k_renorm_probs, top_k_sampling_from_probs, top_k_top_p_sampling_from_logits,
+    top_k_top_p_sampling_from_probs, top_p_renorm_probs, top_p_sampling_from_probs,
 };
 use support::{Buffer, Case, Gpu, Runner, buffer_of, family, run_cases};
 
@@ -77,7 +78,7 @@ fn sampling_gpu_sanitizer_filter_wide_block_paths() {
 }
 
 /// `rows` rows of `vocab` f32 values through `op` with scalar `scalar` on the GPU: its output.
-fn gpu_call(gpu: &Gpu, op: &'static OpInfo, input: &[f32], vocab: usize, scalar: f64) -> Vec<f32> {
+fn gpu_call(gpu: &Gpu, op: &'static OpInfo, input: &[f32], vocab: usize, scalar: Scalar) -> Vec<f32> {
     let rows = input.len() / vocab;
     let mut buffers = [buffer_of(input, &[rows, vocab]), buffer_of(&vec![f32::NAN; input.len()], &[rows, vocab])];
     gpu.run(op, &mut buffers, &[scalar]).unwrap();
@@ -85,7 +86,7 @@ fn gpu_call(gpu: &Gpu, op: &'static OpInfo, input: &[f32], vocab: usize, scalar:
 }
 
 fn gpu_softmax(gpu: &Gpu, logits: &[f32], vocab: usize, temperature: f32) -> Vec<f32> {
-    gpu_call(gpu, &softmax::INFO, logits, vocab, temperature as f64)
+    gpu_call(gpu, &softmax::INFO, logits, vocab, Scalar::F32(temperature))
 }
 
 /// Bitwise, for every op: the same call twice, the rows in another order, one row alone.
@@ -96,10 +97,10 @@ fn sampling_gpu_every_op_is_bitwise_deterministic_whatever_the_batch() {
     let logits: Vec<f32> = random_normal(rows * vocab, 11).iter().map(|x: &f32| 4.0 * x).collect();
     let probs: Vec<f32> = logits.iter().map(|x| x.abs()).collect();
     for (op, input, scalar) in [
-        (&softmax::INFO, &logits, 1.0),
-        (&top_k_mask_logits::INFO, &logits, 50.0),
-        (&top_k_renorm_probs::INFO, &probs, 1000.0),
-        (&top_p_renorm_probs::INFO, &probs, 0.9),
+        (&softmax::INFO, &logits, Scalar::F32(1.0)),
+        (&top_k_mask_logits::INFO, &logits, Scalar::I32(50)),
+        (&top_k_renorm_probs::INFO, &probs, Scalar::I32(1000)),
+        (&top_p_renorm_probs::INFO, &probs, Scalar::F32(0.9)),
     ] {
         let first = gpu_call(&gpu, op, input, vocab, scalar);
         for _ in 0..3 {
@@ -125,7 +126,7 @@ fn sampling_gpu_softmax_follows_the_temperature() {
     let logits: Vec<f32> = random_normal(rows * vocab, 13);
     let as_f64: Vec<f64> = logits.iter().map(|&x| x as f64).collect();
     for temperature in [0.25f32, 0.7, 3.0] {
-        let want = &op.reference_of(DType::F32, vocab, &[as_f64.clone(), Vec::new()], &[temperature as f64])[0];
+        let want = &op.reference_of(DType::F32, vocab, &[as_f64.clone(), Vec::new()], &[Scalar::F32(temperature)])[0];
         let got: Vec<f64> = gpu_softmax(&gpu, &logits, vocab, temperature).iter().map(|&p| p as f64).collect();
         compare(DType::F32, &got, want).unwrap_or_else(|e| panic!("temperature {temperature}: {e}"));
     }
@@ -167,12 +168,12 @@ fn sampling_gpu_softmax_takes_a_temperature_a_row() {
 
 /// `op` with a threshold a row from device memory (`thresholds`): each row bit for bit as the op
 /// alone at the threshold `alone(threshold)`.
-fn rows_as_alone<T: ferrinfer_launch::HostElement + cudarc::driver::DeviceRepr + std::fmt::Debug>(
+fn rows_as_alone<T: ferrinfer_launch::HostElement + cudarc::driver::DeviceRepr + ScalarType + std::fmt::Debug>(
     gpu: &Gpu,
     op: &'static OpInfo,
     input: &[f32],
     thresholds: &[T],
-    alone: impl Fn(T) -> f64,
+    alone: impl Fn(T) -> T,
 ) {
     let (rows, vocab) = (thresholds.len(), input.len() / thresholds.len());
     let s = &gpu.stream;
@@ -181,10 +182,10 @@ fn rows_as_alone<T: ferrinfer_launch::HostElement + cudarc::driver::DeviceRepr +
     let (xv, tv) =
         (TensorView::from_cuda(&x, &[rows, vocab], None).unwrap(), TensorView::from_cuda(&t, &[rows], None).unwrap());
     let yv = TensorView::from_cuda_mut(&mut out, &[rows, vocab], None).unwrap();
-    op.call_per_row(&[&xv, &yv], &[0.0], &[Some(&tv)], Stream::Cuda(s)).unwrap();
+    op.call_per_row(&[&xv, &yv], &[Scalar::Absent], &[Some(&tv)], Stream::Cuda(s)).unwrap();
     let out = s.clone_dtoh(&out).unwrap();
     for (row, &threshold) in thresholds.iter().enumerate() {
-        let one = gpu_call(gpu, op, &input[row * vocab..(row + 1) * vocab], vocab, alone(threshold));
+        let one = gpu_call(gpu, op, &input[row * vocab..(row + 1) * vocab], vocab, alone(threshold).into_scalar());
         assert!(one == out[row * vocab..(row + 1) * vocab], "{}: row {row} ({threshold:?})", op.name);
     }
 }
@@ -196,9 +197,8 @@ fn sampling_gpu_filters_take_a_threshold_a_row() {
     let Some(gpu) = Gpu::get("sampling_gpu_filters_take_a_threshold_a_row") else { return };
     let vocab = 128_256;
     let logits: Vec<f32> = random_normal(5 * vocab, 31);
-    let vocab_k = vocab as f64;
     rows_as_alone(&gpu, &top_k_mask_logits::INFO, &logits, &[1i32, 50, 0, 1000, -1], |k| {
-        if k > 0 { k as f64 } else { vocab_k }
+        if k > 0 { k } else { vocab as i32 }
     });
     // Six rows: the five and the first again.
     let probs: Vec<f32> = logits.iter().chain(&logits[..vocab]).map(|x| x.abs()).collect();
@@ -207,7 +207,7 @@ fn sampling_gpu_filters_take_a_threshold_a_row() {
         if p >= 1.0 {
             1.0
         } else if p > 0.0 {
-            p as f64
+            p
         } else {
             1e-30
         }
@@ -223,11 +223,11 @@ fn sampling_gpu_top_p_keeps_what_the_cpu_keeps() {
     for vocab in [1000, 32_000, 128_256, 1 << 20] {
         let probs: Vec<f32> = random_normal(4 * vocab, 41).iter().map(|x: &f32| x.abs().powi(3)).collect();
         for top_p in [0.1f32, 0.5, 0.9, 0.99] {
-            let on_gpu = gpu_call(&gpu, op, &probs, vocab, top_p as f64);
+            let on_gpu = gpu_call(&gpu, op, &probs, vocab, Scalar::F32(top_p));
             let mut on_cpu = vec![f32::NAN; probs.len()];
             let x = TensorView::from_slice(&probs, &[4, vocab]).unwrap();
             let y = TensorView::from_slice_mut(&mut on_cpu, &[4, vocab]).unwrap();
-            op.call(&[&x, &y], &[top_p as f64], Stream::Cpu).unwrap();
+            op.call(&[&x, &y], &[Scalar::F32(top_p)], Stream::Cpu).unwrap();
             let kept = |out: &[f32]| out.iter().map(|&o| o > 0.0).collect::<Vec<_>>();
             assert!(kept(&on_gpu) == kept(&on_cpu), "vocab {vocab}, top_p {top_p}: the kept entries differ");
             let got: Vec<f64> = on_gpu.iter().map(|&v| v as f64).collect();
@@ -257,13 +257,13 @@ fn sampling_gpu_over_2_pow_31_elements() {
 fn tokens(
     gpu: Option<&Gpu>,
     op: &'static OpInfo,
-    threshold: &[f64],
+    threshold: &[Scalar],
     probs: &[f32],
     vocab: usize,
     offset: u64,
 ) -> Vec<i32> {
     let rows = probs.len() / vocab;
-    let scalars: Vec<f64> = threshold.iter().copied().chain([7.0, offset as f64]).collect();
+    let scalars: Vec<Scalar> = threshold.iter().copied().chain([Scalar::U64(7), Scalar::U64(offset)]).collect();
     let input = support::sampling_input(op, probs);
     let mut buffers = [buffer_of(&input, &[rows, vocab]), buffer_of(&vec![-1i32; rows], &[rows])];
     match gpu {
@@ -313,24 +313,25 @@ fn sampling_gpu_top_p_redraws_as_the_cpu() {
     let ops = support::sampling_ops();
     for (rows, vocab) in [(3, 128_256), (200, 32_000), (64, 128_256)] {
         let probs = support::peaked_probabilities(rows, vocab, 17);
-        for top_p in [0.001, 0.3, 0.9] {
-            for (op, top_k) in [(ops[2].0, None), (ops[4].0, Some(300.0)), (ops[5].0, Some(300.0))] {
-                let thresholds: Vec<f64> = top_k.into_iter().chain([top_p]).collect();
+        for top_p in [0.001f32, 0.3, 0.9] {
+            for (op, top_k) in [(ops[2].0, None), (ops[4].0, Some(300)), (ops[5].0, Some(300))] {
+                let thresholds: Vec<Scalar> = top_k.map(Scalar::I32).into_iter().chain([Scalar::F32(top_p)]).collect();
                 let on_gpu = tokens(Some(&gpu), op, &thresholds, &probs, vocab, 4);
                 let on_cpu = tokens(None, op, &thresholds, &probs, vocab, 4);
                 assert_eq!(on_gpu, on_cpu, "{} top_p {top_p}, vocab {vocab}", op.name);
             }
             // The staged kernel with every entry in its top-k: the unstaged top-p kernel's tokens.
-            let staged = tokens(Some(&gpu), ops[4].0, &[vocab as f64, top_p], &probs, vocab, 4);
-            let unstaged = tokens(Some(&gpu), ops[2].0, &[top_p], &probs, vocab, 4);
+            let staged =
+                tokens(Some(&gpu), ops[4].0, &[Scalar::I32(vocab as i32), Scalar::F32(top_p)], &probs, vocab, 4);
+            let unstaged = tokens(Some(&gpu), ops[2].0, &[Scalar::F32(top_p)], &probs, vocab, 4);
             assert_eq!(staged, unstaged, "top-k of the vocabulary, top_p {top_p}, vocab {vocab}");
         }
     }
 }
 
 /// More rows than the grid's 65535: a block takes several rows, each staged over the last while
-/// the previous draw's thread may still read it (a race fixed in session 12, before any GPU ran
-/// it); 512 vectors a slice, so a thread's chunk holds keys other threads staged.
+/// the previous draw's thread may still read it (the staging must wait for that read); 512
+/// vectors a slice, so a thread's chunk holds keys other threads staged.
 #[test]
 fn sampling_gpu_draws_the_cpus_tokens_when_blocks_take_several_rows() {
     let Some(gpu) = Gpu::get("sampling_gpu_draws_the_cpus_tokens_when_blocks_take_several_rows") else { return };
@@ -399,7 +400,7 @@ fn sampling_gpu_takes_seeds_and_offsets_from_device_memory() {
             let offset_view = TensorView::from_cuda(&offsets_gpu, &[offsets.len()], None).unwrap();
             let mut out = s.alloc_zeros::<i32>(rows).unwrap();
             let yv = TensorView::from_cuda_mut(&mut out, &[rows], None).unwrap();
-            let scalars: Vec<f64> = threshold.iter().copied().chain([f64::NAN; 2]).collect();
+            let scalars: Vec<Scalar> = threshold.iter().copied().chain([Scalar::Absent; 2]).collect();
             let per_row: Vec<Option<&TensorView>> =
                 threshold.iter().map(|_| None).chain([Some(&seed_view), Some(&offset_view)]).collect();
             op.call_per_row(&[&xv, &yv], &scalars, &per_row, Stream::Cuda(s)).unwrap();

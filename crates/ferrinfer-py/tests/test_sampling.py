@@ -233,11 +233,12 @@ def test_sampling_signatures_out_and_errors():
 def test_sampling_takes_seed_and_offset_tensors_a_row_or_one(name, threshold):
     op = getattr(ferrinfer, name)
     probs = np.abs(RNG.standard_normal((6, 300))).astype(np.float32)
-    seeds = np.array([0, 1, 42, 7, 2**53 - 1, 3], dtype=np.int64)
-    offsets = np.array([0, 2, 4, 6, 8, 1_000_006], dtype=np.int64)
+    # An int64 tensor's values are read as their bits: -1 is the seed 2^64 - 1.
+    seeds = np.array([0, 1, 42, -1, 2**53 + 1, -(2**63)], dtype=np.int64)
+    offsets = np.array([0, 2, 4, 6, -2, 1_000_006], dtype=np.int64)
     samples = op(probs, *threshold, seeds, offsets)
     for row in range(6):
-        alone = op(probs, *threshold, int(seeds[row]), int(offsets[row]))
+        alone = op(probs, *threshold, int(seeds[row]) % 2**64, int(offsets[row]) % 2**64)
         assert samples[row] == alone[row], row
     one = np.array([9], dtype=np.int64)
     assert np.array_equal(op(probs, *threshold, one, 5), op(probs, *threshold, 9, 5)), "one seed for every row"
@@ -245,3 +246,19 @@ def test_sampling_takes_seed_and_offset_tensors_a_row_or_one(name, threshold):
         op(probs, *threshold, seeds.astype(np.int32), 0)
     with pytest.raises(ValueError, match="`offset`"):
         op(probs, *threshold, 1, offsets[:3])
+
+
+@pytest.mark.parametrize("name, threshold", SAMPLING_OPS)
+def test_seeds_and_offsets_take_every_u64_and_refuse_the_rest(name, threshold):
+    op = getattr(ferrinfer, name)
+    probs = np.abs(RNG.standard_normal((2, 100))).astype(np.float32)
+    samples = op(probs, *threshold, 2**64 - 1, 2**64 - 2)
+    assert samples.dtype == np.int32 and samples.shape == (2,)
+    bits = [np.array([v], dtype=np.int64) for v in (-1, -2)]
+    assert np.array_equal(samples, op(probs, *threshold, *bits)), "a number and an int64 tensor of its bits agree"
+    for argument, value in [("seed", -1), ("seed", 2**64), ("offset", -1), ("offset", 2**70)]:
+        given = {"seed": 1, "offset": 0, argument: value}
+        with pytest.raises(ValueError, match=rf"`{argument}` is {value}; expected an integer, 0 ≤ value < 2\^64"):
+            op(probs, *threshold, given["seed"], given["offset"])
+    with pytest.raises(TypeError, match="`seed` must be an int; got float"):
+        op(probs, *threshold, 1.5, 0)

@@ -151,5 +151,7 @@ pub fn error_of<T: std::fmt::Debug>(result: candle_core::Result<T>) -> String {
 /// rmsnorm in f64, through the op's own reference.
 pub fn rms_reference(x: &[f64], w: &[f64], hidden: usize) -> Vec<f64> {
     let tensors = [x.to_vec(), w.to_vec(), Vec::new()];
-    ferrinfer_launch::rmsnorm::INFO.reference_of(DType::F32, hidden, &tensors, &[EPS as f64]).remove(0)
+    ferrinfer_launch::rmsnorm::INFO
+        .reference_of(DType::F32, hidden, &tensors, &[ferrinfer_launch::Scalar::F32(EPS)])
+        .remove(0)
 }

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use ferrinfer_launch::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtrMut};
 use ferrinfer_launch::op::{Extent, OpInfo, Role, TensorArg};
 use ferrinfer_launch::reference::{self, Agreement};
-use ferrinfer_launch::{DType, Device, Error, HostElement, Stream, TensorView, cuda_device_count, with_host_element};
+use ferrinfer_launch::{
+    DType, Device, Error, HostElement, Scalar, Stream, TensorView, cuda_device_count, with_host_element,
+};
 
 /// Sets the environment variable `name` to `value` once in this process, before any test reads
 /// it: for the test binaries that force a layout override (read once per process), which call
@@ -136,7 +138,7 @@ impl Buffer {
 
 /// Runs an op somewhere (the CPU backend, a GPU) on host buffers, writing results back into them.
 pub trait Runner {
-    fn run(&self, op: &'static OpInfo, buffers: &mut [Buffer], scalars: &[f64]) -> Result<(), Error>;
+    fn run(&self, op: &'static OpInfo, buffers: &mut [Buffer], scalars: &[Scalar]) -> Result<(), Error>;
 }
 
 /// The dtype of each of `op`'s tensors for input dtype `dtype`: `SameOrF32` arguments in f32
@@ -160,8 +162,7 @@ pub fn buffers(op: &OpInfo, dtype: DType, wide: bool, case: &Case, seed: u64) ->
                 | Extent::SegmentBounds
                 | Extent::Segments
                 | Extent::Table
-                | Extent::Pages
-                | Extent::PageIds
+                | Extent::Family(_)
                 | Extent::Count => (ferrinfer_launch::contiguous_strides(&shape), shape.iter().product()),
                 // Rows of values, `pad` elements apart beyond their length.
                 Extent::Rows
@@ -211,7 +212,7 @@ pub fn run_case_with(
     (dtype, wide): (DType, bool),
     case: &Case,
     seed: u64,
-    scalars: &[f64],
+    scalars: &[Scalar],
 ) -> Result<Agreement, String> {
     let wide_label = if wide { " (wide: f32 weights, int64 positions)" } else { "" };
     let label = format!("{} {case:?} {dtype}{wide_label} scalars {scalars:?}", op.name);
@@ -243,7 +244,7 @@ pub fn check(
     case: &Case,
     before: &[Buffer],
     after: &[Buffer],
-    scalars: &[f64],
+    scalars: &[Scalar],
 ) -> Result<Agreement, String> {
     for ((arg, b), a) in op.tensors.iter().zip(before).zip(after) {
         if arg.role == Role::In && a.bytes != b.bytes {
@@ -292,7 +293,7 @@ pub fn run_cases_with(
     ops: &[&'static OpInfo],
     seed: u64,
     cases: &[Case],
-    scalars: &(dyn Fn(&OpInfo, &Case) -> Vec<Vec<f64>> + Sync),
+    scalars: &(dyn Fn(&OpInfo, &Case) -> Vec<Vec<Scalar>> + Sync),
 ) {
     let work: Vec<_> = every_dtype(ops)
         .into_iter()
@@ -316,7 +317,7 @@ pub fn run_case_with_table(
     dtype: DType,
     case: &Case,
     seed: u64,
-    (scalars, width, pad): (&[f64], usize, usize),
+    (scalars, width, pad): (&[Scalar], usize, usize),
 ) -> Result<Agreement, String> {
     let label = format!("{} {case:?} {dtype} table width {width} pad {pad} scalars {scalars:?}", op.name);
     let mut before = buffers(op, dtype, false, case, seed);
@@ -358,7 +359,7 @@ pub fn check_in_slices(
     case: &Case,
     before: &[Buffer],
     after: &[Buffer],
-    scalars: &[f64],
+    scalars: &[Scalar],
     slice_rows: usize,
 ) -> Vec<String> {
     on_all_cores(case.rows.div_ceil(slice_rows), 16, |i| {
@@ -418,7 +419,7 @@ pub fn rows_of(op: &OpInfo, buffers: &[Buffer], rows: &std::ops::Range<usize>) -
 pub struct Cpu;
 
 impl Runner for Cpu {
-    fn run(&self, op: &'static OpInfo, buffers: &mut [Buffer], scalars: &[f64]) -> Result<(), Error> {
+    fn run(&self, op: &'static OpInfo, buffers: &mut [Buffer], scalars: &[Scalar]) -> Result<(), Error> {
         let views = buffers
             .iter_mut()
             .map(|b| {
@@ -452,7 +453,7 @@ impl Gpu {
 }
 
 impl Runner for Gpu {
-    fn run(&self, op: &'static OpInfo, buffers: &mut [Buffer], scalars: &[f64]) -> Result<(), Error> {
+    fn run(&self, op: &'static OpInfo, buffers: &mut [Buffer], scalars: &[Scalar]) -> Result<(), Error> {
         let s = &self.stream;
         let mut device: Vec<CudaSlice<u8>> =
             buffers.iter().map(|b| s.clone_htod(&b.bytes)).collect::<Result<_, _>>()?;
@@ -507,23 +508,27 @@ pub fn reads_logits(op: &OpInfo) -> bool {
 /// Which of `probs` (one row) a sampling op keeps given its `thresholds`, by the ops'
 /// definitions (the table's docs), in f32 sums: the support tests' and the expected
 /// distributions' set.
-pub fn sampling_kept(op: &OpInfo, thresholds: &[f64], probs: &[f32]) -> Vec<bool> {
+pub fn sampling_kept(op: &OpInfo, thresholds: &[Scalar], probs: &[f32]) -> Vec<bool> {
     let max = probs.iter().fold(0.0f32, |m, &p| m.max(p));
     let mut sorted = probs.to_vec();
     sorted.sort_by(|a, b| b.total_cmp(a));
-    let top_k = |k: f64| probs.iter().map(|&p| p >= sorted[k as usize - 1]).collect::<Vec<bool>>();
+    let given = op.scalars_of(thresholds);
+    let top_k = || {
+        let k: i32 = given.get("top_k").unwrap();
+        probs.iter().map(|&p| p >= sorted[k as usize - 1]).collect::<Vec<bool>>()
+    };
+    let share = |name| given.get::<f32>(name).unwrap();
     // Top-p among the entries `among` keeps: the mass strictly above an entry short of the share.
-    let top_p = |top_p: f64, among: &[bool]| {
+    let top_p = |among: &[bool]| {
         let total: f32 = probs.iter().zip(among).filter(|(_, k)| **k).map(|(p, _)| p).sum();
         let above = |p: f32| probs.iter().filter(|&&q| q > p).sum::<f32>();
-        probs.iter().zip(among).map(|(&p, &k)| k && above(p) < top_p as f32 * total).collect::<Vec<bool>>()
+        probs.iter().zip(among).map(|(&p, &k)| k && above(p) < share("top_p") * total).collect::<Vec<bool>>()
     };
-    let name = op.name.trim_end_matches("_from_probs").trim_end_matches("_from_logits");
-    match (name, thresholds) {
-        ("top_k_sampling", &[k]) => top_k(k),
-        ("top_p_sampling", &[p]) => top_p(p, &vec![true; probs.len()]),
-        ("min_p_sampling", &[min_p]) => probs.iter().map(|&p| p >= min_p as f32 * max).collect(),
-        ("top_k_top_p_sampling", &[k, p]) => top_p(p, &top_k(k)),
+    match op.name.trim_end_matches("_from_probs").trim_end_matches("_from_logits") {
+        "top_k_sampling" => top_k(),
+        "top_p_sampling" => top_p(&vec![true; probs.len()]),
+        "min_p_sampling" => probs.iter().map(|&p| p >= share("min_p") * max).collect(),
+        "top_k_top_p_sampling" => top_p(&top_k()),
         _ => probs.iter().map(|&p| p > 0.0).collect(),
     }
 }
@@ -531,18 +536,18 @@ pub fn sampling_kept(op: &OpInfo, thresholds: &[f64], probs: &[f32]) -> Vec<bool
 /// The sampling ops with their thresholds (none for `sampling_from_probs`), chosen so that each
 /// filter drops entries of both the CPU tests' 10-entry row and the GPU tests' 16-entry one
 /// (top-k then top-p: top-k keeps 3 there, top-p 2 of them).
-pub fn sampling_ops() -> [(&'static OpInfo, &'static [f64]); 6] {
+pub fn sampling_ops() -> [(&'static OpInfo, &'static [Scalar]); 6] {
     use ferrinfer_launch::{
         min_p_sampling_from_probs, sampling_from_probs, top_k_sampling_from_probs, top_k_top_p_sampling_from_logits,
         top_k_top_p_sampling_from_probs, top_p_sampling_from_probs,
     };
     [
         (&sampling_from_probs::INFO, &[]),
-        (&top_k_sampling_from_probs::INFO, &[3.0]),
-        (&top_p_sampling_from_probs::INFO, &[0.6]),
-        (&min_p_sampling_from_probs::INFO, &[0.3]),
-        (&top_k_top_p_sampling_from_probs::INFO, &[3.0, 0.6]),
-        (&top_k_top_p_sampling_from_logits::INFO, &[3.0, 0.6]),
+        (&top_k_sampling_from_probs::INFO, &[Scalar::I32(3)]),
+        (&top_p_sampling_from_probs::INFO, &[Scalar::F32(0.6)]),
+        (&min_p_sampling_from_probs::INFO, &[Scalar::F32(0.3)]),
+        (&top_k_top_p_sampling_from_probs::INFO, &[Scalar::I32(3), Scalar::F32(0.6)]),
+        (&top_k_top_p_sampling_from_logits::INFO, &[Scalar::I32(3), Scalar::F32(0.6)]),
     ]
 }
 
@@ -550,22 +555,29 @@ pub fn sampling_ops() -> [(&'static OpInfo, &'static [f64]); 6] {
 /// and interleaved) where that is even; another scale and base. The cache ops (`head_size`,
 /// `is_neox`; their table sets the rotary dimension, see [`run_case_with_table`]): NeoX and
 /// interleaved.
-pub fn rope_scalar_variants(op: &OpInfo, case: &Case) -> Vec<Vec<f64>> {
+pub fn rope_scalar_variants(op: &OpInfo, case: &Case) -> Vec<Vec<Scalar>> {
     let defaults = op.examples(case.rows, case.hidden);
-    let with = |changes: &[(usize, f64)]| {
+    let with = |changes: &[(&str, Scalar)]| {
         let mut scalars = defaults.clone();
-        for &(i, value) in changes {
+        for &(name, value) in changes {
+            let i = op.scalars.iter().position(|s| s.name == name).expect("a scalar of the rope ops");
             scalars[i] = value;
         }
         scalars
     };
-    if let Some(is_neox) = op.scalars.iter().position(|s| s.name == "is_neox") {
-        return vec![defaults.clone(), with(&[(is_neox, 0.0)])];
+    if op.scalars.iter().any(|s| s.name == "is_neox") {
+        return vec![defaults.clone(), with(&[("is_neox", Scalar::Bool(false))])];
     }
-    let mut variants = vec![defaults.clone(), with(&[(1, 1.0)]), with(&[(2, 2.5), (3, 5e5)])];
+    let interleaved = ("interleave", Scalar::Bool(true));
+    let mut variants = vec![
+        defaults.clone(),
+        with(&[interleaved]),
+        with(&[("rope_scale", Scalar::F32(2.5)), ("rope_theta", Scalar::F32(5e5))]),
+    ];
     let half = case.hidden / 2;
     if half >= 2 && half.is_multiple_of(2) {
-        variants.extend([with(&[(0, half as f64)]), with(&[(0, half as f64), (1, 1.0)])]);
+        let half = ("rotary_dim", Scalar::U32(half as u32));
+        variants.extend([with(&[half]), with(&[half, interleaved])]);
     }
     variants
 }
@@ -591,7 +603,7 @@ pub fn run_narrow_tables(runner: &impl Runner, seed: u64, cases: &[Case]) {
 }
 
 /// A paged-KV append of its own geometry (the registry's problems are "NHD" pages of
-/// `op::PAGE_SIZE` entries): `tokens` tokens dealt round-robin to `sequences` sequences, each
+/// `page::PAGE_SIZE` entries): `tokens` tokens dealt round-robin to `sequences` sequences, each
 /// holding `prefix` entries before the append; pages of `page_size`, in `layout`; index
 /// tensors of `index` (int32 or int64).
 #[derive(Clone, Copy, Debug)]
@@ -655,7 +667,7 @@ impl PagedCase {
         let label = format!("{self:?} {dtype}");
         let mut buffers = self.buffers(dtype, seed);
         let inputs: Vec<Vec<f64>> = buffers.iter().map(Buffer::values).collect();
-        let layout = ferrinfer_launch::op::ScalarValue::to_f64(self.layout);
+        let layout = ferrinfer_launch::scalar::ScalarType::into_scalar(self.layout);
         runner.run(op, &mut buffers, &[layout]).map_err(|e| format!("{label}: {e}"))?;
         let geometry = ferrinfer_launch::page::CacheGeometry {
             heads: self.heads,
