@@ -10,8 +10,6 @@
 //! - addresses need only element alignment: the vector width narrows until `d`, every row stride
 //!   and address allow it.
 
-use std::sync::OnceLock;
-
 use ferrinfer_jit::activation::{ActivationKernel, ActivationModule};
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::activation::{ActivationParams, Gelu, GeluTanh, Silu, act_and_mul_row};
@@ -166,36 +164,23 @@ const MAX_GRID_Y: u64 = 65_535;
 /// 2.74 µs stepped, 3.49 a row a thread; T = 16 (16 blocks) 1.33 a row a thread, 1.91 stepped.
 const FILL_BLOCKS_PER_SM: u64 = 1;
 
-/// `FERRINFER_ACTIVATION_LAYOUT=block:grid_y:stream` (each field a number or `*` for the
-/// planner's choice): forces the launch's threads per block (a multiple of 32, at most what the
-/// entry can have), the grid's y dimension (rows walked in parallel, 1 to 65535; the kernel
-/// strides over the rest) and the cache policy (`ActivationParams::streams`, 0 or 1) — a knob
-/// for tuning sweeps with the benchmark, read once. Nothing is clamped: a value outside those
-/// bounds makes every activation call a configuration error naming the variable (a block past
-/// the entry's limit: every CUDA call, the limit being the loaded kernel's).
-pub const LAYOUT_VAR: &str = "FERRINFER_ACTIVATION_LAYOUT";
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct LayoutOverride {
-    block: Option<u32>,
-    grid_y: Option<u32>,
-    streams: Option<bool>,
-}
-
-fn layout_override() -> Result<LayoutOverride, Error> {
-    static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
-    tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
-        format!(
-            "block:grid_y:stream, each a number or *, block a multiple of 32 ≤ {MAX_BLOCK}, grid_y 1 to {MAX_GRID_Y}, stream 0 or 1"
-        )
-    })
-}
-
-fn parse_layout(value: &str) -> Option<LayoutOverride> {
-    let [block, grid_y, stream] = tuning::fields(value)?;
-    let (block, streams) = (tuning::block_field(block)?, tuning::flag_field(stream)?);
-    let grid_y_ok = grid_y.is_none_or(|y| (1..=MAX_GRID_Y).contains(&y));
-    grid_y_ok.then_some(LayoutOverride { block, grid_y: grid_y.map(|y| y as u32), streams })
+tuning::layout_override! {
+    /// `FERRINFER_ACTIVATION_LAYOUT=block:grid_y:stream` (each field a number or `*` for the
+    /// planner's choice): forces the launch's threads per block (a multiple of 32, at most what the
+    /// entry can have), the grid's y dimension (rows walked in parallel, 1 to 65535; the kernel
+    /// strides over the rest) and the cache policy (`ActivationParams::streams`, 0 or 1) — a knob
+    /// for tuning sweeps with the benchmark, read once. Nothing is clamped: a value outside those
+    /// bounds makes every activation call a configuration error naming the variable (a block past
+    /// the entry's limit: every CUDA call, the limit being the loaded kernel's).
+    pub const LAYOUT_VAR: &str = "FERRINFER_ACTIVATION_LAYOUT";
+    struct LayoutOverride {
+        block: Block,
+        grid_y: u32 if |y| (1..=MAX_GRID_Y).contains(&u64::from(y)),
+        streams: Flag,
+    }
+    expected = format!(
+        "block:grid_y:stream, each a number or *, block a multiple of 32 ≤ {MAX_BLOCK}, grid_y 1 to {MAX_GRID_Y}, stream 0 or 1"
+    );
 }
 
 impl Plan {

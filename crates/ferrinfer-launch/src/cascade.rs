@@ -18,8 +18,6 @@
 //!
 //! Every partition empty (both scores −∞) merges to values 0 and score −∞, not NaN.
 
-use std::sync::OnceLock;
-
 use ferrinfer_jit::cascade::{CascadeModule, UNROLLED};
 use ferrinfer_jit::spec::vector_widths;
 use ferrinfer_jit::{CudaArch, JitSpec};
@@ -341,40 +339,23 @@ const UNROLL_MIN_VECTORS: u64 = 1 << 14;
 /// The grid's x dimension at most (CUDA's limit).
 const MAX_GRID_X: u64 = (1 << 31) - 1;
 
-/// `FERRINFER_CASCADE_LAYOUT=unroll:lanes:block` (each a number or `*`, the planner's choice):
-/// forces the vectors a lane merges at once where two states merge in the dtype's widest
-/// vectors (1, or 2 = [`UNROLLED`]; other calls go one at a time), the threads on a row (a
-/// power of two, 1 to 32; a lane takes every `lanes`-th vector) and the threads a block (a
-/// multiple of 32 to 1024) — knobs for the benchmark, read once. A value outside those makes
-/// every cascade call a configuration error naming the variable.
-pub const LAYOUT_VAR: &str = "FERRINFER_CASCADE_LAYOUT";
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct LayoutOverride {
-    unroll: Option<u32>,
-    lanes: Option<u32>,
-    block: Option<u32>,
-}
-
-fn layout_override() -> Result<LayoutOverride, Error> {
-    static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
-    tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
-        format!(
-            "unroll:lanes:block, each a number or *, unroll 1 or {UNROLLED}, lanes a power of two ≤ {MAX_LANES}, \
-             block a multiple of 32 to 1024"
-        )
-    })
-}
-
-fn parse_layout(value: &str) -> Option<LayoutOverride> {
-    let [unroll, lanes, block] = tuning::fields(value)?;
-    let unroll_ok = unroll.is_none_or(|u| u == 1 || u == UNROLLED as u64);
-    let lanes_ok = lanes.is_none_or(|l| l.is_power_of_two() && l <= MAX_LANES as u64);
-    (unroll_ok && lanes_ok).then_some(LayoutOverride {
-        unroll: unroll.map(|u| u as u32),
-        lanes: lanes.map(|l| l as u32),
-        block: tuning::block_field(block)?,
-    })
+tuning::layout_override! {
+    /// `FERRINFER_CASCADE_LAYOUT=unroll:lanes:block` (each a number or `*`, the planner's choice):
+    /// forces the vectors a lane merges at once where two states merge in the dtype's widest
+    /// vectors (1, or 2 = [`UNROLLED`]; other calls go one at a time), the threads on a row (a
+    /// power of two, 1 to 32; a lane takes every `lanes`-th vector) and the threads a block (a
+    /// multiple of 32 to 1024) — knobs for the benchmark, read once. A value outside those makes
+    /// every cascade call a configuration error naming the variable.
+    pub const LAYOUT_VAR: &str = "FERRINFER_CASCADE_LAYOUT";
+    struct LayoutOverride {
+        unroll: u32 if |u| u == 1 || u == UNROLLED,
+        lanes: u32 if |l| l.is_power_of_two() && l <= MAX_LANES,
+        block: Block,
+    }
+    expected = format!(
+        "unroll:lanes:block, each a number or *, unroll 1 or {UNROLLED}, lanes a power of two ≤ {MAX_LANES}, \
+         block a multiple of 32 to 1024"
+    );
 }
 
 /// A planned launch (its entry to be found) and the kernel it needs: vector width, vectors a

@@ -15,8 +15,6 @@
 //!   least 32 16-byte vectors long and many, are read in 16-byte vectors past a per-row head where
 //!   every row tensor is aligned alike (the peeled kernels).
 
-use std::sync::OnceLock;
-
 use ferrinfer_jit::norm::{CHUNK_COUNTS, NormKernel, NormModule, PEELED_CHUNK_COUNTS, STAGED_CHUNK_COUNTS};
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
@@ -465,54 +463,33 @@ const LARGE_BATCH_ROWS_PER_GROUP: u64 = 2;
 /// Most rows per group when the rows fit a few waves: the grid is then one wave of groups.
 const MAX_ROWS_PER_GROUP: u64 = 4;
 
-/// `FERRINFER_NORM_LAYOUT=chunks:threads_per_row:rows_per_group:stages` (each field a number or
-/// `*` for the planner's choice): forces the layout wherever it fits — a knob for tuning sweeps
-/// with the benchmark, read once. `stages` 0 keeps to the register kernels; 1–16 takes the staged
-/// kernel (sm_90, 16-byte vectors) with that many rows in flight per block, whatever the batch;
-/// there `rows_per_group` is the rows each block works through (default: the planner's 2 to 4).
-/// `chunks` 0 takes the streaming kernel (a statistics pass over each row, two for layernorm,
-/// then an output pass): `threads_per_row` threads a block (≥ 32; default: the planner's),
-/// `rows_per_group` rows a block (default: as many blocks as the device holds at once, striding
-/// over the rows); no `stages`. A fifth field, `peel`: 0 keeps rows of narrow vectors off the
-/// peeled kernels, 1 peels them whatever the batch where the planner may peel them at all (the
-/// module has peeled kernels, the rows are long enough and every row tensor aligned alike; `*`:
-/// where rows are many).
-/// A value that names no kernel makes every norm call a configuration error naming the variable.
-pub const LAYOUT_VAR: &str = "FERRINFER_NORM_LAYOUT";
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct LayoutOverride {
-    chunks: Option<u32>,
-    threads_per_row: Option<u32>,
-    rows_per_group: Option<u64>,
-    stages: Option<u32>,
-    peel: Option<bool>,
-}
-
-fn layout_override() -> Result<LayoutOverride, Error> {
-    static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
-    tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
-        format!(
-            "chunks:threads_per_row:rows_per_group:stages[:peel], each a number or *, chunks one of {CHUNK_COUNTS:?} or 0 (the streaming kernel: threads ≥ 32, no stages), threads a power of two below 32 or a multiple of 32 ≤ 1024, stages ≤ {MAX_STAGING_STAGES}, peel 0 or 1"
-        )
-    })
-}
-
-fn parse_layout(value: &str) -> Option<LayoutOverride> {
-    let [chunks, threads, rows, stages, peel] = tuning::fields(value)?;
-    let chunks_ok = chunks.is_none_or(|c| u32::try_from(c).is_ok_and(|c| c == 0 || CHUNK_COUNTS.contains(&c)));
-    let threads_ok = threads.is_none_or(|t| t <= MAX_BLOCK as u64 && group_threads(t as u32) as u64 == t);
-    let stages_ok = stages.is_none_or(|s| s <= MAX_STAGING_STAGES as u64);
+tuning::layout_override! {
+    /// `FERRINFER_NORM_LAYOUT=chunks:threads_per_row:rows_per_group:stages` (each field a number or
+    /// `*` for the planner's choice): forces the layout wherever it fits — a knob for tuning sweeps
+    /// with the benchmark, read once. `stages` 0 keeps to the register kernels; 1–16 takes the staged
+    /// kernel (sm_90, 16-byte vectors) with that many rows in flight per block, whatever the batch;
+    /// there `rows_per_group` is the rows each block works through (default: the planner's 2 to 4).
+    /// `chunks` 0 takes the streaming kernel (a statistics pass over each row, two for layernorm,
+    /// then an output pass): `threads_per_row` threads a block (≥ 32; default: the planner's),
+    /// `rows_per_group` rows a block (default: as many blocks as the device holds at once, striding
+    /// over the rows); no `stages`. A fifth field, `peel`: 0 keeps rows of narrow vectors off the
+    /// peeled kernels, 1 peels them whatever the batch where the planner may peel them at all (the
+    /// module has peeled kernels, the rows are long enough and every row tensor aligned alike; `*`:
+    /// where rows are many).
+    /// A value that names no kernel makes every norm call a configuration error naming the variable.
+    pub const LAYOUT_VAR: &str = "FERRINFER_NORM_LAYOUT";
+    struct LayoutOverride {
+        chunks: u32 if |c| c == 0 || CHUNK_COUNTS.contains(&c),
+        threads_per_row: u32 if |t| t <= MAX_BLOCK && group_threads(t) == t,
+        rows_per_group: u64 if |rows| rows != 0,
+        stages: u32 if |s| s <= MAX_STAGING_STAGES,
+        peel: Flag,
+    }
     // The streaming kernel's block is its row group: a warp at least; it stages nothing.
-    let streaming_ok = chunks != Some(0) || (threads.is_none_or(|t| t >= 32) && stages.is_none());
-    let peel_ok = peel.is_none_or(|p| p <= 1);
-    (chunks_ok && threads_ok && stages_ok && streaming_ok && peel_ok && rows != Some(0)).then_some(LayoutOverride {
-        chunks: chunks.map(|c| c as u32),
-        threads_per_row: threads.map(|t| t as u32),
-        rows_per_group: rows,
-        stages: stages.map(|s| s as u32),
-        peel: peel.map(|p| p == 1),
-    })
+    if |layout| layout.chunks != Some(0) || (layout.threads_per_row.is_none_or(|t| t >= 32) && layout.stages.is_none());
+    expected = format!(
+        "chunks:threads_per_row:rows_per_group:stages[:peel], each a number or *, chunks one of {CHUNK_COUNTS:?} or 0 (the streaming kernel: threads ≥ 32, no stages), threads a power of two below 32 or a multiple of 32 ≤ 1024, stages ≤ {MAX_STAGING_STAGES}, peel 0 or 1"
+    );
 }
 
 /// Threads a row group needs to hold `threads` threads' worth of a row: a power of two below a

@@ -36,8 +36,6 @@ use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
 use ferrinfer_kernels::page::{AppendParams, PositionsParams, append_token, write_sequence_and_position};
 
-use std::sync::OnceLock;
-
 use crate::cuda::{self, KernelModule, Launch, Limits, ModuleCache};
 use crate::layout::{self, Named};
 use crate::op::{Call, FamilyExtent, FamilyOp, FixedValues, KV_HEADS, Problem, SEGMENTS};
@@ -618,31 +616,20 @@ fn check_segments(
     Ok(())
 }
 
-/// The variable forcing the append launch's layout, `block:waves:stream` (each a number or `*`,
-/// the planner's choice): threads a block (a multiple of 32 to 1024), the grid's size in waves —
-/// blocks as many times as every multiprocessor holds at once (0: a vector a thread, however many
-/// blocks that takes) — and the store policy (`AppendParams::streams`, 0 or 1: the sanitizer's
-/// small cases reach the evicted-first copy of the loop only so) — the knobs the benchmark
-/// sweeps (scripts/gpu/suite.sh's `layouts`).
-pub const LAYOUT_VAR: &str = "FERRINFER_PAGE_LAYOUT";
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct LayoutOverride {
-    block: Option<u32>,
-    waves: Option<u64>,
-    streams: Option<bool>,
-}
-
-fn layout_override() -> Result<LayoutOverride, Error> {
-    static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
-    tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
-        "block:waves:stream, each a number or *, block a multiple of 32 to 1024, stream 0 or 1".into()
-    })
-}
-
-fn parse_layout(value: &str) -> Option<LayoutOverride> {
-    let [block, waves, stream] = tuning::fields(value)?;
-    Some(LayoutOverride { block: tuning::block_field(block)?, waves, streams: tuning::flag_field(stream)? })
+tuning::layout_override! {
+    /// The variable forcing the append launch's layout, `block:waves:stream` (each a number or `*`,
+    /// the planner's choice): threads a block (a multiple of 32 to 1024), the grid's size in waves —
+    /// blocks as many times as every multiprocessor holds at once (0: a vector a thread, however many
+    /// blocks that takes) — and the store policy (`AppendParams::streams`, 0 or 1: the sanitizer's
+    /// small cases reach the evicted-first copy of the loop only so) — the knobs the benchmark
+    /// sweeps (scripts/gpu/suite.sh's `layouts`).
+    pub const LAYOUT_VAR: &str = "FERRINFER_PAGE_LAYOUT";
+    struct LayoutOverride {
+        block: Block,
+        waves: u64,
+        streams: Flag,
+    }
+    expected = "block:waves:stream, each a number or *, block a multiple of 32 to 1024, stream 0 or 1";
 }
 
 impl Plan {

@@ -31,8 +31,6 @@
 //! sine and cosine within two ulp for every angle below 2^30 (FlashInfer's `__sincosf` loses
 //! accuracy past a few hundred radians); docs/perf/rope.md compares the two.
 
-use std::sync::OnceLock;
-
 use ferrinfer_jit::rope::{RopeModule, RopeSource};
 use ferrinfer_jit::spec::IndexType;
 use ferrinfer_jit::{CudaArch, JitSpec};
@@ -659,28 +657,16 @@ const MAX_ROTARY_DIM: u32 = 8192;
 /// The grid's x dimension at most (CUDA's limit).
 const MAX_GRID_X: u64 = (1 << 31) - 1;
 
-/// The variable forcing the rope launch's layout, `block:tokens` (each a number or `*`, the
-/// planner's choice): threads a block (a multiple of 32 to 1024) and tokens a block — the knobs
-/// the benchmark sweeps (scripts/gpu/suite.sh).
-pub const LAYOUT_VAR: &str = "FERRINFER_ROPE_LAYOUT";
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct LayoutOverride {
-    block: Option<u32>,
-    tokens_per_block: Option<u64>,
-}
-
-fn layout_override() -> Result<LayoutOverride, Error> {
-    static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
-    tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
-        "block:tokens, each a number or *, block a multiple of 32 to 1024, tokens ≥ 1".into()
-    })
-}
-
-fn parse_layout(value: &str) -> Option<LayoutOverride> {
-    let [block, tokens] = tuning::fields(value)?;
-    let block = tuning::block_field(block)?;
-    tokens.is_none_or(|t| t >= 1).then_some(LayoutOverride { block, tokens_per_block: tokens })
+tuning::layout_override! {
+    /// The variable forcing the rope launch's layout, `block:tokens` (each a number or `*`, the
+    /// planner's choice): threads a block (a multiple of 32 to 1024) and tokens a block — the knobs
+    /// the benchmark sweeps (scripts/gpu/suite.sh).
+    pub const LAYOUT_VAR: &str = "FERRINFER_ROPE_LAYOUT";
+    struct LayoutOverride {
+        block: Block,
+        tokens_per_block: u64 if |t| t >= 1,
+    }
+    expected = "block:tokens, each a number or *, block a multiple of 32 to 1024, tokens ≥ 1";
 }
 
 impl Plan {

@@ -31,8 +31,6 @@
 //! FlashInfer's returns zeros. A sampling op's row without mass to draw from gives token 0, as
 //! FlashInfer's.
 
-use std::sync::OnceLock;
-
 use ferrinfer_jit::sampling::{SamplingKernel, SamplingModule};
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::element::DType;
@@ -598,33 +596,20 @@ const WIDEST_FILTER_BLOCK_THREADS: u32 = 1024;
 /// The grid's y dimension at most (CUDA's limit); the kernel strides over further rows.
 const MAX_GRID_Y: u64 = 65_535;
 
-/// `FERRINFER_SAMPLING_LAYOUT=block:slices` (each a number or `*` for the planner's choice):
-/// forces the threads per block (a multiple of 32 up to what the entry can have) and the blocks
-/// sharing a row (1, 2, 4 or 8; more than 1 needs sm_90) — a knob for tuning sweeps with the
-/// benchmark, read once. A value outside those bounds makes every sampling call a configuration
-/// error naming the variable. A block of `*` is the planner's block for its own blocks a row,
-/// whatever slices are forced (`*:1` at 64 rows of a 128256-entry 16-bit mask: 1024 threads,
-/// planned for two blocks a row): force both to sweep a layout.
-pub const LAYOUT_VAR: &str = "FERRINFER_SAMPLING_LAYOUT";
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct LayoutOverride {
-    block: Option<u32>,
-    slices: Option<u32>,
-}
-
-fn layout_override() -> Result<LayoutOverride, Error> {
-    static PARSED: OnceLock<Result<LayoutOverride, String>> = OnceLock::new();
-    tuning::env_override(&PARSED, LAYOUT_VAR, parse_layout, || {
-        format!("block:slices, each a number or *, block a multiple of 32 ≤ {MAX_BLOCK}, slices 1, 2, 4 or 8")
-    })
-}
-
-fn parse_layout(value: &str) -> Option<LayoutOverride> {
-    let [block, slices] = tuning::fields(value)?;
-    let block = tuning::block_field(block)?;
-    let slices_ok = slices.is_none_or(|s| s.is_power_of_two() && s <= MAX_CLUSTER_BLOCKS as u64);
-    slices_ok.then_some(LayoutOverride { block, slices: slices.map(|s| s as u32) })
+tuning::layout_override! {
+    /// `FERRINFER_SAMPLING_LAYOUT=block:slices` (each a number or `*` for the planner's choice):
+    /// forces the threads per block (a multiple of 32 up to what the entry can have) and the blocks
+    /// sharing a row (1, 2, 4 or 8; more than 1 needs sm_90) — a knob for tuning sweeps with the
+    /// benchmark, read once. A value outside those bounds makes every sampling call a configuration
+    /// error naming the variable. A block of `*` is the planner's block for its own blocks a row,
+    /// whatever slices are forced (`*:1` at 64 rows of a 128256-entry 16-bit mask: 1024 threads,
+    /// planned for two blocks a row): force both to sweep a layout.
+    pub const LAYOUT_VAR: &str = "FERRINFER_SAMPLING_LAYOUT";
+    struct LayoutOverride {
+        block: Block,
+        slices: u32 if |s| s.is_power_of_two() && s <= MAX_CLUSTER_BLOCKS,
+    }
+    expected = format!("block:slices, each a number or *, block a multiple of 32 ≤ {MAX_BLOCK}, slices 1, 2, 4 or 8");
 }
 
 impl Plan {

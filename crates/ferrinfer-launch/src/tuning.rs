@@ -3,6 +3,7 @@
 //! for sweeping a planner's choices with the benchmark. A family names the variable, what its
 //! fields mean and which values it accepts; a value it rejects is [`Error::Config`] naming the
 //! variable and what was expected, on every call (CPU ones too), never silently ignored.
+//! [`layout_override!`] declares a family's override from just that.
 
 use std::ffi::OsStr;
 use std::sync::OnceLock;
@@ -46,6 +47,90 @@ pub(crate) fn flag_field(field: Option<u64>) -> Option<Option<bool>> {
         Some(_) => None,
     }
 }
+
+/// A field holding a number that fits `T` (a family's check narrows it to what its kernels
+/// take), or the planner's choice (`Some(None)`); `None` for a larger number.
+pub(crate) fn number_field<T: TryFrom<u64>>(field: Option<u64>) -> Option<Option<T>> {
+    field.map(T::try_from).transpose().ok()
+}
+
+/// A family's layout override, declared by its variable and its fields:
+///
+/// ```ignore
+/// tuning::layout_override! {
+///     /// `FERRINFER_FAMILY_LAYOUT=block:tokens:stream`: what each field forces, read once.
+///     pub const LAYOUT_VAR: &str = "FERRINFER_FAMILY_LAYOUT";
+///     struct LayoutOverride {
+///         block: Block,
+///         tokens: u64 if |t| t >= 1,
+///         streams: Flag,
+///     }
+///     // Optional: a check of the fields together.
+///     if |layout| layout.tokens.is_none() || layout.block.is_some();
+///     expected = "block:tokens:stream, each a number or *, block a multiple of 32 to 1024, tokens ≥ 1, …";
+/// }
+/// ```
+///
+/// A field is a `Block` of threads ([`block_field`], a `u32`), a 0/1 `Flag` ([`flag_field`], a
+/// `bool`) or a number of the type named ([`number_field`]), then optionally `if` a check of its
+/// value. The macro gives the constant; the struct, each field an `Option` (`None`: the
+/// planner's choice) in the variable's order; `fn parse_layout(&str) -> Option<LayoutOverride>`,
+/// each field read as its kind and checked, then the fields together; and
+/// `fn layout_override() -> Result<LayoutOverride, Error>`, the variable parsed once per process
+/// ([`env_override`]): a rejected value's error reads `VAR="value": expected …` with `expected`.
+macro_rules! layout_override {
+    (
+        $(#[$var_attr:meta])*
+        $var_vis:vis const $var:ident: &str = $name:literal;
+        $(#[$layout_attr:meta])*
+        $layout_vis:vis struct $layout:ident {
+            $(
+                $(#[$field_attr:meta])*
+                $field:ident: $kind:tt $(if $check:expr)?
+            ),+ $(,)?
+        }
+        $(if $valid:expr;)?
+        expected = $expected:expr;
+    ) => {
+        $(#[$var_attr])*
+        $var_vis const $var: &str = $name;
+
+        $(#[$layout_attr])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        $layout_vis struct $layout {
+            $(
+                $(#[$field_attr])*
+                $field: Option<$crate::tuning::layout_override!(@value $kind)>,
+            )+
+        }
+
+        fn layout_override() -> Result<$layout, $crate::Error> {
+            static PARSED: ::std::sync::OnceLock<Result<$layout, String>> = ::std::sync::OnceLock::new();
+            $crate::tuning::env_override(&PARSED, $var, parse_layout, || String::from($expected))
+        }
+
+        fn parse_layout(value: &str) -> Option<$layout> {
+            let [$($field),+] = $crate::tuning::fields(value)?;
+            $(
+                let $field = $crate::tuning::layout_override!(@read $kind, $field)?;
+                $(
+                    if !$field.is_none_or($check) {
+                        return None;
+                    }
+                )?
+            )+
+            Some($layout { $($field),+ })$(.filter($valid))?
+        }
+    };
+    (@value Block) => { u32 };
+    (@value Flag) => { bool };
+    (@value $number:ty) => { $number };
+    (@read Block, $field:ident) => { $crate::tuning::block_field($field) };
+    (@read Flag, $field:ident) => { $crate::tuning::flag_field($field) };
+    (@read $number:ty, $field:ident) => { $crate::tuning::number_field::<$number>($field) };
+}
+
+pub(crate) use layout_override;
 
 /// The override in `var`, parsed by `parse` on the first call and kept in `parsed` (the family's
 /// own static) for the process: unset is `T::default()`, the planner's choice everywhere. A value
@@ -118,5 +203,29 @@ mod tests {
         let unset = OnceLock::new();
         let read = env_override(&unset, "FERRINFER_TUNING_TEST_UNSET", parse, || unreachable!());
         assert_eq!(read.unwrap(), [None, None]);
+    }
+
+    layout_override! {
+        /// A variable no test sets.
+        const TEST_LAYOUT_VAR: &str = "FERRINFER_TUNING_TEST_LAYOUT";
+        struct TestLayout {
+            count: u8 if |c| c != 3,
+            block: Block,
+            flag: Flag,
+        }
+        if |layout| layout.count.is_some() || layout.flag.is_none();
+        expected = "count:block:flag";
+    }
+
+    #[test]
+    fn a_declared_override_reads_each_field_as_its_kind_then_the_checks() {
+        assert_eq!(parse_layout("2:64:1"), Some(TestLayout { count: Some(2), block: Some(64), flag: Some(true) }));
+        assert_eq!(parse_layout("*:1024"), Some(TestLayout { block: Some(1024), ..TestLayout::default() }));
+        assert_eq!(parse_layout(""), Some(TestLayout::default()));
+        // Past the field's type, its own check, a block, a flag, the fields together, a field too many.
+        for bad in ["256", "3", "*:100", "1:*:2", "*:*:1", "1:*:*:*"] {
+            assert_eq!(parse_layout(bad), None, "{bad}");
+        }
+        assert_eq!(layout_override().unwrap(), TestLayout::default(), "{TEST_LAYOUT_VAR} unset");
     }
 }
