@@ -614,7 +614,7 @@ impl Plan {
 
     /// Whether the append stores evicted first (`AppendParams::streams`): the entries it writes
     /// pass the L2's size. H200, bf16, 64 sequences from Python beside the peers
-    /// (docs/perf/page.md, session 31): 131072 tokens (537 MB written) 289.9 → 279.5 µs
+    /// (docs/perf/page.md): 131072 tokens (537 MB written) 289.9 → 279.5 µs
     /// evicted first, but 8192 tokens (34 MB) 19.63 → 20.03.
     fn streams(&self, l2_bytes: u64) -> bool {
         let p = &self.params;

@@ -329,8 +329,8 @@ fn sampling_gpu_top_p_redraws_as_the_cpu() {
 }
 
 /// More rows than the grid's 65535: a block takes several rows, each staged over the last while
-/// the previous draw's thread may still read it (a race fixed in session 12, before any GPU ran
-/// it); 512 vectors a slice, so a thread's chunk holds keys other threads staged.
+/// the previous draw's thread may still read it; 512 vectors a slice, so a thread's chunk holds
+/// keys other threads staged.
 #[test]
 fn sampling_gpu_draws_the_cpus_tokens_when_blocks_take_several_rows() {
     let Some(gpu) = Gpu::get("sampling_gpu_draws_the_cpus_tokens_when_blocks_take_several_rows") else { return };
