@@ -19,7 +19,7 @@ set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 source scripts/torch/libtorch.sh
-# Small binaries: the device tool carries at most 64 MiB per run.
+# Small binaries: .bundle stays small enough to copy to the GPU machine.
 export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols
 rm -rf .bundle/torch && mkdir -p .bundle/torch
 aot=$(mktemp -d)

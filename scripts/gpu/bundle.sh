@@ -6,8 +6,9 @@
 # users get, every module embedded: `cargo xtask wheel`), and suite.sh. With
 # --adapters also the candle and tch adapters' GPU tests (scripts/gpu/bundle-candle.sh and
 # bundle-torch.sh, into .bundle/candle and .bundle/torch: suite.sh steps `candle`, `torch`; the
-# first build of each takes 10-15 minutes on 2 cores). The GPU machine has no Rust toolchain, so everything is built here; the device tool
-# then carries .bundle and runs `bash .bundle/suite.sh STEP...` there (see docs/perf/README.md).
+# first build of each takes 10-15 minutes on 2 cores). The GPU machine needs no Rust toolchain:
+# everything is built here, .bundle is copied there with the working tree, and
+# `bash .bundle/suite.sh STEP...` runs it (see docs/perf/README.md).
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 cd "$root"
@@ -19,7 +20,7 @@ for arg in "$@"; do
     *) echo "usage: $0 [--adapters] [--gpu-wheel]" >&2; exit 2 ;;
   esac
 done
-# Small binaries: the device tool carries at most 64 MiB per run, peers included.
+# Small binaries: .bundle, peers included, stays small enough to copy to the GPU machine.
 export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols
 rm -rf .bundle && mkdir -p .bundle/tests
 aot=$(mktemp -d)

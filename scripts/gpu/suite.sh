@@ -50,11 +50,10 @@
 # AOT_VARIANT=NAME runs every step with a code-generation variant's modules
 # (.bundle/aot-NAME.tar.xz from scripts/gpu/variant.sh) in place of the bundle's: the Python
 # module's benchmark, the sweeps and the tests of a kernel change without a new bundle.
-# Logs and CSVs go to $SUITE_OUT (default /tmp/ferrinfer-gpu-out), one file per step, kept across
-# the suite's calls on one machine — and a machine can outlive a session: name a new directory
-# per session (files from an earlier one came back beside this one's on 2026-12-01); every call
-# ends by packing that directory into $OUT/suite.tgz when $OUT is set: the device tool brings
-# back at most eight files from $OUT.
+# Logs and CSVs go to $SUITE_OUT (default /tmp/ferrinfer-gpu-out), one file per step, appended to
+# by every call of the suite on one machine: give each run a directory of its own, or an earlier
+# run's files come back beside its own. When $OUT is set, every call ends by packing that
+# directory into the one file $OUT/suite.tgz.
 set -uo pipefail
 out=${SUITE_OUT:-/tmp/ferrinfer-gpu-out}
 mkdir -p "$out"
@@ -78,8 +77,8 @@ install_aot || { echo "could not unpack .bundle/aot.tar.xz${AOT_VARIANT:+ or .bu
 export FERRINFER_DISABLE_JIT=1 FERRINFER_AOT_DIR=/tmp/ferrinfer-aot PYTHONUNBUFFERED=1
 status=0
 python_path() { # installs the bundled wheel once per wheel; prints the PYTHONPATH that finds it
-  # The directory is named by the wheel's hash: a machine can outlive a session, and a site
-  # installed from an earlier bundle would otherwise run an old launcher beside new kernels.
+  # The directory is named by the wheel's hash: on a machine that ran an earlier bundle, its
+  # site would otherwise run an old launcher beside new kernels.
   local site; site=/tmp/ferrinfer-site-$(cat .bundle/wheels/*.whl | sha256sum | cut -c1-16)
   [ -d "$site" ] || python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .bundle/wheels/*.whl >&2
   echo "$site${PYTHONPATH:+:$PYTHONPATH}"

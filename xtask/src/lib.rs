@@ -3,6 +3,7 @@
 
 pub mod ci;
 pub mod lint_layers;
+pub mod perf_table;
 pub mod precommit;
 pub mod python;
 

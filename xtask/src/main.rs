@@ -44,6 +44,13 @@ enum Command {
         #[arg(long, default_value = "target/wheels-gpu")]
         out: PathBuf,
     },
+    /// Write README.md's speed table from the benchmark CSVs in docs/perf/data
+    /// (`<family>-<gpu>.csv`).
+    PerfTable {
+        /// Write nothing; fail if README.md differs from what the CSVs make.
+        #[arg(long)]
+        check: bool,
+    },
     /// Everything a PR must pass: rustfmt check, clippy -D warnings, cargo-deny, lint-layers,
     /// no pending insta snapshots.
     Precommit,
@@ -88,6 +95,7 @@ fn run(command: Command) -> Result<()> {
             let root = workspace_root();
             xtask::python::gpu_wheel(&root, &arch, &root.join(aot_dir), &root.join(out))
         }
+        Command::PerfTable { check } => xtask::perf_table::run(&workspace_root(), check),
         Command::Precommit => xtask::precommit::run(&workspace_root()),
         Command::Ci { list: true, changed, .. } => {
             let root = workspace_root();

@@ -86,7 +86,7 @@ impl SamplingKernel {
     /// 108, at 72 it spilled) — but 88 before sm_90, where ptxas spilled 40 bytes of their f32
     /// and f16 entries at 80; top-p's rejection rounds hold a round's state across a weighing:
     /// 96 (uncapped 89–96), 112 before sm_90 (at 96 its f32 entries spilled 8–16 bytes there,
-    /// at 104 8 bytes since session 30's weighing; up to 128 still two blocks of 256);
+    /// at 104 8 bytes; up to 128 still two blocks of 256);
     /// from sm_90 its f32 entries load twice the steps at once, 128 (still two blocks of 256;
     /// uncapped up to 150; before sm_90 they spilled 80 bytes at 128). The staged sampling
     /// kernels (top-k, and top-k then top-p's rounds) 128, two blocks of 256: under 80 top-k's

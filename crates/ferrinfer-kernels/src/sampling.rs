@@ -577,7 +577,7 @@ impl MassScale {
     /// entry chosen as an f32 (two compares, one select), then two exact products and one
     /// truncating conversion ([`truncate_to_u64`]) — a dozen fewer integer instructions an
     /// entry than shifting the mantissa by the exponent, the weighings' bottleneck
-    /// (docs/perf/sampling.md, session 30).
+    /// (docs/perf/sampling.md).
     #[inline(always)]
     pub fn mass_from(&self, x: f32, lowest: f32) -> u64 {
         let [first, second] = self.factors;
@@ -1046,7 +1046,7 @@ mod device_kernels {
         /// Whether a pass issues a batch's loads together ([`Slice::batch_keys`]) — a constant
         /// of the kernel, which every kernel but the 16-bit mask takes: its batch needs 72
         /// registers, and a cap of 72 leaves it three blocks a multiprocessor instead of four
-        /// (22 % slower at 32000 × 256, docs/perf/sampling.md, session 30).
+        /// (22 % slower at 32000 × 256, docs/perf/sampling.md).
         batched: bool,
     }
 
@@ -1598,7 +1598,7 @@ mod device_kernels {
         /// negatives and NaN, as `f32::max` from 0 on the host). The bound depends on every
         /// entry of the batch (it never changes it): ptxas then issues all of the batch's loads
         /// before it weighs any, where it would otherwise weigh each vector as it arrives,
-        /// one load in flight at a time (docs/perf/sampling.md, session 30).
+        /// one load in flight at a time (docs/perf/sampling.md).
         #[inline(always)]
         fn batch_bound(loaded: &[Packed<T, VEC>; STEPS], lowest: u32) -> (f32, u32) {
             let mut top = 0f32;

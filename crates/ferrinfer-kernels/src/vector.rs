@@ -48,8 +48,7 @@ pub struct Shared;
 
 /// Data this kernel comes back to soon — reads again (a streamed row's statistics pass, then
 /// its output pass) or writes back in place (a fused add's rows): a coherent load whose lines
-/// L2 keeps first (`evict_last`), so the second access finds them there (docs/perf/norm.md,
-/// session 19 and v8).
+/// L2 keeps first (`evict_last`), so the second access finds them there (docs/perf/norm.md).
 pub struct Lingering;
 /// The second and last read of [`Lingering`] data: coherent, its lines L2 drops first
 /// (`evict_first`).
@@ -181,7 +180,7 @@ load_kind!(Reused, "ld.global.nc");
 load_kind!(Coherent, "ld.global");
 // L2 cache policies (`createpolicy`, `.L2::cache_hint`) need sm_80 and PTX ISA 7.4 (every
 // module's ISA is at least that: crates/ferrinfer-jit/src/builder.rs). They were measured on sm_90
-// only (docs/perf/norm.md, session 19), so sm_90 modules alone use them; elsewhere both kinds are
+// only (docs/perf/norm.md), so sm_90 modules alone use them; elsewhere both kinds are
 // plain coherent loads.
 #[cfg(not(target_feature = "sm_90"))]
 load_kind!(Lingering, "ld.global");

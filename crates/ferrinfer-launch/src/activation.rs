@@ -155,7 +155,7 @@ const BLOCK_THREADS: u32 = 128;
 /// Rows a thread visits when there are enough to fill the device: the grid's y dimension is
 /// `rows / 4`. The kernel takes them in steps of its `ROWS_PER_STEP` (2), so every thread
 /// has two full steps; two rows a thread (one step) made gelu_and_mul 2–11 % slower at
-/// streaming sizes (docs/perf/activation.md, session 8).
+/// streaming sizes (docs/perf/activation.md).
 const ROWS_PER_THREAD: u64 = 4;
 /// The grid's y dimension at most (CUDA's limit).
 const MAX_GRID_Y: u64 = 65_535;

@@ -327,7 +327,7 @@ const BLOCK_THREADS: u32 = 128;
 const MAX_LANES: u32 = 32;
 /// Two states of rows in the widest vectors merge [`UNROLLED`] vectors a lane at once where a
 /// row holds this many vectors or more (one at a time they take a whole warp a row): H100 bf16,
-/// head_dim 256, 32 and 4096 rows 14 % faster, 65536 the same (docs/perf/cascade.md, session 34).
+/// head_dim 256, 32 and 4096 rows 14 % faster, 65536 the same (docs/perf/cascade.md).
 const UNROLL_MIN_ROW_VECTORS: u32 = 32;
 /// …or where the call holds this many vectors in all (1024 rows of head_dim 128): below it,
 /// 32 and 512 rows of 128 run 14 % and 4–5 % slower unrolled (fewer, longer lanes on a launch

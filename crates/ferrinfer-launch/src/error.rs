@@ -41,8 +41,9 @@ pub enum Error {
     #[error("`{argument}` is {value}; expected {expected}")]
     InvalidScalar { argument: &'static str, value: String, expected: String },
 
-    /// A value of an index tensor (a page table's, read on the host) out of its range.
-    #[error("`{argument}`[{index}] is {value}; expected {expected}")]
+    /// A value of an index tensor (a page table's, read on the host) out of its range;
+    /// `expected` is the rule for that element as people write it, `0 ≤ kv_indices[5] < 9`.
+    #[error("{expected}, got {value}")]
     InvalidIndex { argument: &'static str, index: usize, value: i64, expected: String },
 
     #[error(

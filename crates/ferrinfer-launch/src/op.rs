@@ -979,16 +979,24 @@ mod tests {
     fn outputs_keep_the_first_tensors_rows_and_drop_its_states() {
         let out = |extent: Extent, first, shape: &[i64]| extent.output_shape(&[(first, shape)]);
         assert_eq!(out(Extent::Rows, Extent::Rows, &[2, 3, 8]), [2, 3, 8]);
-        assert_eq!(out(Extent::Rows, Extent::DoubleRows, &[5, 16]), [5, 8], "a gated activation's output");
+        assert_eq!(out(Extent::Rows, Extent::DoubleRows, &[5, 16]), [5, 8], "a gated input: half its last dimension");
         assert_eq!(out(Extent::Batch, Extent::Rows, &[2, 3, 8]), [2, 3], "a score or token a row");
-        assert_eq!(out(Extent::Rows, Extent::Stacked, &[7, 4, 32, 128]), [7, 32, 128], "merge_states' values");
+        assert_eq!(
+            out(Extent::Rows, Extent::Stacked, &[7, 4, 32, 128]),
+            [7, 32, 128],
+            "stacked states: their states dimension dropped"
+        );
         assert_eq!(out(Extent::Batch, Extent::Stacked, &[7, 4, 32, 128]), [7, 32]);
         assert_eq!(out(Extent::Batch, Extent::StackedBatch, &[7, 4]), [7]);
         assert_eq!(out(Extent::Rows, Extent::Stacked, &[4, 128]), [4, 128], "too few dimensions: left to the op");
         assert_eq!(Extent::Stacked.shape(5, 64), [5, crate::op::STACKED_STATES, 64]);
         let (q, k): (&[i64], &[i64]) = (&[7, 32, 128], &[7, 8, 128]);
         let inputs = [(Extent::Heads, q), (Extent::KvHeads, k), (Extent::Batch, &[7][..])];
-        assert_eq!(Extent::KvHeads.output_shape(&inputs), k, "rope's k_rope: like k, not like q");
+        assert_eq!(
+            Extent::KvHeads.output_shape(&inputs),
+            k,
+            "the first input of its own extent: like the keys, not the queries"
+        );
         assert_eq!(Extent::Heads.output_shape(&inputs), q);
     }
 

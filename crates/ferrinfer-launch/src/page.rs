@@ -546,13 +546,14 @@ fn check_page_table(p: &AppendParams, indices: &[Named; 5], last_stride: u64) ->
     let page_ids = ids.len() as i64;
     for (i, pair) in bounds.windows(2).enumerate() {
         if pair[0] < 0 || pair[1] < pair[0] || pair[1] > page_ids {
-            let expected = format!("bounds in 0..={page_ids} (`kv_indices`' length), never going down");
-            let (index, value) = if pair[0] < 0 { (i, pair[0]) } else { (i + 1, pair[1]) };
+            let (index, value, least) = if pair[0] < 0 { (i, pair[0], 0) } else { (i + 1, pair[1], pair[0]) };
+            let expected =
+                format!("{least} ≤ kv_indptr[{index}] ≤ {page_ids} (never going down; at most `kv_indices`' length)");
             return invalid("kv_indptr", index, value, expected);
         }
     }
     if let Some((i, &page)) = ids.iter().enumerate().find(|&(_, &page)| page < 0 || page as u64 >= p.pages) {
-        return invalid("kv_indices", i, page, format!("a page of the caches, in 0..{}", p.pages));
+        return invalid("kv_indices", i, page, format!("0 ≤ kv_indices[{i}] < {} (a page of the caches)", p.pages));
     }
     let page_size = p.page_size as i64;
     let pages = |b: usize| bounds[b + 1] - bounds[b];
@@ -560,24 +561,28 @@ fn check_page_table(p: &AppendParams, indices: &[Named; 5], last_stride: u64) ->
     for (b, &last) in lengths.iter().enumerate() {
         let allowed = if pages(b) == 0 { 0..=0 } else { 1..=page_size };
         if !allowed.contains(&last) {
-            let expected = format!("{allowed:?} (page_size {page_size}; 0 only for a sequence of no pages)");
+            let (least, most) = (allowed.start(), allowed.end());
+            let expected = format!("{least} ≤ kv_last_page_len[{b}] ≤ {most} (0 only for a sequence of no pages)");
             return invalid("kv_last_page_len", b, last, expected);
         }
     }
     let mut written = std::collections::HashSet::with_capacity(sequences.len());
     for (i, (&b, &position)) in sequences.iter().zip(&positions).enumerate() {
         if b < 0 || b as usize >= lengths.len() {
-            return invalid("batch_indices", i, b, format!("a sequence, in 0..{}", lengths.len()));
+            return invalid("batch_indices", i, b, format!("0 ≤ batch_indices[{i}] < {} (a sequence)", lengths.len()));
         }
         if position < 0 || position >= length(b as usize) {
             let expected =
-                format!("a position of sequence {b}, in 0..{} (its length after the append)", length(b as usize));
+                format!("0 ≤ positions[{i}] < {} (sequence {b}'s length after the append)", length(b as usize));
             return invalid("positions", i, position, expected);
         }
         let at = bounds[b as usize] * page_size + position;
         let entry = (ids[(at / page_size) as usize], at % page_size);
         if !written.insert(entry) {
-            let expected = format!("one token for each cache entry: page {}'s entry {} comes twice", entry.0, entry.1);
+            let expected = format!(
+                "an entry of its own for positions[{i}] (page {}'s entry {} is an earlier token's)",
+                entry.0, entry.1
+            );
             return invalid("positions", i, position, expected);
         }
     }
@@ -602,14 +607,14 @@ fn check_segments(
     for (i, &bound) in bounds.iter().enumerate() {
         let least = if i == 0 { 0 } else { bounds[i - 1] };
         if !(least..=most).contains(&bound) {
-            return invalid("append_indptr", i, bound, format!("bounds in 0..={most}, never going down"));
+            let expected = format!("{least} ≤ append_indptr[{i}] ≤ {most} (never going down)");
+            return invalid("append_indptr", i, bound, expected);
         }
     }
     for (b, (&length, pair)) in lengths.iter().zip(bounds.windows(2)).enumerate() {
         let appended = pair[1] - pair[0];
         if !(appended..=most).contains(&length) {
-            let expected =
-                format!("a length after the append, in {appended}..={most} (sequence {b}'s appended tokens)");
+            let expected = format!("{appended} ≤ seq_lens[{b}] ≤ {most} (at least sequence {b}'s appended tokens)");
             return invalid("seq_lens", b, length, expected);
         }
     }
@@ -654,7 +659,7 @@ impl Plan {
 
     /// Whether the append stores evicted first (`AppendParams::streams`): the entries it writes
     /// pass the L2's size. H200, bf16, 64 sequences from Python beside the peers
-    /// (docs/perf/page.md, session 31): 131072 tokens (537 MB written) 289.9 → 279.5 µs
+    /// (docs/perf/page.md): 131072 tokens (537 MB written) 289.9 → 279.5 µs
     /// evicted first, but 8192 tokens (34 MB) 19.63 → 20.03.
     fn streams(&self, l2_bytes: u64) -> bool {
         let p = &self.params;

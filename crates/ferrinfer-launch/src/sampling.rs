@@ -703,7 +703,7 @@ impl Plan {
     }
 
     /// A filter's (blocks a row, threads a block at most), from the layout sweep of 2026-12-05
-    /// (docs/perf/sampling.md, session 35): where clusters share a row, the row is long enough
+    /// (docs/perf/sampling.md): where clusters share a row, the row is long enough
     /// for [`Plan::staged_split`] to share it ([`MIN_SLICE`]) and the batch is past its few
     /// rows, fewer and wider blocks than that split's. A batch of fewer rows than
     /// multiprocessors takes 2 blocks a row where half a row fits in shared memory
@@ -752,7 +752,7 @@ impl Plan {
     }
 
     /// A staged kernel's (blocks a row, threads a block), from the layout sweep of 2026-12-02
-    /// (docs/perf/sampling.md, session 12; the staged sampling ops', and the filters' outside
+    /// (docs/perf/sampling.md; the staged sampling ops', and the filters' outside
     /// [`Plan::filter_split`]'s rows): a batch that leaves most multiprocessors idle even at 8
     /// blocks a row splits its rows finer ([`FEW_ROWS_MIN_SLICE`]) into wider blocks
     /// ([`FEW_ROWS_BLOCK_THREADS`]: more loads in flight a row); a larger one as softmax, but
@@ -767,7 +767,7 @@ impl Plan {
     }
 
     /// `sampling_from_probs`' (blocks a row, threads a block), from the layout sweep of
-    /// 2026-12-02 (docs/perf/sampling.md, session 13): a small batch as the filters'; a larger
+    /// 2026-12-02 (docs/perf/sampling.md): a small batch as the filters'; a larger
     /// one in at most 2 blocks a row (more blocks wait on more of each other: f32 128256 × 256
     /// in 8 blocks 100.1 µs, in 2 80.6), of 512 threads while the batch's blocks fit the
     /// multiprocessors once (× 64: 22.8 µs against 31.9 with 256), else 256.
@@ -1113,7 +1113,7 @@ mod tests {
         assert!(matches!(&error, Error::Config(text) if text.contains("at most 256")), "{error}");
     }
 
-    /// The staged kernels' split by batch and dtype, at session 12's sweep's points (H200: 132
+    /// The staged kernels' split by batch and dtype, at the points of the sweep of 2026-12-02 (H200: 132
     /// multiprocessors).
     #[test]
     fn a_staged_kernel_splits_rows_finer_for_small_batches_and_16_bit_rows_less_for_large_ones() {
@@ -1132,7 +1132,7 @@ mod tests {
         assert_eq!(split(1, 3000, DType::F32), (1, 512), "below a slice: one block");
     }
 
-    /// The filters' split at session 35's sweep's points and its edges (H100 and H200: 132
+    /// The filters' split at the points of the sweep of 2026-12-05 and its edges (H100 and H200: 132
     /// multiprocessors, 227 KB of shared memory a block), for entries of 64 registers (the
     /// 16-bit mask: up to 1024 threads) and of 80 (the others: up to 768).
     #[test]

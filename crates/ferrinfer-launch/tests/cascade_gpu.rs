@@ -4,8 +4,8 @@
 //! device every test prints that it was skipped and passes (CI has no GPU). The planner merges
 //! two states in the widest vectors two vectors a lane only for some calls (rows of 32 vectors
 //! or more, calls of 2^14 vectors or more); run the binary again with
-//! `FERRINFER_CASCADE_LAYOUT=1` and `=2` to force those calls one way (session 34 ran it at
-//! 0453968, one vector a lane everywhere, and again with `=2`: docs/perf/gpu-correctness.md).
+//! `FERRINFER_CASCADE_LAYOUT=1` and `=2` to force those calls one way
+//! (docs/perf/gpu-correctness.md).
 
 mod support;
 

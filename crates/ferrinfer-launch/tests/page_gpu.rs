@@ -8,7 +8,8 @@ mod support;
 
 use ferrinfer_launch::scalar::ScalarType;
 use ferrinfer_launch::{DType, KvLayout};
-use support::{Case, Gpu, PagedCase, Runner, family, run_cases};
+use support::page::PagedCase;
+use support::{Case, Gpu, Runner, family, run_cases};
 
 #[test]
 fn page_gpu_grid() {

@@ -11,7 +11,8 @@ use ferrinfer_launch::{
     DType, Error, Scalar, Stream, TensorView, apply_rope_pos_ids, apply_rope_pos_ids_inplace,
     apply_rope_with_cos_sin_cache, apply_rope_with_cos_sin_cache_inplace,
 };
-use support::{Case, Cpu, assert_refused, family, rope_scalar_variants, run_cases_with};
+use support::rope::rope_scalar_variants;
+use support::{Case, Cpu, assert_refused, family, run_cases_with};
 
 /// Head dimensions: FlashInfer's 64/128/256, and others whose halves narrow the vectors (f16/bf16:
 /// 72 four elements, 100 two, 6 and 2 one).
@@ -236,7 +237,7 @@ fn bad_segments_are_refused_by_name_and_write_nothing() {
 /// table's width copied, or left in place): half the head where that is even, and one pair.
 #[test]
 fn cos_sin_cache_tables_narrower_than_the_head() {
-    support::run_narrow_tables(&Cpu, 9100, &cases(&[1, 7]));
+    support::rope::run_narrow_tables(&Cpu, 9100, &cases(&[1, 7]));
 }
 
 /// vLLM's layout: `query` and `key` two-dimensional column slices of one packed `[tokens, (4 +

@@ -8,7 +8,8 @@
 mod support;
 
 use ferrinfer_launch::DType;
-use support::{Case, Gpu, Runner, family, rope_scalar_variants as variants, run_cases_with};
+use support::rope::rope_scalar_variants as variants;
+use support::{Case, Gpu, Runner, family, run_cases_with};
 
 #[test]
 fn rope_gpu_grid() {
@@ -60,7 +61,7 @@ fn rope_gpu_cos_sin_cache_narrow_tables() {
     let Some(gpu) = Gpu::get("rope_gpu_cos_sin_cache_narrow_tables") else { return };
     let cases: Vec<Case> =
         [6, 64, 100, 128, 256].into_iter().flat_map(|d| [Case::contiguous(19, d), Case::strided(300, d)]).collect();
-    support::run_narrow_tables(&gpu, 5_300_000, &cases);
+    support::rope::run_narrow_tables(&gpu, 5_300_000, &cases);
 }
 
 /// A position outside the table (which the GPU path cannot check before the launch) reads

@@ -404,7 +404,7 @@ fn a_renormalised_row_without_mass_is_nan_and_the_other_rows_are_not() {
 fn draw(op: &'static OpInfo, threshold: &[Scalar], probs: &[f32], vocab: usize, seed: u64, offset: u64) -> Vec<i32> {
     let rows = probs.len() / vocab;
     let mut samples = vec![-1i32; rows];
-    let input = support::sampling_input(op, probs);
+    let input = support::sampling::sampling_input(op, probs);
     let x = TensorView::from_slice(&input, &[rows, vocab]).unwrap();
     let y = TensorView::from_slice_mut(&mut samples, &[rows]).unwrap();
     let scalars: Vec<Scalar> = threshold.iter().copied().chain([Scalar::U64(seed), Scalar::U64(offset)]).collect();
@@ -427,14 +427,14 @@ fn sampling_ops_draw_the_kept_distribution_and_nothing_else() {
     let row = [0.02f32, 0.25, 0.0, 0.08, 0.3, 0.05, 0.12, 0.1, 0.0, 0.08];
     let (vocab, copies) = (row.len(), 5000);
     let probs: Vec<f32> = row.iter().copied().cycle().take(vocab * copies).collect();
-    for (op, threshold) in support::sampling_ops() {
+    for (op, threshold) in support::sampling::sampling_ops() {
         let mut counts = vec![0u64; vocab];
         for offset in (0..80).step_by(2) {
             for token in draw(op, threshold, &probs, vocab, 7, offset) {
                 counts[token as usize] += 1;
             }
         }
-        let kept = support::sampling_kept(op, threshold, &row);
+        let kept = support::sampling::sampling_kept(op, threshold, &row);
         let mass: f64 = row.iter().zip(&kept).filter(|(_, k)| **k).map(|(&p, _)| p as f64).sum();
         let draws = counts.iter().sum::<u64>() as f64;
         let mut chi_square = 0.0;
@@ -462,12 +462,12 @@ fn sampling_ops_draw_the_kept_distribution_and_nothing_else() {
 #[test]
 fn top_p_sampling_redraws_above_a_rejected_token_as_the_reference() {
     let (rows, vocab) = (64, 2000);
-    let probs = support::peaked_probabilities(rows, vocab, 5);
-    let ops = support::sampling_ops();
+    let probs = support::sampling::peaked_probabilities(rows, vocab, 5);
+    let ops = support::sampling::sampling_ops();
     for (op, top_k) in [(ops[2].0, None), (ops[4].0, Some(200)), (ops[5].0, Some(200))] {
         let thresholds =
             |top_p: f32| -> Vec<Scalar> { top_k.map(Scalar::I32).into_iter().chain([Scalar::F32(top_p)]).collect() };
-        let input: Vec<f64> = support::sampling_input(op, &probs).iter().map(|&x| x as f64).collect();
+        let input: Vec<f64> = support::sampling::sampling_input(op, &probs).iter().map(|&x| x as f64).collect();
         let unfiltered = draw(op, &thresholds(1.0), &probs, vocab, 9, 2);
         for top_p in [0.01, 0.3, 0.9] {
             let tokens = draw(op, &thresholds(top_p), &probs, vocab, 9, 2);
@@ -475,7 +475,7 @@ fn top_p_sampling_redraws_above_a_rejected_token_as_the_reference() {
             let want = &op.reference_of(DType::F32, vocab, &[input.clone(), Vec::new()], &scalars)[0];
             let mut rejected_first = 0;
             for (row, (&token, &first)) in tokens.iter().zip(&unfiltered).enumerate() {
-                let kept = support::sampling_kept(op, &thresholds(top_p), &probs[row * vocab..][..vocab]);
+                let kept = support::sampling::sampling_kept(op, &thresholds(top_p), &probs[row * vocab..][..vocab]);
                 assert_eq!(token as f64, want[row], "{} top_p {top_p}, row {row}", op.name);
                 assert!(kept[token as usize], "{} top_p {top_p}, row {row}: token {token} not kept", op.name);
                 rejected_first += !kept[first as usize] as usize;
@@ -497,8 +497,8 @@ fn top_p_sampling_redraws_above_a_rejected_token_as_the_reference() {
 #[test]
 fn top_k_top_p_sampling_is_each_filter_alone_at_the_others_identity() {
     let (rows, vocab) = (32, 3000);
-    let probs = support::peaked_probabilities(rows, vocab, 8);
-    let ops = support::sampling_ops();
+    let probs = support::sampling::peaked_probabilities(rows, vocab, 8);
+    let ops = support::sampling::sampling_ops();
     let (top_k, top_p, both) = (ops[1].0, ops[2].0, ops[4].0);
     for share in [0.05, 0.5, 0.95].map(Scalar::F32) {
         let alone = draw(top_p, &[share], &probs, vocab, 3, 6);
@@ -516,14 +516,14 @@ fn top_k_top_p_sampling_is_each_filter_alone_at_the_others_identity() {
 #[test]
 fn top_k_top_p_sampling_takes_both_thresholds_a_row_and_names_them_in_errors() {
     let (rows, vocab) = (5, 400);
-    let probs = support::peaked_probabilities(rows, vocab, 12);
+    let probs = support::sampling::peaked_probabilities(rows, vocab, 12);
     let top_ks: [i32; 5] = [1, 7, 0, 400, 50];
     let top_ps: [f32; 5] = [0.5, 0.9, 0.2, 1.0, 0.05];
     let (k_view, p_view) =
         (TensorView::from_slice(&top_ks, &[rows]).unwrap(), TensorView::from_slice(&top_ps, &[rows]).unwrap());
     let ints = TensorView::from_slice(&top_ks, &[rows]).unwrap();
-    for (op, _) in &support::sampling_ops()[4..] {
-        let input = support::sampling_input(op, &probs);
+    for (op, _) in &support::sampling::sampling_ops()[4..] {
+        let input = support::sampling::sampling_input(op, &probs);
         let x = TensorView::from_slice(&input, &[rows, vocab]).unwrap();
         let mut samples = vec![-1i32; rows];
         let call = |samples: &mut [i32], (top_k, top_p): (Scalar, Scalar), per_row: [Option<&TensorView>; 4]| {
@@ -562,7 +562,7 @@ fn top_k_top_p_sampling_takes_both_thresholds_a_row_and_names_them_in_errors() {
 fn sampling_ops_are_functions_of_seed_offset_and_row() {
     let vocab = 1000;
     let probs: Vec<f32> = random_normal::<f32>(64 * vocab, 3).into_iter().map(f32::abs).collect();
-    for (op, threshold) in support::sampling_ops() {
+    for (op, threshold) in support::sampling::sampling_ops() {
         let tokens = draw(op, threshold, &probs, vocab, 11, 4);
         assert_eq!(tokens, draw(op, threshold, &probs, vocab, 11, 4), "{}: repeated", op.name);
         let mut changed = probs.clone();
@@ -581,12 +581,12 @@ fn sampling_ops_are_functions_of_seed_offset_and_row() {
     // +∞ weighs 0 and sets the scale: the finite entries of its row weigh 0 too (min-p's floor
     // `0 · ∞` is NaN, which keeps every entry, as the reference).
     let infinite = [0.5f32, f32::INFINITY, 0.25, 1.0];
-    for (op, threshold) in support::sampling_ops() {
+    for (op, threshold) in support::sampling::sampling_ops() {
         assert_eq!(draw(op, threshold, &empty, 4, 1, 0), [0], "{}", op.name);
         let threshold: &[Scalar] = if op.name == "min_p_sampling_from_probs" { &[Scalar::F32(0.0)] } else { threshold };
         assert_eq!(draw(op, threshold, &infinite, 4, 1, 0), [0], "{}: a row holding +∞", op.name);
     }
-    let (min_p, _) = support::sampling_ops()[3];
+    let (min_p, _) = support::sampling::sampling_ops()[3];
     let ties = [0.5f32, 0.25, 0.5].repeat(100);
     let tokens = draw(min_p, &[Scalar::F32(1.0)], &ties, 3, 1, 0);
     assert!(
@@ -629,7 +629,7 @@ fn sampling_errors_name_the_argument_and_leave_samples_untouched() {
     let y = TensorView::from_slice_mut(&mut floats, &[4]).unwrap();
     let error = op.call(&[&x, &y], &[top_k, seed, offset], Stream::Cpu).unwrap_err();
     assert!(matches!(&error, Error::UnsupportedDType { argument: "samples", .. }), "{error}");
-    let min_p = support::sampling_ops()[3].0;
+    let min_p = support::sampling::sampling_ops()[3].0;
     for bad in [-0.1, 1.5, f32::NAN] {
         let y = TensorView::from_slice_mut(&mut samples[..4], &[4]).unwrap();
         let error = min_p.call(&[&x, &y], &[Scalar::F32(bad), seed, offset], Stream::Cpu).unwrap_err();
@@ -644,9 +644,9 @@ fn sampling_errors_name_the_argument_and_leave_samples_untouched() {
 #[test]
 fn sampling_takes_every_u64_seed_and_offset_as_a_number() {
     let (rows, vocab) = (64, 300);
-    let probs = support::peaked_probabilities(rows, vocab, 21);
-    for (op, threshold) in support::sampling_ops() {
-        let input: Vec<f64> = support::sampling_input(op, &probs).iter().map(|&x| x as f64).collect();
+    let probs = support::sampling::peaked_probabilities(rows, vocab, 21);
+    for (op, threshold) in support::sampling::sampling_ops() {
+        let input: Vec<f64> = support::sampling::sampling_input(op, &probs).iter().map(|&x| x as f64).collect();
         for (seed, offset) in [(u64::MAX, 0), (0, u64::MAX), (u64::MAX, u64::MAX)] {
             let tokens: Vec<f64> = draw(op, threshold, &probs, vocab, seed, offset).iter().map(|&t| t as f64).collect();
             let random = [Scalar::U64(seed), Scalar::U64(offset)];
@@ -673,8 +673,8 @@ fn sampling_takes_seeds_and_offsets_from_tensors_a_row_or_one() {
     let offset_view = TensorView::from_slice(&offsets, &[rows]).unwrap();
     let one = [9i64];
     let one_view = TensorView::from_slice(&one, &[1]).unwrap();
-    for (op, threshold) in support::sampling_ops() {
-        let input = support::sampling_input(op, &probs);
+    for (op, threshold) in support::sampling::sampling_ops() {
+        let input = support::sampling::sampling_input(op, &probs);
         let x = TensorView::from_slice(&input, &[rows, vocab]).unwrap();
         let call = |seed: Option<&TensorView>, offset: Option<&TensorView>, numbers: [Scalar; 2]| {
             let mut samples = vec![-1i32; rows];

@@ -264,7 +264,7 @@ fn tokens(
 ) -> Vec<i32> {
     let rows = probs.len() / vocab;
     let scalars: Vec<Scalar> = threshold.iter().copied().chain([Scalar::U64(7), Scalar::U64(offset)]).collect();
-    let input = support::sampling_input(op, probs);
+    let input = support::sampling::sampling_input(op, probs);
     let mut buffers = [buffer_of(&input, &[rows, vocab]), buffer_of(&vec![-1i32; rows], &[rows])];
     match gpu {
         Some(gpu) => gpu.run(op, &mut buffers, &scalars).unwrap(),
@@ -292,7 +292,7 @@ fn sampling_gpu_draws_the_cpus_tokens() {
             probs[3 * vocab..4 * vocab].iter_mut().for_each(|p| *p /= sum);
             probs[4 * vocab..5 * vocab].iter_mut().for_each(|p| *p *= 1e-12);
         }
-        for (op, threshold) in support::sampling_ops() {
+        for (op, threshold) in support::sampling::sampling_ops() {
             for offset in [0, 2, 1_000_006] {
                 let on_gpu = tokens(Some(&gpu), op, threshold, &probs, vocab, offset);
                 let on_cpu = tokens(None, op, threshold, &probs, vocab, offset);
@@ -310,9 +310,9 @@ fn sampling_gpu_draws_the_cpus_tokens() {
 #[test]
 fn sampling_gpu_top_p_redraws_as_the_cpu() {
     let Some(gpu) = Gpu::get("sampling_gpu_top_p_redraws_as_the_cpu") else { return };
-    let ops = support::sampling_ops();
+    let ops = support::sampling::sampling_ops();
     for (rows, vocab) in [(3, 128_256), (200, 32_000), (64, 128_256)] {
-        let probs = support::peaked_probabilities(rows, vocab, 17);
+        let probs = support::sampling::peaked_probabilities(rows, vocab, 17);
         for top_p in [0.001f32, 0.3, 0.9] {
             for (op, top_k) in [(ops[2].0, None), (ops[4].0, Some(300)), (ops[5].0, Some(300))] {
                 let thresholds: Vec<Scalar> = top_k.map(Scalar::I32).into_iter().chain([Scalar::F32(top_p)]).collect();
@@ -337,7 +337,7 @@ fn sampling_gpu_draws_the_cpus_tokens_when_blocks_take_several_rows() {
     let Some(gpu) = Gpu::get("sampling_gpu_draws_the_cpus_tokens_when_blocks_take_several_rows") else { return };
     let (rows, vocab) = (70_000, 2048);
     let probs: Vec<f32> = random_normal(rows * vocab, 53).iter().map(|x: &f32| x.abs().powi(3)).collect();
-    for (op, threshold) in support::sampling_ops() {
+    for (op, threshold) in support::sampling::sampling_ops() {
         let on_gpu = tokens(Some(&gpu), op, threshold, &probs, vocab, 8);
         assert_eq!(on_gpu, tokens(None, op, threshold, &probs, vocab, 8), "{}", op.name);
     }
@@ -352,8 +352,8 @@ fn sampling_gpu_draws_the_kept_distribution_over_a_million_draws() {
     let row: Vec<f32> = (0..16).map(|i| if i % 5 == 2 { 0.0 } else { (1 + i % 7) as f32 / 40.0 }).collect();
     let copies = 1 << 20;
     let probs: Vec<f32> = row.iter().copied().cycle().take(row.len() * copies).collect();
-    for (op, threshold) in support::sampling_ops() {
-        let kept = support::sampling_kept(op, threshold, &row);
+    for (op, threshold) in support::sampling::sampling_ops() {
+        let kept = support::sampling::sampling_kept(op, threshold, &row);
         let mut counts = vec![0u64; row.len()];
         for token in tokens(Some(&gpu), op, threshold, &probs, row.len(), 0) {
             counts[token as usize] += 1;
@@ -390,8 +390,8 @@ fn sampling_gpu_takes_seeds_and_offsets_from_device_memory() {
     let seeds: Vec<i64> = (0..rows as i64).map(|r| r.wrapping_mul(0x9e37_79b9_7f4a_7c15u64 as i64)).collect();
     let seeds_gpu = s.clone_htod(&seeds).unwrap();
     let seed_view = TensorView::from_cuda(&seeds_gpu, &[rows], None).unwrap();
-    for (op, threshold) in support::sampling_ops() {
-        let input = support::sampling_input(op, &probs);
+    for (op, threshold) in support::sampling::sampling_ops() {
+        let input = support::sampling::sampling_input(op, &probs);
         let x = s.clone_htod(&input).unwrap();
         let xv = TensorView::from_cuda(&x, &[rows, vocab], None).unwrap();
         let draw = |offsets: &[i64]| -> (Vec<i32>, Vec<i32>) {

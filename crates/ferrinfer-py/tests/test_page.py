@@ -84,7 +84,7 @@ def test_errors_name_the_argument_and_leave_the_cache_untouched():
         call(kv_layout=0)
     bad_ids = ids.copy()
     bad_ids[1] = 999
-    with pytest.raises(ValueError, match=r"`kv_indices`\[1\] is 999"):
+    with pytest.raises(ValueError, match=r"0 ≤ kv_indices\[1\] < \d+ \(a page of the caches\), got 999"):
         call(kv_indices=bad_ids)
     with pytest.raises(ValueError, match="positions"):
         call(positions=pos + 100)
