@@ -707,14 +707,26 @@ impl Drop for Imported {
 mod tests {
     use super::*;
 
+    /// Every op's signature: its name, each parameter once — tensors and scalars by name (an
+    /// optional one with its default), outputs `=None` — and `enable_pdl=None` last. The
+    /// families' own signatures are checked against FlashInfer's by the wheel's tests.
     #[test]
-    fn signatures_follow_flashinfer() {
-        let op = |name| ferrinfer_launch::op(name).unwrap();
-        assert_eq!(signature(op("rmsnorm")), "rmsnorm(input, weight, eps=1e-6, out=None, enable_pdl=None)");
-        assert_eq!(
-            signature(op("fused_add_rmsnorm")),
-            "fused_add_rmsnorm(input, residual, weight, eps=1e-6, enable_pdl=None)"
-        );
-        assert_eq!(signature(op("layernorm")), "layernorm(input, gemma, beta, eps=1e-6, out=None, enable_pdl=None)");
+    fn every_signature_names_each_parameter_once_enable_pdl_last() {
+        for op in ferrinfer_launch::ops() {
+            let text = signature(op);
+            let inner = text.strip_prefix(&format!("{}(", op.name)).and_then(|t| t.strip_suffix(')')).unwrap();
+            let names: Vec<&str> = inner.split(", ").map(|p| p.split('=').next().unwrap()).collect();
+            assert_eq!(names.last(), Some(&"enable_pdl"), "{text}");
+            let mut unique = names.clone();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), names.len(), "{text}: a parameter twice");
+            for parameter in parameters(op) {
+                assert!(names.contains(&parameter_name(op, parameter)), "{text}");
+            }
+            for out in op.tensors.iter().filter(|t| t.role == Role::Out) {
+                assert!(inner.contains(&format!("{}=None", out.name)), "{text}: `{}` optional", out.name);
+            }
+        }
     }
 }

@@ -105,6 +105,7 @@ def test_signatures_are_flashinfers_and_arguments_bind_like_python():
 
     assert str(inspect.signature(ferrinfer.rmsnorm)) == "(input, weight, eps=1e-06, out=None, enable_pdl=None)"
     assert str(inspect.signature(ferrinfer.layernorm)) == "(input, gemma, beta, eps=1e-06, out=None, enable_pdl=None)"
+    assert str(inspect.signature(ferrinfer.fused_add_rmsnorm)) == "(input, residual, weight, eps=1e-06, enable_pdl=None)"
     x = RNG.standard_normal((3, 32)).astype(np.float32)
     w = RNG.standard_normal(32).astype(np.float32)
     close(ferrinfer.rmsnorm(input=x, weight=w, eps=1e-5, enable_pdl=False), rms_ref(x, w, 1e-5), np.float32)
