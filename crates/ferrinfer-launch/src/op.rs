@@ -82,20 +82,6 @@ pub struct FamilyExtent {
     pub read_in_place: bool,
 }
 
-impl PartialEq for FamilyExtent {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
-    }
-}
-
-impl Eq for FamilyExtent {}
-
-impl std::hash::Hash for FamilyExtent {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.name.hash(state);
-    }
-}
-
 /// An input's values that follow from a problem's row count alone by its family's own problem
 /// layout ([`Domain::Fixed`]: a page table's parts). Known by its name.
 #[derive(Clone, Copy, Debug)]
@@ -104,19 +90,26 @@ pub struct FixedValues {
     pub values: fn(usize) -> Vec<i64>,
 }
 
-impl PartialEq for FixedValues {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
-    }
+/// Equality and hashing by name: a family's problem layouts hold functions, which do not compare.
+macro_rules! known_by_name {
+    ($($type:ty),+) => {$(
+        impl PartialEq for $type {
+            fn eq(&self, other: &Self) -> bool {
+                self.name == other.name
+            }
+        }
+
+        impl Eq for $type {}
+
+        impl std::hash::Hash for $type {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                self.name.hash(state);
+            }
+        }
+    )+};
 }
 
-impl Eq for FixedValues {}
-
-impl std::hash::Hash for FixedValues {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.name.hash(state);
-    }
-}
+known_by_name!(FamilyExtent, FixedValues);
 
 /// The rows of [`Extent::Table`] in the problems the benchmark and the tests make.
 pub const TABLE_ROWS: usize = 8192;
