@@ -226,7 +226,7 @@ mod device_kernels {
         // a row's place is its index, its pointers one product of a stride each — the division
         // by the heads (a 64-bit subroutine) and the heads' stride products are not in that
         // copy. The any-count entries keep the one walk: the second copy made `merge_states` of
-        // three states 1 % slower at 2^19 rows (H200, docs/perf/cascade.md, session 35).
+        // three states 1 % slower at 2^19 rows (H200, docs/perf/cascade.md).
         if STATES != 0 && p.heads == 1 {
             unsafe { walk_rows::<T, VEC, UNROLL, STATES>(p, |row| (row, 0)) }
         } else {

@@ -751,7 +751,7 @@ mod device_kernels {
             // Every thread has read the slot: the reduction in `norm_share` waited for them all.
             // A one-warp block's reduction is shuffles alone, which order the reads by their data
             // but no barrier: racecheck reported the refill's copy racing them
-            // (docs/perf/gpu-correctness.md, session 25), so such a block meets at one.
+            // (docs/perf/gpu-correctness.md), so such a block meets at one.
             if p.threads_per_row <= 32 {
                 block_barrier();
             }
@@ -808,7 +808,7 @@ mod device_kernels {
     /// once per statistics pass with its lines kept in L2 ([`Lingering`]) and once more, from L2,
     /// for the outputs ([`LastRead`]); a fused add computes the new residual in each pass and
     /// writes it in the last, beside the output, so no pass reads what another wrote
-    /// (torch.compile's shape for fused_add_rmsnorm: docs/perf/norm.md, session 19).
+    /// (torch.compile's shape for fused_add_rmsnorm: docs/perf/norm.md).
     /// `blockDim.x` whole warps, 32 to 1024, and `threads_per_row == blockDim.x`.
     #[inline(always)]
     pub unsafe fn norm_stream<T: Element, W: Element, K: NormKind, const VEC: usize>(p: &NormParams) {

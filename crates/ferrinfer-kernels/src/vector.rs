@@ -10,7 +10,7 @@
 use core::marker::PhantomData;
 use core::mem::size_of;
 
-use crate::element::Element;
+use crate::element::{Element, half_of};
 use crate::math::choose;
 
 /// How a load may be cached. On the host every kind is a plain read.
@@ -48,8 +48,7 @@ pub struct Shared;
 
 /// Data this kernel comes back to soon — reads again (a streamed row's statistics pass, then
 /// its output pass) or writes back in place (a fused add's rows): a coherent load whose lines
-/// L2 keeps first (`evict_last`), so the second access finds them there (docs/perf/norm.md,
-/// session 19 and v8).
+/// L2 keeps first (`evict_last`), so the second access finds them there (docs/perf/norm.md).
 pub struct Lingering;
 /// The second and last read of [`Lingering`] data: coherent, its lines L2 drops first
 /// (`evict_first`).
@@ -181,7 +180,7 @@ load_kind!(Reused, "ld.global.nc");
 load_kind!(Coherent, "ld.global");
 // L2 cache policies (`createpolicy`, `.L2::cache_hint`) need sm_80 and PTX ISA 7.4 (every
 // module's ISA is at least that: crates/ferrinfer-jit/src/builder.rs). They were measured on sm_90
-// only (docs/perf/norm.md, session 19), so sm_90 modules alone use them; elsewhere both kinds are
+// only (docs/perf/norm.md), so sm_90 modules alone use them; elsewhere both kinds are
 // plain coherent loads.
 #[cfg(not(target_feature = "sm_90"))]
 load_kind!(Lingering, "ld.global");
@@ -436,24 +435,6 @@ impl<T: Element, const VEC: usize> Packed<T, VEC> {
             *value = self.get_f32(i);
         }
         values
-    }
-}
-
-/// The low (`which` = 0) or high half of `word`. On the GPU an opaque `mov` at the point of use:
-/// visible to LLVM, the halves were split off right after the load and kept live separately.
-#[inline(always)]
-pub(crate) fn half_of(word: u32, which: usize) -> u32 {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let (low, high): (u16, u16);
-        unsafe {
-            core::arch::asm!("mov.b32 {{{l}, {h}}}, {w};", l = out(reg16) low, h = out(reg16) high, w = in(reg32) word, options(nomem, nostack));
-        }
-        if which == 0 { low as u32 } else { high as u32 }
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        (word >> (16 * which as u32)) & 0xffff
     }
 }
 
