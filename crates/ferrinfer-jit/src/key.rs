@@ -11,8 +11,10 @@
 use sha2::{Digest, Sha256};
 
 use crate::JitSpec;
-use crate::builder::{CODEGEN_FLAGS, HOPPER_PTX_ISA, KERNEL_FLAGS, KERNELS_EDITION, MIN_PTX_ISA};
+use crate::builder::{HOPPER_PTX_ISA, KERNEL_FLAGS, KERNELS_EDITION, MIN_PTX_ISA};
 use crate::codegen::GeneratedCrate;
+use crate::digest::hex;
+use crate::rustc::CODEGEN_FLAGS;
 use crate::sources::{CORE_SOURCES, KernelSources};
 
 /// Version of the key derivation itself: bump when what is hashed changes.
@@ -44,11 +46,6 @@ pub fn key(source_key: &str, toolchain: &str) -> String {
     hex(&Sha256::new().chain_update(source_key).chain_update("\n").chain_update(toolchain).finalize())
 }
 
-/// Hex SHA-256 of bytes.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
 /// Hex CRC-32 of bytes: the integrity check of an entry's files, run on every disk hit. It
 /// guards against truncation and damage, not forgery (whoever can write the file can write its
 /// manifest); SHA-256 over a megabyte of PTX took 0.45 ms of a 1 ms budget, CRC-32 takes 0.05.
@@ -63,8 +60,4 @@ fn relevant_sources(spec: &JitSpec) -> Vec<String> {
     paths.sort();
     paths.dedup();
     paths
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
