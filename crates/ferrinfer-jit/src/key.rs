@@ -2,11 +2,11 @@
 //!
 //! `source_key` covers what is compiled and how: the spec (canonical TOML: arch, debug, flags,
 //! entry points), the generated crate, the kernel sources the spec depends on (core files + the
-//! spec's own), the edition and every fixed rustc flag of the three crates of a build (`core`,
-//! kernels, entry points). The builder runs rustc with nothing else — no configuration file, no
-//! environment variable — so these are all the inputs. `key` adds the exact device toolchain
-//! (`rustc -vV`). An AOT entry is found by its `source_key` (the machine running it may have no
-//! Rust at all); the JIT disk cache by `key`.
+//! spec's own, a directory's every file), the edition and every fixed rustc flag of the three
+//! crates of a build (`core`, kernels, entry points). The builder runs rustc with nothing else —
+//! no configuration file, no environment variable — so these are all the inputs. `key` adds the
+//! exact device toolchain (`rustc -vV`). An AOT entry is found by its `source_key` (the machine
+//! running it may have no Rust at all); the JIT disk cache by `key`.
 
 use sha2::{Digest, Sha256};
 
@@ -31,7 +31,7 @@ pub fn source_key(spec: &JitSpec, generated: &GeneratedCrate, sources: &KernelSo
     field("spec", &spec.to_toml());
     field("lib.rs", &generated.lib_rs);
     field("edition", KERNELS_EDITION);
-    for path in relevant_sources(spec) {
+    for path in relevant_sources(spec, sources) {
         field(&format!("kernels/src/{path}"), sources.get(&path).unwrap_or("<missing>"));
     }
     field("flags", &[CODEGEN_FLAGS, KERNEL_FLAGS].concat().join(" "));
@@ -53,10 +53,11 @@ pub fn crc32_hex(bytes: &[u8]) -> String {
     format!("{:08x}", crc32fast::hash(bytes))
 }
 
-/// Core files then the spec's own, sorted and without duplicates.
-fn relevant_sources(spec: &JitSpec) -> Vec<String> {
-    let mut paths: Vec<String> =
-        CORE_SOURCES.iter().map(|s| s.to_string()).chain(spec.sources.iter().cloned()).collect();
+/// Core files then the spec's own (a directory entry: every file under it), sorted and without
+/// duplicates.
+fn relevant_sources(spec: &JitSpec, sources: &KernelSources) -> Vec<String> {
+    let entries = CORE_SOURCES.iter().copied().chain(spec.sources.iter().map(String::as_str));
+    let mut paths: Vec<String> = entries.flat_map(|entry| sources.named_by(entry)).collect();
     paths.sort();
     paths.dedup();
     paths

@@ -54,7 +54,8 @@ pub use spec::{EntrySpec, JitSpec};
 #[derive(Clone, Copy, Debug)]
 pub struct Family {
     pub name: &'static str,
-    /// Its files in `ferrinfer-kernels/src` (besides [`sources::CORE_SOURCES`]).
+    /// Its files in `ferrinfer-kernels/src` (besides [`sources::CORE_SOURCES`]); `name/` stands
+    /// for every file under directory `name`.
     pub sources: &'static [&'static str],
     /// Every module of the family for an arch, debug or not (what AOT builds).
     pub specs: fn(CudaArch, bool) -> Vec<JitSpec>,
