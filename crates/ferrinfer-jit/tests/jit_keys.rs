@@ -47,6 +47,23 @@ fn jit_keys_change_with_the_family_kernel_file_and_core_files() {
     }
 }
 
+/// A family whose sources name a folder: every file in it, and one added to it, changes its keys.
+#[test]
+fn jit_keys_change_with_every_file_of_a_family_folder() {
+    let sources = KernelSources::embedded();
+    let family = FAMILIES.iter().find(|f| f.sources.iter().any(|s| s.ends_with('/'))).expect("a family with a folder");
+    let folder = family.sources.iter().find(|s| s.ends_with('/')).unwrap();
+    let spec = (family.specs)(CudaArch::HOPPER, false).remove(0);
+    let before = key_of(&spec, &sources);
+    let files: Vec<&str> = sources.paths().filter(|path| covers(folder, path)).collect();
+    assert!(files.len() > 1, "{folder}: {files:?}");
+    for path in files {
+        assert_ne!(before, key_of(&spec, &edited(&sources, path)), "editing {path} left {} unchanged", spec.name);
+    }
+    let added = sources.clone().with_file(&format!("{folder}new.rs"), "");
+    assert_ne!(before, key_of(&spec, &added), "a file added to {folder}");
+}
+
 #[test]
 fn jit_keys_ignore_files_the_spec_does_not_use() {
     let sources = KernelSources::embedded();
