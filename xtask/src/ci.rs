@@ -28,14 +28,16 @@ fn module_stems(dir: &Path) -> Result<BTreeSet<String>> {
         let path = entry?.path();
         let stem = path.file_stem().unwrap_or_default().to_string_lossy();
         let is_rs = path.is_file() && path.extension().is_some_and(|e| e == "rs");
-        if is_rs && !["lib", "mod", "main"].contains(&stem.as_ref()) {
+        // A module of several files: a folder with its `mod.rs` (`sampling/`).
+        let is_folder_module = path.is_dir() && path.join("mod.rs").is_file();
+        if (is_rs || is_folder_module) && !["lib", "mod", "main"].contains(&stem.as_ref()) {
             stems.insert(stem.into_owned());
         }
     }
     Ok(stems)
 }
 
-/// The op families a change touches: a family's own files (`<F>.rs` in a crate's `src/`, its
+/// The op families a change touches: a family's own files (`<F>.rs` or `<F>/…` in a crate's `src/`, its
 /// tests `<F>.rs`/`<F>_*.rs`) select it; any other code or build file under `crates/`, `xtask/`
 /// or the root manifests is shared, and selects every family; docs and other files select none.
 pub fn changed_families(root: &Path, changed: &[&str]) -> Result<Vec<String>> {
@@ -49,7 +51,10 @@ pub fn changed_families(root: &Path, changed: &[&str]) -> Result<Vec<String>> {
         if !code || !in_code_tree {
             continue;
         }
-        match known.iter().find(|f| belongs_to(&stem, f) || file.contains(&format!("__{f}_"))) {
+        // A file in a family's folder (a file of `ferrinfer-kernels/src/sampling/`) is that family's.
+        let folder = file.split_once("/src/").and_then(|(_, rest)| rest.split_once('/')).map(|(dir, _)| dir);
+        let owns = |f: &String| belongs_to(&stem, f) || file.contains(&format!("__{f}_")) || folder == Some(f.as_str());
+        match known.iter().find(|f| owns(f)) {
             Some(family) if file.starts_with("crates/") => {
                 chosen.insert(family.clone());
             }

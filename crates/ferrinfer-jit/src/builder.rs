@@ -14,33 +14,18 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
 use crate::arch::PtxVersion;
 use crate::codegen::GeneratedCrate;
+pub use crate::error::BuildError;
+pub(crate) use crate::rustc::Progress;
+use crate::rustc::{CODEGEN_FLAGS, run};
 use crate::sources::KernelSources;
-use crate::toolchain::{Toolchain, install_command};
+use crate::toolchain::Toolchain;
 use crate::{CudaArch, JitSpec, fsutil, sysroot};
-
-/// The device target.
-pub const TARGET: &str = "nvptx64-nvidia-cuda";
 
 /// Edition of the kernels crate (its `Cargo.toml` inherits the workspace's; a test compares).
 pub const KERNELS_EDITION: &str = "2024";
-
-/// Code generation flags of every crate of a device build: cargo's release profile with
-/// `panic = "abort"` and `codegen-units = 1`, what the generated crates asked cargo for. Part of
-/// every key; the target CPU, debug info and a spec's own flags are added per spec.
-pub const CODEGEN_FLAGS: &[&str] = &[
-    "--target=nvptx64-nvidia-cuda",
-    "-Copt-level=3",
-    "-Cpanic=abort",
-    "-Ccodegen-units=1",
-    "-Cdebug-assertions=off",
-    "-Coverflow-checks=off",
-    "-Cembed-bitcode=no",
-];
 
 /// Flags of the kernels and entry-point crates beyond [`CODEGEN_FLAGS`]. LLVM only keeps small
 /// register arrays in registers once loops over them are fully unrolled; below this threshold
@@ -66,70 +51,6 @@ const REMAPPED_BUILD_DIR: &str = "/ferrinfer-jit";
 pub struct Ptx {
     pub arch: CudaArch,
     pub source: String,
-}
-
-/// Why a kernel build failed, with the command that fixes it where there is one.
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    #[error(
-        "the device toolchain `{toolchain}` (pinned in the repository's `device-toolchain` file) is not installed; fix: {}",
-        install_command(toolchain)
-    )]
-    ToolchainMissing { toolchain: String },
-    #[error(
-        "the device toolchain `{toolchain}` lacks rust-src (needed to build `core` for nvptx64); fix: rustup component add rust-src --toolchain {toolchain}"
-    )]
-    RustSrcMissing { toolchain: String },
-    #[error("the device toolchain `{toolchain}` cannot compile for nvptx64-nvidia-cuda:\n{log}")]
-    NoNvptxSupport { toolchain: String, log: String },
-    #[error("cannot query the device toolchain: {0}; fix: {fix}", fix = install_command(crate::toolchain::DEVICE_TOOLCHAIN))]
-    Toolchain(String),
-    #[error(
-        "CUDA architecture {arch} is not one the JIT builds for (known: {known}); set FERRINFER_CUDA_ARCH_LIST to an older one the device runs (PTX runs on newer devices)",
-        known = crate::arch::known_list()
-    )]
-    UnknownArch { arch: CudaArch },
-    #[error(
-        "rustc does not know the processor `{cpu}` (LLVM: \"not a recognized processor\"); the build is rejected:\n{log}"
-    )]
-    UnknownTargetCpu { cpu: String, log: String },
-    #[error("compiling {stage} for {arch} failed:\n{log}")]
-    CompileFailed { stage: String, arch: String, log: String },
-    #[error("the PTX does not match its spec: {0}")]
-    WrongTarget(String),
-    #[error("kernel `{entry}` uses .local memory (a register array spilled); the PTX is rejected")]
-    LocalMemory { entry: String },
-    #[error("PTX calls unresolved function `{name}` (device code must be generic or #[inline] and never panic)")]
-    UnresolvedFunction { name: String },
-    #[error("entry point `{0}` is missing from the PTX")]
-    MissingEntryPoint(String),
-    #[error("I/O error on {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("ptxas reports {what} in kernel `{entry}`; the PTX is rejected:\n{report}")]
-    Resources { entry: String, what: String, report: String },
-    #[error(
-        "ptxas is required ({REQUIRE}=1) but was not found; install it with `pip install nvidia-cuda-nvcc-cu12` and set {PTXAS} to its bin/ptxas"
-    )]
-    PtxasMissing,
-    #[error("ptxas failed on the PTX of `{spec}`:\n{log}")]
-    PtxasFailed { spec: String, log: String },
-    #[error("ptxas {ptxas} cannot assemble for {arch} (too old for it); install a newer one and set {PTXAS}")]
-    PtxasTooOld { ptxas: String, arch: String },
-}
-
-const REQUIRE: &str = crate::config::REQUIRE_PTXAS_VAR;
-const PTXAS: &str = crate::config::PTXAS_VAR;
-
-impl BuildError {
-    /// The same error again, for one remembered per process (the toolchain's): the variants a
-    /// toolchain lookup returns are rebuilt exactly, others keep their message.
-    pub(crate) fn again(&self) -> BuildError {
-        match self {
-            BuildError::ToolchainMissing { toolchain } => BuildError::ToolchainMissing { toolchain: toolchain.clone() },
-            BuildError::Toolchain(message) => BuildError::Toolchain(message.clone()),
-            other => BuildError::Toolchain(other.to_string()),
-        }
-    }
 }
 
 /// Compiles generated entry-point crates to PTX with the device toolchain, against a `core` built
@@ -235,36 +156,6 @@ impl Compile<'_> {
     }
 }
 
-/// Runs one rustc; returns its diagnostics. LLVM's "not a recognized processor" is only a
-/// warning to rustc, and the PTX it then writes targets a processor that does not exist: here it
-/// is an error.
-pub(crate) fn run(mut cmd: Command, stage: &str, arch: CudaArch) -> Result<String, BuildError> {
-    let output = cmd.output().map_err(|e| BuildError::Toolchain(format!("cannot run rustc: {e}")))?;
-    let log = String::from_utf8_lossy(&output.stderr).into_owned();
-    if let Some(cpu) = unrecognized_processor(&log) {
-        return Err(BuildError::UnknownTargetCpu { cpu, log });
-    }
-    if !output.status.success() {
-        return Err(diagnose(stage, arch, log));
-    }
-    Ok(log)
-}
-
-/// The processor LLVM warned about, if it did.
-fn unrecognized_processor(log: &str) -> Option<String> {
-    let line = log.lines().find(|l| l.contains("is not a recognized processor"))?;
-    Some(line.split('\'').nth(1).unwrap_or(line).to_owned())
-}
-
-fn diagnose(stage: &str, arch: CudaArch, log: String) -> BuildError {
-    let toolchain = crate::toolchain::DEVICE_TOOLCHAIN.to_owned();
-    if log.contains("could not find specification for target") || log.contains("unknown target") {
-        BuildError::NoNvptxSupport { toolchain, log }
-    } else {
-        BuildError::CompileFailed { stage: stage.to_owned(), arch: arch.to_string(), log }
-    }
-}
-
 /// Puts each entry's `.maxnreg` between its parameter list and its body, where PTX wants
 /// performance directives (rustc has no attribute for it).
 fn with_register_caps(ptx: &str, spec: &JitSpec) -> String {
@@ -367,34 +258,6 @@ fn entry_name(line: &str) -> Option<&str> {
     Some(rest.split('(').next().unwrap_or(rest).trim())
 }
 
-/// Says on stderr what is being built once it has taken over a second, and how long it took.
-pub(crate) struct Progress {
-    done: mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl Progress {
-    const AFTER: Duration = Duration::from_secs(1);
-
-    pub(crate) fn start(message: String) -> Self {
-        let (done, finished) = mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let started = Instant::now();
-            if finished.recv_timeout(Self::AFTER).is_err() {
-                eprintln!("ferrinfer-jit: {message} ...");
-                let _ = finished.recv();
-                eprintln!("ferrinfer-jit: done in {:.1} s", started.elapsed().as_secs_f64());
-            }
-        });
-        Progress { done, thread }
-    }
-
-    pub(crate) fn finish(self) {
-        let _ = self.done.send(());
-        let _ = self.thread.join();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -448,29 +311,6 @@ mod tests {
             assert!(err.contains(why), "{version} {target}: {err}");
         }
         assert!(ptx(".version 8.0\n").check_target(false).is_err(), "no .target line");
-    }
-
-    #[test]
-    fn llvm_unknown_processor_warnings_are_errors() {
-        let log = "'sm_79' is not a recognized processor for this target (ignoring processor)\n";
-        let mut cmd = Command::new("sh");
-        cmd.args(["-c", &format!("printf \"{log}\" >&2")]);
-        let err = run(cmd, "test", CudaArch::HOPPER).unwrap_err();
-        assert!(matches!(&err, BuildError::UnknownTargetCpu { cpu, .. } if cpu == "sm_79"), "{err}");
-    }
-
-    #[test]
-    fn toolchain_failures_name_the_fix() {
-        let missing = BuildError::ToolchainMissing { toolchain: "nightly-2026-05-20".into() }.to_string();
-        assert!(missing.contains("rustup toolchain install nightly-2026-05-20 --profile minimal --component rust-src"));
-        let no_src = BuildError::RustSrcMissing { toolchain: "nightly-2026-05-20".into() }.to_string();
-        assert!(no_src.contains("rustup component add rust-src --toolchain nightly-2026-05-20"));
-        let no_target = diagnose("core", CudaArch::HOPPER, "error: could not find specification for target".into());
-        assert!(matches!(no_target, BuildError::NoNvptxSupport { .. }));
-        assert!(matches!(
-            diagnose("m", CudaArch::HOPPER, "error[E0308]: mismatched types".into()),
-            BuildError::CompileFailed { .. }
-        ));
     }
 
     #[test]

@@ -21,8 +21,10 @@ pub mod cache;
 pub mod cascade;
 pub mod codegen;
 pub mod config;
+mod digest;
 pub mod embed;
 mod entry;
+mod error;
 mod fsutil;
 pub mod key;
 pub mod lock;
@@ -30,6 +32,7 @@ pub mod norm;
 pub mod page;
 pub mod ptxas;
 pub mod rope;
+mod rustc;
 pub mod sampling;
 pub mod sass;
 pub mod sources;
@@ -40,17 +43,19 @@ pub mod toolchain;
 use std::path::PathBuf;
 
 pub use arch::CudaArch;
-pub use builder::{BuildError, Ptx};
+pub use builder::Ptx;
 pub use cache::{Cache, Cubin, Module, Origin};
 pub use config::JitConfig;
 pub use embed::EmbeddedModule;
+pub use error::BuildError;
 pub use spec::{EntrySpec, JitSpec};
 
 /// An op family as layer 3 sees it: its kernel source files and the modules it declares.
 #[derive(Clone, Copy, Debug)]
 pub struct Family {
     pub name: &'static str,
-    /// Its files in `ferrinfer-kernels/src` (besides [`sources::CORE_SOURCES`]).
+    /// Its files in `ferrinfer-kernels/src` (besides [`sources::CORE_SOURCES`]); `name/` stands
+    /// for every file under directory `name`.
     pub sources: &'static [&'static str],
     /// Every module of the family for an arch, debug or not (what AOT builds).
     pub specs: fn(CudaArch, bool) -> Vec<JitSpec>,

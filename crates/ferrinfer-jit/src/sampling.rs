@@ -10,7 +10,7 @@ use crate::spec::{EntrySpec, JitSpec, element_type, vector_widths};
 use crate::{CudaArch, Family};
 
 /// The sampling family: its kernel file and every module it declares (for AOT).
-pub const FAMILY: Family = Family { name: "sampling", sources: &["sampling.rs"], specs: declared_specs };
+pub const FAMILY: Family = Family { name: "sampling", sources: &["sampling/"], specs: declared_specs };
 
 /// The sampling kernels, one per op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -11,6 +11,12 @@ static EMBEDDED: &[(&str, &str)] = ferrinfer_kernels::SOURCES;
 /// number code.
 pub const CORE_SOURCES: &[&str] = &["lib.rs", "element.rs", "math.rs", "random.rs", "vector.rs", "device.rs"];
 
+/// Whether `entry` of a list of sources ([`CORE_SOURCES`], a family's) names the file `path`: it
+/// is that file, or a directory (`sampling/`) with the file under it.
+pub fn covers(entry: &str, path: &str) -> bool {
+    if entry.ends_with('/') { path.starts_with(entry) } else { path == entry }
+}
+
 /// A set of kernel sources (the embedded ones, or an edited copy in tests).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelSources {
@@ -28,6 +34,14 @@ impl KernelSources {
 
     pub fn paths(&self) -> impl Iterator<Item = &str> {
         self.files.keys().map(String::as_str)
+    }
+
+    /// The files `entry` names ([`covers`]): a directory's, or the one file (there or not).
+    pub fn named_by(&self, entry: &str) -> Vec<String> {
+        if !entry.ends_with('/') {
+            return vec![entry.to_owned()];
+        }
+        self.paths().filter(|path| covers(entry, path)).map(str::to_owned).collect()
     }
 
     /// A copy with `path` replaced (tests: a one-character kernel edit).
@@ -58,5 +72,15 @@ mod tests {
             assert!(sources.get(core).is_some(), "{core} is not embedded");
         }
         assert!(sources.get("lib.rs").unwrap().contains("#![no_std]"));
+    }
+
+    #[test]
+    fn a_directory_entry_names_every_file_under_it() {
+        let sources = KernelSources::embedded().with_file("family/a.rs", "").with_file("family/sub/b.rs", "");
+        let sources = sources.with_file("family.rs", "").with_file("familyx/c.rs", "");
+        assert_eq!(sources.named_by("family/"), ["family/a.rs", "family/sub/b.rs"]);
+        assert_eq!(sources.named_by("family.rs"), ["family.rs"]);
+        assert_eq!(sources.named_by("absent.rs"), ["absent.rs"], "a file entry is hashed, there or not");
+        assert!(covers("family/", "family/sub/b.rs") && !covers("family/", "familyx/c.rs"));
     }
 }

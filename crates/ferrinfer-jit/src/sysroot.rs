@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::builder::{BuildError, CODEGEN_FLAGS, Progress, TARGET, run};
+use crate::digest::hex;
+use crate::error::BuildError;
+use crate::rustc::{CODEGEN_FLAGS, Progress, TARGET, run};
 use crate::toolchain::Toolchain;
 use crate::{CudaArch, fsutil, lock};
 
@@ -35,8 +37,7 @@ pub fn recipe() -> String {
 /// The sysroot for `arch`, built now if it is not there yet.
 pub fn core_sysroot(toolchain: &Toolchain, arch: CudaArch, sysroot_dir: &Path) -> Result<PathBuf, BuildError> {
     let hash = Sha256::new().chain_update(&toolchain.version).chain_update(arch.target_cpu()).chain_update(recipe());
-    let hash: String = hash.finalize()[..8].iter().map(|b| format!("{b:02x}")).collect();
-    let name = format!("{}-{}-{hash}", toolchain.name, arch.target_cpu());
+    let name = format!("{}-{}-{}", toolchain.name, arch.target_cpu(), hex(&hash.finalize()[..8]));
     let dir = sysroot_dir.join(&name);
     if dir.join(COMPLETE).is_file() {
         return Ok(dir);
@@ -87,7 +88,7 @@ fn build(toolchain: &Toolchain, arch: CudaArch, root: &Path) -> Result<(), Build
     fsutil::ensure_dir(&lib).map_err(|source| BuildError::Io { path: lib.clone(), source })?;
     let builtins = root.join("compiler_builtins.rs");
     std::fs::write(&builtins, COMPILER_BUILTINS).map_err(|source| BuildError::Io { path: builtins.clone(), source })?;
-    let edition = core_edition(&library)?;
+    let edition = core_edition(toolchain, &library)?;
     let crate_command = |name: &str, source: &Path| {
         let mut cmd = toolchain.rustc_command();
         cmd.current_dir(root)
@@ -109,17 +110,18 @@ fn build(toolchain: &Toolchain, arch: CudaArch, root: &Path) -> Result<(), Build
     Ok(())
 }
 
-/// The edition `<rust-src>/library/core/Cargo.toml` declares (what cargo would pass).
-fn core_edition(library: &Path) -> Result<String, BuildError> {
+/// The edition `<rust-src>/library/core/Cargo.toml` of `toolchain` declares (what cargo would
+/// pass).
+fn core_edition(toolchain: &Toolchain, library: &Path) -> Result<String, BuildError> {
     let manifest = library.join("core/Cargo.toml");
+    let unusable = |message: String| BuildError::Toolchain { toolchain: toolchain.name.clone(), message };
     let text =
         std::fs::read_to_string(&manifest).map_err(|source| BuildError::Io { path: manifest.clone(), source })?;
-    let value: toml::Table =
-        toml::from_str(&text).map_err(|e| BuildError::Toolchain(format!("{}: {e}", manifest.display())))?;
+    let value: toml::Table = toml::from_str(&text).map_err(|e| unusable(format!("{}: {e}", manifest.display())))?;
     value
         .get("package")
         .and_then(|p| p.get("edition"))
         .and_then(|e| e.as_str())
         .map(str::to_owned)
-        .ok_or_else(|| BuildError::Toolchain(format!("{} declares no edition", manifest.display())))
+        .ok_or_else(|| unusable(format!("{} declares no edition", manifest.display())))
 }

@@ -14,18 +14,15 @@ use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
 
-use crate::builder::BuildError;
+use crate::digest::sha256_hex;
+use crate::error::BuildError;
+use crate::fsutil;
 
 /// The toolchain device code is built with (the `device-toolchain` file's one line).
 pub const DEVICE_TOOLCHAIN: &str = env!("FERRINFER_DEVICE_TOOLCHAIN");
 
 /// The host this crate was built for; rustup names toolchain directories `<name>-<host>`.
 const HOST: &str = env!("FERRINFER_HOST_TRIPLE");
-
-/// The command that installs `toolchain` with what device builds need.
-pub fn install_command(toolchain: &str) -> String {
-    format!("rustup toolchain install {toolchain} --profile minimal --component rust-src")
-}
 
 /// A resolved toolchain: its own `rustc` binary and identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,13 +40,14 @@ impl Toolchain {
     /// answer does not depend on it).
     pub fn device(state_dir: &Path) -> Result<&'static Toolchain, BuildError> {
         static DEVICE: OnceLock<Result<Toolchain, BuildError>> = OnceLock::new();
-        DEVICE.get_or_init(|| Toolchain::resolve(DEVICE_TOOLCHAIN, state_dir)).as_ref().map_err(BuildError::again)
+        DEVICE.get_or_init(|| Toolchain::resolve(DEVICE_TOOLCHAIN, state_dir)).as_ref().map_err(again)
     }
 
     /// Finds toolchain `name` and its identity (`rustc -vV`, kept in `state_dir/toolchains/`).
     pub fn resolve(name: &str, state_dir: &Path) -> Result<Toolchain, BuildError> {
         let rustc = locate_rustc(name)?;
-        let version = cached_version(&rustc, state_dir)?;
+        let version = cached_version(&rustc, state_dir)
+            .map_err(|message| BuildError::Toolchain { toolchain: name.to_owned(), message })?;
         Ok(Toolchain { name: name.to_owned(), rustc, version })
     }
 
@@ -69,6 +67,18 @@ impl Toolchain {
         let mut command = Command::new(&self.rustc);
         command.env_clear();
         command
+    }
+}
+
+/// The same error again, for the device toolchain's, which is remembered per process: the variants
+/// a toolchain lookup returns are rebuilt exactly, others keep their message.
+fn again(error: &BuildError) -> BuildError {
+    match error {
+        BuildError::ToolchainMissing { toolchain } => BuildError::ToolchainMissing { toolchain: toolchain.clone() },
+        BuildError::Toolchain { toolchain, message } => {
+            BuildError::Toolchain { toolchain: toolchain.clone(), message: message.clone() }
+        }
+        other => BuildError::Toolchain { toolchain: DEVICE_TOOLCHAIN.to_owned(), message: other.to_string() },
     }
 }
 
@@ -103,10 +113,11 @@ struct CachedVersion {
     version: String,
 }
 
-/// `rustc -vV`, from the disk cache when the compiler's files are unchanged.
-fn cached_version(rustc: &Path, state_dir: &Path) -> Result<String, BuildError> {
+/// `rustc -vV`, from the disk cache when the compiler's files are unchanged; else why it could not
+/// be had.
+fn cached_version(rustc: &Path, state_dir: &Path) -> Result<String, String> {
     let fingerprint = fingerprint(rustc);
-    let file = state_dir.join("toolchains").join(format!("{}.toml", &crate::key::sha256_hex(fingerprint.as_bytes())));
+    let file = state_dir.join("toolchains").join(format!("{}.toml", sha256_hex(fingerprint.as_bytes())));
     let cached = std::fs::read_to_string(&file).ok().and_then(|text| toml::from_str::<CachedVersion>(&text).ok());
     if let Some(cached) = cached.filter(|c| c.fingerprint == fingerprint && c.rustc == rustc) {
         return Ok(cached.version);
@@ -115,7 +126,7 @@ fn cached_version(rustc: &Path, state_dir: &Path) -> Result<String, BuildError> 
     // Best effort: an unwritable cache only costs the query next time (and fails the build
     // later with an error naming FERRINFER_CACHE_DIR, if one is needed).
     let record = CachedVersion { rustc: rustc.to_owned(), fingerprint, version: version.clone() };
-    let _ = crate::fsutil::write_atomically(&file, toml::to_string(&record).expect("serialises").as_bytes());
+    let _ = fsutil::write_atomically(&file, toml::to_string(&record).expect("serialises").as_bytes());
     Ok(version)
 }
 
@@ -142,13 +153,13 @@ fn fingerprint(rustc: &Path) -> String {
     std::iter::once(rustc.to_owned()).chain(drivers).map(|p| stat(&p)).collect()
 }
 
-fn query_version(rustc: &Path) -> Result<String, BuildError> {
+fn query_version(rustc: &Path) -> Result<String, String> {
     let mut command = Command::new(rustc);
     let output = command.env_clear().arg("-vV").output();
     match output {
         Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
-        Ok(out) => Err(BuildError::Toolchain(String::from_utf8_lossy(&out.stderr).into_owned())),
-        Err(e) => Err(BuildError::Toolchain(format!("cannot run {}: {e}", rustc.display()))),
+        Ok(out) => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+        Err(e) => Err(format!("cannot run {}: {e}", rustc.display())),
     }
 }
 

@@ -3,7 +3,7 @@
 use ferrinfer_jit::codegen::generate;
 use ferrinfer_jit::key::{key, source_key};
 use ferrinfer_jit::norm::{NormKernel, NormModule};
-use ferrinfer_jit::sources::{CORE_SOURCES, KernelSources};
+use ferrinfer_jit::sources::{CORE_SOURCES, KernelSources, covers};
 use ferrinfer_jit::{CudaArch, FAMILIES, JitSpec};
 use ferrinfer_kernels::element::DType;
 
@@ -47,6 +47,23 @@ fn jit_keys_change_with_the_family_kernel_file_and_core_files() {
     }
 }
 
+/// A family whose sources name a folder: every file in it, and one added to it, changes its keys.
+#[test]
+fn jit_keys_change_with_every_file_of_a_family_folder() {
+    let sources = KernelSources::embedded();
+    let family = FAMILIES.iter().find(|f| f.sources.iter().any(|s| s.ends_with('/'))).expect("a family with a folder");
+    let folder = family.sources.iter().find(|s| s.ends_with('/')).unwrap();
+    let spec = (family.specs)(CudaArch::HOPPER, false).remove(0);
+    let before = key_of(&spec, &sources);
+    let files: Vec<&str> = sources.paths().filter(|path| covers(folder, path)).collect();
+    assert!(files.len() > 1, "{folder}: {files:?}");
+    for path in files {
+        assert_ne!(before, key_of(&spec, &edited(&sources, path)), "editing {path} left {} unchanged", spec.name);
+    }
+    let added = sources.clone().with_file(&format!("{folder}new.rs"), "");
+    assert_ne!(before, key_of(&spec, &added), "a file added to {folder}");
+}
+
 #[test]
 fn jit_keys_ignore_files_the_spec_does_not_use() {
     let sources = KernelSources::embedded();
@@ -78,7 +95,8 @@ fn jit_keys_change_with_spec_fields_and_toolchain() {
 fn jit_every_kernel_source_is_core_or_belongs_to_a_family() {
     let sources = KernelSources::embedded();
     for path in sources.paths() {
-        let owned = CORE_SOURCES.contains(&path) || FAMILIES.iter().any(|f| f.sources.contains(&path));
+        let mut entries = CORE_SOURCES.iter().chain(FAMILIES.iter().flat_map(|f| f.sources));
+        let owned = entries.any(|entry| covers(entry, path));
         assert!(owned, "kernels/src/{path} is in no spec's key: add it to CORE_SOURCES or a family's sources");
     }
 }

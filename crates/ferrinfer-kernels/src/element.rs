@@ -60,13 +60,31 @@ pub trait Element: Copy + 'static {
     /// elements (see `vector::Packed`).
     #[inline(always)]
     fn half_to_f32(word: u32, high: bool) -> f32 {
-        Self::from_bits(crate::vector::half_of(word, high as usize)).to_f32()
+        Self::from_bits(half_of(word, high as usize)).to_f32()
     }
     /// Two values rounded to this (16-bit) type and packed into one word, `low` in the low half:
     /// on the GPU one `cvt.rn.{bf16x2,f16x2}.f32` (sm_80+) for the pair.
     #[inline(always)]
     fn pack_pair(low: f32, high: f32) -> u32 {
         (Self::from_f32(low).to_bits() & 0xffff) | (Self::from_f32(high).to_bits() << 16)
+    }
+}
+
+/// The low (`which` = 0) or high half of `word`. On the GPU an opaque `mov` at the point of use:
+/// visible to LLVM, the halves were split off right after the load and kept live separately.
+#[inline(always)]
+pub(crate) fn half_of(word: u32, which: usize) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (low, high): (u16, u16);
+        unsafe {
+            core::arch::asm!("mov.b32 {{{l}, {h}}}, {w};", l = out(reg16) low, h = out(reg16) high, w = in(reg32) word, options(nomem, nostack));
+        }
+        if which == 0 { low as u32 } else { high as u32 }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        (word >> (16 * which as u32)) & 0xffff
     }
 }
 

@@ -136,7 +136,7 @@ mod tests {
 
     /// `curand_init(seed, subsequence, offset)`, then six `curand()` and, from a fresh init, six
     /// `curand_uniform()` (their bits), as cuRAND drew them on an H200
-    /// (`scripts/gpu/curand_philox_draws.cu`; docs/perf/data/2026-12-01-v7/curand-philox-draws.txt).
+    /// (`scripts/gpu/curand_philox_draws.cu`).
     #[allow(clippy::type_complexity)]
     const CURAND_DRAWS: [(u64, u64, u64, [u32; 6], [u32; 6]); 7] = [
         (

@@ -10,7 +10,7 @@
 use core::marker::PhantomData;
 use core::mem::size_of;
 
-use crate::element::Element;
+use crate::element::{Element, half_of};
 use crate::math::choose;
 
 /// How a load may be cached. On the host every kind is a plain read.
@@ -435,24 +435,6 @@ impl<T: Element, const VEC: usize> Packed<T, VEC> {
             *value = self.get_f32(i);
         }
         values
-    }
-}
-
-/// The low (`which` = 0) or high half of `word`. On the GPU an opaque `mov` at the point of use:
-/// visible to LLVM, the halves were split off right after the load and kept live separately.
-#[inline(always)]
-pub(crate) fn half_of(word: u32, which: usize) -> u32 {
-    #[cfg(target_arch = "nvptx64")]
-    {
-        let (low, high): (u16, u16);
-        unsafe {
-            core::arch::asm!("mov.b32 {{{l}, {h}}}, {w};", l = out(reg16) low, h = out(reg16) high, w = in(reg32) word, options(nomem, nostack));
-        }
-        if which == 0 { low as u32 } else { high as u32 }
-    }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        (word >> (16 * which as u32)) & 0xffff
     }
 }
 

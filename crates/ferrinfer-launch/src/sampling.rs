@@ -1,6 +1,6 @@
 //! The sampling family at layers 1 and 4: the op table, validation, the launch planner, the CPU
 //! path and the f64 references. Each op validates its arguments, then runs on the CPU backend or
-//! launches a kernel of `ferrinfer-kernels/src/sampling.rs` on the caller's stream: `softmax`,
+//! launches a kernel of `ferrinfer-kernels/src/sampling/` on the caller's stream: `softmax`,
 //! `top_k_mask_logits`, `top_k_renorm_probs`, `top_p_renorm_probs`, and the sampling ops
 //! (`sampling_from_probs`, `top_k_sampling_from_probs`, `top_p_sampling_from_probs`,
 //! `min_p_sampling_from_probs`, `top_k_top_p_sampling_from_probs`, `…_from_logits`).
