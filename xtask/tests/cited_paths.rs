@@ -8,23 +8,11 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use regex::Regex;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
-}
-
-/// Tracked files plus untracked, not ignored ones (a new file cited before it is committed).
-fn files(root: &Path) -> Vec<String> {
-    let output = Command::new("git")
-        .args(["ls-files", "--cached", "--others", "--exclude-standard"])
-        .current_dir(root)
-        .output()
-        .expect("git ls-files");
-    String::from_utf8_lossy(&output.stdout).lines().filter(|p| root.join(p).exists()).map(str::to_owned).collect()
-}
+mod common;
+use common::{files, root};
 
 /// Files whose text may cite paths: sources, docs, scripts. Recorded data (logs, CSVs,
 /// snapshots) quotes what it quotes.

@@ -3,30 +3,16 @@
 //! periods or of the tools that reached a GPU machine; a result names the hardware, the driver,
 //! the command and the numbers, and the history is in `git log`.
 
-use std::path::Path;
-use std::process::Command;
-
 use regex::Regex;
+
+mod common;
+use common::{files, root};
 
 /// The history words, case-insensitive, spelled in pieces so that this file passes its own test.
 fn history_talk() -> Regex {
     let period = ["ses", "sion"].concat();
     let pattern = format!(r"(?i)\b(?:{period}s?|tool\s+librar(?:y|ies)|device\s+tools?)\b");
     Regex::new(&pattern).unwrap()
-}
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
-}
-
-/// Tracked files plus untracked, not ignored ones (a new file is checked before its commit).
-fn files(root: &Path) -> Vec<String> {
-    let output = Command::new("git")
-        .args(["ls-files", "--cached", "--others", "--exclude-standard"])
-        .current_dir(root)
-        .output()
-        .expect("git ls-files");
-    String::from_utf8_lossy(&output.stdout).lines().map(str::to_owned).collect()
 }
 
 /// `file:line: text` for each line of `text` that speaks of history.
@@ -41,6 +27,7 @@ fn violations(file: &str, text: &str, talk: &Regex) -> Vec<String> {
 #[test]
 fn no_tracked_text_speaks_of_history() {
     let (root, talk) = (root(), history_talk());
+    let root = root.as_path();
     let mut found = Vec::new();
     for file in files(root).iter().filter(|f| !f.ends_with(".csv")) {
         // Binary files (and deleted ones still in the index) have no text to check.
