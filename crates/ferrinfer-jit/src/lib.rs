@@ -21,6 +21,7 @@ pub mod cache;
 pub mod cascade;
 pub mod codegen;
 pub mod config;
+pub mod decode;
 mod digest;
 pub mod embed;
 mod entry;
@@ -80,7 +81,7 @@ impl Family {
 /// Every op family. Each kernel source file is a core file or belongs to one of these (a test
 /// checks it, so no file can change without changing the keys that depend on it).
 pub const FAMILIES: &[Family] =
-    &[norm::FAMILY, activation::FAMILY, sampling::FAMILY, cascade::FAMILY, rope::FAMILY, page::FAMILY];
+    &[norm::FAMILY, activation::FAMILY, sampling::FAMILY, cascade::FAMILY, rope::FAMILY, page::FAMILY, decode::FAMILY];
 
 /// Why a module could not be had.
 #[derive(Debug, thiserror::Error)]

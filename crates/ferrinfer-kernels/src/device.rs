@@ -65,7 +65,7 @@ pub fn dynamic_shared() -> u32 {
 
 /// Butterfly exchange within a full warp (every lane must execute it).
 #[inline(always)]
-fn shuffle_xor(value: f32, lane_mask: u32) -> f32 {
+pub fn shuffle_xor(value: f32, lane_mask: u32) -> f32 {
     f32::from_bits(shuffle_xor_bits(value.to_bits(), lane_mask))
 }
 

@@ -19,6 +19,7 @@
 
 pub mod activation;
 pub mod cascade;
+pub mod decode;
 pub mod element;
 pub mod math;
 pub mod norm;

@@ -194,6 +194,16 @@ pub fn reciprocal(x: f32) -> f32 {
     }
 }
 
+/// tanh x as `(1 − t) / (1 + t)`, `t = 2^(−2 log₂e · |x|)`, with the sign of `x` (a NaN stays
+/// NaN): [`exp2`] and [`reciprocal`], so one MUFU pair on the GPU and the same steps on the host.
+#[inline(always)]
+pub fn tanh(x: f32) -> f32 {
+    let magnitude = f32::from_bits(x.to_bits() & 0x7fff_ffff);
+    let t = exp2(-2.0 * core::f32::consts::LOG2_E * magnitude);
+    let y = (1.0 - t) * reciprocal(1.0 + t);
+    f32::from_bits(y.to_bits() | (x.to_bits() & 0x8000_0000))
+}
+
 /// The logistic function `1 / (1 + e^-x)`, without cancellation at either end.
 #[inline(always)]
 pub fn sigmoid(x: f32) -> f32 {

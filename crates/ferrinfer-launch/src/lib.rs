@@ -16,7 +16,7 @@
 //!
 //! Shared files (`op`, `cuda`, `cpu`, `layout`, `tensor`, `tuning`, `error`, `logging`, `reference`)
 //! know no op family; each family's vocabulary stays in its own file (`norm.rs`, `activation.rs`,
-//! `sampling.rs`, `cascade.rs`, `rope.rs`, `page.rs`).
+//! `sampling.rs`, `cascade.rs`, `rope.rs`, `page.rs`, `decode.rs`).
 //!
 //! This crate never names a framework (candle, torch, Python live in `ferrinfer-ffi`, above it),
 //! and nothing needs CUDA installed to build it: without a driver
@@ -26,6 +26,7 @@ pub mod activation;
 pub mod cascade;
 mod cpu;
 mod cuda;
+pub mod decode;
 mod error;
 mod layout;
 pub mod logging;
@@ -42,6 +43,7 @@ mod tuning;
 pub use activation::{gelu_and_mul, gelu_tanh_and_mul, silu_and_mul};
 pub use cascade::{merge_state, merge_state_in_place, merge_states};
 pub use cuda::{ENABLE_PDL_VAR, borrowed_stream, cuda_device_count, with_pdl};
+pub use decode::{PosEncodingMode, batch_decode_with_paged_kv_cache, single_decode_with_kv_cache};
 pub use error::Error;
 pub use ferrinfer_kernels::element::DType;
 pub use norm::{fused_add_rmsnorm, gemma_fused_add_rmsnorm, gemma_rmsnorm, layernorm, rmsnorm};
@@ -72,6 +74,7 @@ pub fn ops() -> impl Iterator<Item = &'static OpInfo> {
         .chain(cascade::OPS)
         .chain(rope::OPS)
         .chain(page::OPS)
+        .chain(decode::OPS)
         .copied()
 }
 
@@ -91,5 +94,6 @@ macro_rules! all_ops {
         $crate::cascade_ops!($crate::define_ops, $adapter);
         $crate::rope_ops!($crate::define_ops, $adapter);
         $crate::page_ops!($crate::define_ops, $adapter);
+        $crate::decode_ops!($crate::define_ops, $adapter);
     };
 }

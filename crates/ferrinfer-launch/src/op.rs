@@ -80,7 +80,13 @@ pub struct FamilyExtent {
     pub shape: fn(usize, usize) -> Vec<usize>,
     pub touched: fn(usize, usize) -> usize,
     pub read_in_place: bool,
+    /// The shape of a new output of this extent from the call's first tensor's (a score a
+    /// head: that shape without its last dimension); `None` for an extent no output has.
+    pub output: Option<OutputShape>,
 }
+
+/// A new output's shape from the call's first tensor's ([`FamilyExtent::output`]).
+pub type OutputShape = fn(&[i64]) -> Vec<i64>;
 
 /// An input's values that follow from a problem's row count alone by its family's own problem
 /// layout ([`Domain::Fixed`]: a page table's parts). Known by its name.
@@ -180,6 +186,9 @@ impl Extent {
             return shape.to_vec();
         }
         let Some(&(first, first_shape)) = inputs.first() else { return Vec::new() };
+        if let Extent::Family(FamilyExtent { output: Some(rule), .. }) = self {
+            return rule(first_shape);
+        }
         let mut leading = first_shape.to_vec();
         let last = match first {
             Extent::Batch | Extent::StackedBatch => None,
@@ -859,7 +868,7 @@ macro_rules! define_ops {
             $(#[doc = $doc:literal])*
             fn $name:ident($($tensor:ident $(/ $alias:ident)? : $role:ident [$extent:ident $(| $wide:ident)? $(as $input_fixed:ident)? $(, $domain:ident)?]),+)
                 $(-> $($out:ident : Out [$out_extent:ident $(as $fixed:ident)?]),+)?
-                $(; $($scalar:ident : $kind:tt $(<$inner:ident>)? $(= $default:tt)? $((example $example:tt))?),+)?
+                $(; $($scalar:ident : $kind:tt $(<$inner:ident>)? $(= $default:literal)? $((example $example:tt))?),+)?
                 => $op:expr, reference $reference:path $(, order ($($order:ident),+))?;
         )+
     ) => {

@@ -111,6 +111,7 @@ pub static PAGED_CACHE: FamilyExtent = FamilyExtent {
     shape: |rows, hidden| vec![pages_of(rows).iter().sum::<usize>() + 1, PAGE_SIZE, KV_HEADS, hidden],
     touched: |rows, hidden| rows * KV_HEADS * hidden,
     read_in_place: false,
+    output: None,
 };
 
 /// `[U]`: the cache page of each page the problem's sequences use, in order (`kv_indices`).
@@ -119,6 +120,7 @@ pub static PAGE_IDS: FamilyExtent = FamilyExtent {
     shape: |rows, _| vec![pages_of(rows).iter().sum()],
     touched: |rows, _| pages_of(rows).iter().sum(),
     read_in_place: true,
+    output: None,
 };
 
 /// [`page_table`]'s sequence of each row (`batch_indices`).
@@ -457,7 +459,7 @@ fn check_rows(rows: &[Named; 2]) -> Result<(u64, u64, u64), Error> {
 }
 
 /// No negative stride, and the last dimension contiguous where it has more than one element.
-fn check_strides(argument: &'static str, view: &TensorView) -> Result<(), Error> {
+pub(crate) fn check_strides(argument: &'static str, view: &TensorView) -> Result<(), Error> {
     if let Some(&stride) = view.strides().iter().find(|&&s| s < 0) {
         let reason = format!("negative stride {stride}; expected strides ≥ 0");
         return Err(Error::UnsupportedLayout { argument, reason });
@@ -502,15 +504,15 @@ fn check_indices(indices: &[Named; 5], tokens: u64) -> Result<[u64; 5], Error> {
 }
 
 /// A validated pair of caches.
-struct Cache {
-    pages: u64,
-    page_size: u64,
+pub(crate) struct Cache {
+    pub pages: u64,
+    pub page_size: u64,
     /// `[page, entry, head]` strides of each.
-    strides: [[u64; 3]; 2],
+    pub strides: [[u64; 3]; 2],
 }
 
 /// The caches' shapes: 4 dimensions, the layout's, with the keys' heads and head_dim, alike.
-fn check_caches(caches: &[Named; 2], layout: KvLayout, (heads, width): (u64, u64)) -> Result<Cache, Error> {
+pub(crate) fn check_caches(caches: &[Named; 2], layout: KvLayout, (heads, width): (u64, u64)) -> Result<Cache, Error> {
     let (first, k_cache) = caches[0];
     let (entries_dim, heads_dim) = layout.dims();
     let shape = k_cache.shape();

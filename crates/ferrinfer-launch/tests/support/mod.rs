@@ -4,6 +4,7 @@
 //! read-only tensors and the gaps between rows stayed untouched (docs/testing.md).
 #![allow(dead_code)] // each test binary uses its own part
 
+pub mod decode;
 pub mod page;
 pub mod rope;
 pub mod sampling;

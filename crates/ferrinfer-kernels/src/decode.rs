@@ -1,0 +1,579 @@
+//! The decode family: attention of one query token a request over that request's keys and
+//! values in a paged KV cache (FlashInfer's `BatchDecodeWithPagedKVCacheWrapper.run`,
+//! `single_decode_with_kv_cache`). For query head `h` of request `b`, over its keys `kⱼ` and
+//! values `vⱼ` (`j < kv_len`, kv head `h / group`):
+//!
+//! `sⱼ = log₂e · z(q·kⱼ)`, `lse = log₂ Σⱼ 2^sⱼ`, `o = Σⱼ 2^(sⱼ − lse) vⱼ`,
+//!
+//! `z(x) = sm_scale · x`, or with a soft cap `c`, `c · tanh(sm_scale · x / c)`; keys before
+//! `kv_len − 1 − window_left` are left out when `window_left ≥ 0`; with RoPE (llama's, the halves
+//! of the head rotated) the query is turned to position `kv_len − 1` and key `j` to `j` first.
+//! No key (an empty request): `o = 0`, `lse = −∞`.
+//!
+//! A request's keys may be cut into work items (the plan's: `[request, first token, end token]`
+//! each, consecutive items per request), each giving a partial state `(o, lse)` of its range;
+//! a request of one item writes its output directly, a request of several writes partial states
+//! that a second kernel merges (the cascade family's arithmetic). The host's CPU backend runs the
+//! same items and the same merge, a value at a time.
+//!
+//! One parameter struct shared with the host, the per-token math both sides run, the host's
+//! item and merge functions, and two device kernels: the items' (generic over the element, the
+//! index type, the head size, the query heads a thread takes and RoPE) and the merge.
+
+use crate::element::Element;
+use crate::math::{choose, exp2, exp2_f64, log2, mul_add, reciprocal, sin_cos, tanh};
+use crate::vector::{Index, Kept, Packed, Reused};
+
+/// Arguments of the decode kernels, passed by value. Strides in elements; the page table's in
+/// its own index type's elements.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct DecodeParams {
+    /// `[batch, qo_heads, head_dim]` by `q_strides`.
+    pub q: u64,
+    /// The caches, entry `(page, slot, kv_head)` at `page · kv_strides[0] + slot · kv_strides[1]
+    /// + kv_head · kv_strides[2]` (NHD and HND differ only in strides).
+    pub k: u64,
+    pub v: u64,
+    /// The page table (`kv_indices`, `kv_indptr`, `kv_last_page_len`), by `index_strides`; with
+    /// `kv_indices` 0 the cache is one contiguous sequence of `kv_len` entries (single decode:
+    /// page 0, slot `j`).
+    pub kv_indices: u64,
+    pub kv_indptr: u64,
+    pub kv_last_page_len: u64,
+    /// The plan: int32 `[items, 3]` (request, first token, end token), contiguous, and int32
+    /// `[batch + 1]`: each request's first item. Both 0: one item, request 0's every key.
+    pub work: u64,
+    pub work_indptr: u64,
+    /// `[batch, qo_heads, head_dim]` and f32 `[batch, qo_heads]`.
+    pub out: u64,
+    pub lse: u64,
+    /// f32 `[items, qo_heads, head_dim]` and `[items, qo_heads]`, contiguous: the partial states
+    /// of requests of several items.
+    pub partial_v: u64,
+    pub partial_s: u64,
+    pub q_strides: [u64; 2],
+    pub kv_strides: [u64; 3],
+    pub out_strides: [u64; 2],
+    pub lse_strides: [u64; 2],
+    pub index_strides: [u64; 3],
+    /// Pages of each cache, and entries of `kv_indices`: a page table entry outside them is read
+    /// as no key.
+    pub pages: u64,
+    pub page_ids: u64,
+    /// Entries of the contiguous cache (`kv_indices` 0).
+    pub kv_len: u64,
+    pub batch: u32,
+    pub qo_heads: u32,
+    /// Query heads a kv head (`qo_heads / kv_heads`).
+    pub group: u32,
+    pub head_dim: u32,
+    pub page_size: u32,
+    /// Keys left of the query's position kept (negative: every key).
+    pub window_left: i32,
+    /// `sm_scale · log₂e` (no soft cap), else `soft_cap · log₂e`.
+    pub score_scale: f32,
+    /// `sm_scale / soft_cap`, 0 without a soft cap.
+    pub cap_scale: f32,
+    /// What the outputs' values are multiplied by (`v_scale`; 1 without one).
+    pub v_scale: f32,
+    /// Nonzero: RoPE (llama's) applied to the query and the keys in the kernel.
+    pub rope: u32,
+    /// RoPE: element `i`'s frequency is `inverse_scale · 2^(−(i mod d/2) · exponent_step)`,
+    /// `exponent_step = 2 · log₂(rope_theta) / head_dim`.
+    pub rope_exponent_step: f64,
+    pub rope_inverse_scale: f64,
+}
+
+/// A request's keys: its pages start at `kv_indices[first_page]`, `kv_len` entries in all.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Request {
+    pub first_page: u64,
+    pub kv_len: u64,
+}
+
+/// Request `b`'s pages and length, from a page table that may hold anything: bounds clamped into
+/// `kv_indices`, a bound pair going down is no page, the last page's length clamped to `1 ..=
+/// page_size`. (The launcher checks the tables where they are on the host; on a GPU they are
+/// not read before the launch, and no value makes the kernel read outside the caches.)
+///
+/// # Safety
+/// `p`'s page table readable at request `b` (`b < p.batch`).
+#[inline(always)]
+pub unsafe fn request<I: Index>(p: &DecodeParams, b: u32) -> Request {
+    if p.kv_indices == 0 {
+        return Request { first_page: 0, kv_len: p.kv_len };
+    }
+    let [_, indptr_stride, last_stride] = p.index_strides;
+    let bound = |i: u32| unsafe { I::read(p.kv_indptr, i as u64, indptr_stride) }.max(0).min(p.page_ids as i64) as u64;
+    let (first, end) = (bound(b), bound(b + 1));
+    if end <= first {
+        return Request { first_page: first, kv_len: 0 };
+    }
+    let last = unsafe { I::read(p.kv_last_page_len, b as u64, last_stride) }.min(p.page_size as i64).max(1) as u64;
+    Request { first_page: first, kv_len: (end - first - 1) * p.page_size as u64 + last }
+}
+
+/// The first key a request's query sees (the window's start).
+#[inline(always)]
+pub fn window_start(p: &DecodeParams, kv_len: u64) -> u64 {
+    if p.window_left < 0 { 0 } else { kv_len.saturating_sub(1 + p.window_left as u64) }
+}
+
+/// The element offset of key `token` of `request` at kv head `kv_head` in a cache, or `None`
+/// where the page table leads outside the cache.
+///
+/// # Safety
+/// `p`'s page table readable within its bounds.
+#[inline(always)]
+pub unsafe fn entry_offset<I: Index>(p: &DecodeParams, request: &Request, token: u64, kv_head: u32) -> Option<u64> {
+    let page_size = core::num::NonZeroU64::new(p.page_size as u64).unwrap_or(core::num::NonZeroU64::MIN);
+    let (page, slot) = if p.kv_indices == 0 {
+        (0, token)
+    } else {
+        let id = unsafe { I::read(p.kv_indices, request.first_page + token / page_size, p.index_strides[0]) };
+        (id as u64, token % page_size)
+    };
+    let inside = p.kv_indices == 0 || page < p.pages;
+    inside.then(|| page * p.kv_strides[0] + slot * p.kv_strides[1] + kv_head as u64 * p.kv_strides[2])
+}
+
+/// A key's score in base 2 from its dot product with the query ([`DecodeParams::score_scale`]).
+#[inline(always)]
+pub fn score(p: &DecodeParams, dot: f32) -> f32 {
+    if p.cap_scale != 0.0 { p.score_scale * tanh(dot * p.cap_scale) } else { dot * p.score_scale }
+}
+
+/// RoPE's angles of elements `first … first + VEC − 1` at `position`, as `(sin, cos)` pairs
+/// (the element's pair index is its index mod `head_dim / 2`).
+#[inline(always)]
+pub fn rope_angles<const VEC: usize>(p: &DecodeParams, first: u32, position: u64) -> [(f32, f32); VEC] {
+    let half = core::num::NonZeroU32::new(p.head_dim / 2).unwrap_or(core::num::NonZeroU32::MIN);
+    core::array::from_fn(|i| {
+        let pair = (first + i as u32) % half;
+        let frequency = (exp2_f64(-(pair as f64) * p.rope_exponent_step) * p.rope_inverse_scale) as f32;
+        sin_cos(position as f32 * frequency)
+    })
+}
+
+/// Element `x` of the first half (`upper` false) or second half rotated with its partner `y`
+/// in the other half by the angle `(sin, cos)`: `x cos − y sin`, `x cos + y sin`.
+#[inline(always)]
+pub fn rotate(x: f32, partner: f32, (sin, cos): (f32, f32), upper: bool) -> f32 {
+    let signed = if upper { partner } else { -partner };
+    mul_add(signed, sin, x * cos)
+}
+
+/// An online softmax's running state of one query head: the largest score so far, the sum of
+/// `2^(s − m)` and the values' weighted sum.
+#[derive(Clone, Copy)]
+pub struct State<const N: usize> {
+    pub m: f32,
+    pub d: f32,
+    pub acc: [f32; N],
+}
+
+impl<const N: usize> State<N> {
+    pub const EMPTY: Self = State { m: f32::NEG_INFINITY, d: 0.0, acc: [0.0; N] };
+
+    /// Adds keys of scores `s` (−∞ for none) and values `v`.
+    #[inline(always)]
+    pub fn add<const K: usize>(&mut self, s: [f32; K], v: &[[f32; N]; K]) {
+        let top = s.iter().fold(self.m, |a, &b| if b > a { b } else { a });
+        // While every score is −∞, weigh against 0: each weight is then 0, not NaN.
+        let base = if top == f32::NEG_INFINITY { 0.0 } else { top };
+        let scale = exp2(self.m - base);
+        let w: [f32; K] = core::array::from_fn(|k| exp2(s[k] - base));
+        self.d = mul_add(self.d, scale, w.iter().skip(1).fold(w[0], |a, &b| a + b));
+        for (i, acc) in self.acc.iter_mut().enumerate() {
+            *acc = (0..K).fold(*acc * scale, |sum, k| mul_add(w[k], v[k][i], sum));
+        }
+        self.m = top;
+    }
+
+    /// Merges another state of the same head into this one.
+    #[inline(always)]
+    pub fn merge(&mut self, other: &Self) {
+        let top = if other.m > self.m { other.m } else { self.m };
+        let base = if top == f32::NEG_INFINITY { 0.0 } else { top };
+        let (a, b) = (exp2(self.m - base), exp2(other.m - base));
+        self.d = mul_add(self.d, a, other.d * b);
+        for i in 0..N {
+            self.acc[i] = mul_add(self.acc[i], a, other.acc[i] * b);
+        }
+        self.m = top;
+    }
+
+    /// The state's output and log-sum-exp (base 2): zeros and −∞ where no key was seen.
+    #[inline(always)]
+    pub fn finish(&self, v_scale: f32) -> ([f32; N], f32) {
+        let seen = self.m != f32::NEG_INFINITY;
+        let inverse = reciprocal(self.d) * v_scale;
+        (self.acc.map(|x| choose(seen, x * inverse, 0.0)), choose(seen, log2(self.d) + self.m, f32::NEG_INFINITY))
+    }
+
+    /// A finished state `(o, lse)` as a running one (`m = lse`, `d = 1`), for merging.
+    #[inline(always)]
+    pub fn of_finished(o: [f32; N], lse: f32) -> Self {
+        State { m: lse, d: if lse == f32::NEG_INFINITY { 0.0 } else { 1.0 }, acc: o }
+    }
+}
+
+/// Item `item`'s `(request, first token, end token)`.
+///
+/// # Safety
+/// `item` below the plan's items.
+#[inline(always)]
+pub unsafe fn work_item(p: &DecodeParams, item: u32) -> (u32, u64, u64) {
+    if p.work == 0 {
+        return (0, 0, u64::MAX);
+    }
+    let at = |i: u64| unsafe { <i32 as Index>::read(p.work, 3 * item as u64 + i, 1) };
+    (at(0) as u32, at(1).max(0) as u64, at(2).max(0) as u64)
+}
+
+/// Request `b`'s items: `(first, count)`.
+///
+/// # Safety
+/// `b < p.batch`.
+#[inline(always)]
+pub unsafe fn items_of(p: &DecodeParams, b: u32) -> (u32, u32) {
+    if p.work_indptr == 0 {
+        return (0, 1);
+    }
+    let bound = |i: u32| unsafe { <i32 as Index>::read(p.work_indptr, i as u64, 1) } as u32;
+    let first = bound(b);
+    (first, bound(b + 1).saturating_sub(first))
+}
+
+/// Where a finished state of query head `head` of `item` (of request `b`) goes: the output (a
+/// request of one item) or the item's partial state. Writes it.
+///
+/// # Safety
+/// `p`'s outputs writable at `(b, head)` and `(item, head)`; `o` of `head_dim` values.
+#[inline(always)]
+unsafe fn write_state<T: Element>(p: &DecodeParams, (b, item, head): (u32, u32, u32), e: u32, o: f32, lse: f32) {
+    let (_, items) = unsafe { items_of(p, b) };
+    if items == 1 {
+        unsafe { write_output::<T>(p, (b, head), e, o, lse) };
+    } else {
+        let row = item as u64 * p.qo_heads as u64 + head as u64;
+        let at = (p.partial_v as *mut f32).wrapping_add((row * p.head_dim as u64 + e as u64) as usize);
+        unsafe { Packed::<f32, 1>::from_f32([o]).store::<Kept>(at) };
+        if e == 0 {
+            unsafe {
+                Packed::<f32, 1>::from_f32([lse]).store::<Kept>((p.partial_s as *mut f32).wrapping_add(row as usize))
+            };
+        }
+    }
+}
+
+/// Writes element `e` of request `b`'s output of `head` (and with `e` 0 its log-sum-exp), as
+/// global stores on the device.
+///
+/// # Safety
+/// `p`'s outputs writable at `(b, head)`.
+#[inline(always)]
+unsafe fn write_output<T: Element>(p: &DecodeParams, (b, head): (u32, u32), e: u32, o: f32, lse: f32) {
+    let at = b as u64 * p.out_strides[0] + head as u64 * p.out_strides[1] + e as u64;
+    unsafe { Packed::<T, 1>::from_f32([o]).store::<Kept>((p.out as *mut T).wrapping_add(at as usize)) };
+    if e == 0 {
+        let at = b as u64 * p.lse_strides[0] + head as u64 * p.lse_strides[1];
+        unsafe { Packed::<f32, 1>::from_f32([lse]).store::<Kept>((p.lse as *mut f32).wrapping_add(at as usize)) };
+    }
+}
+
+/// The host's item: every query head of kv head `kv_head` over the item's keys, a value at a
+/// time, its state written where [`write_state`] says (the CPU backend).
+///
+/// # Safety
+/// `p` as the launcher validated it; `item` below the plan's items.
+pub unsafe fn decode_item<T: Element, I: Index>(p: &DecodeParams, item: u32, kv_head: u32) {
+    let (b, begin, end) = unsafe { work_item(p, item) };
+    let request = unsafe { request::<I>(p, b) };
+    let (begin, end) = (begin.max(window_start(p, request.kv_len)), end.min(request.kv_len));
+    let d = (p.head_dim as usize).min(MAX_HEAD_DIM);
+    for g in 0..p.group {
+        let head = kv_head * p.group + g;
+        let q_at = (p.q as *const T).wrapping_add((b as u64 * p.q_strides[0] + head as u64 * p.q_strides[1]) as usize);
+        let q = unsafe { host_row::<T>(p, q_at, request.kv_len.saturating_sub(1)) };
+        let (mut m, mut sum, mut acc) = (f32::NEG_INFINITY, 0.0f32, [0.0f32; MAX_HEAD_DIM]);
+        for token in begin..end {
+            let Some(offset) = (unsafe { entry_offset::<I>(p, &request, token, kv_head) }) else { continue };
+            let k = unsafe { host_row::<T>(p, (p.k as *const T).wrapping_add(offset as usize), token) };
+            let s = score(p, (0..d).fold(0.0f32, |acc, i| mul_add(q[i], k[i], acc)));
+            let top = if s > m { s } else { m };
+            let base = if top == f32::NEG_INFINITY { 0.0 } else { top };
+            let (scale, w) = (exp2(m - base), exp2(s - base));
+            sum = mul_add(sum, scale, w);
+            let v = (p.v as *const T).wrapping_add(offset as usize);
+            for (i, a) in acc[..d].iter_mut().enumerate() {
+                *a = mul_add(w, unsafe { v.add(i).read() }.to_f32(), *a * scale);
+            }
+            m = top;
+        }
+        let seen = m != f32::NEG_INFINITY;
+        let inverse = reciprocal(sum) * p.v_scale;
+        let lse = choose(seen, log2(sum) + m, f32::NEG_INFINITY);
+        for (e, a) in acc[..d].iter().enumerate() {
+            unsafe { write_state::<T>(p, (b, item, head), e as u32, choose(seen, a * inverse, 0.0), lse) };
+        }
+    }
+}
+
+/// A head's row of `head_dim` values as f32, turned to `position` where `p` has RoPE.
+///
+/// # Safety
+/// `row` readable for `head_dim` values.
+unsafe fn host_row<T: Element>(p: &DecodeParams, row: *const T, position: u64) -> [f32; MAX_HEAD_DIM] {
+    let d = (p.head_dim as usize).min(MAX_HEAD_DIM);
+    let mut x = [0.0f32; MAX_HEAD_DIM];
+    for (i, value) in x[..d].iter_mut().enumerate() {
+        *value = unsafe { row.add(i).read() }.to_f32();
+    }
+    if p.rope == 0 {
+        return x;
+    }
+    let half = d / 2;
+    core::array::from_fn(|i| match i < d {
+        true => rotate(x[i], x[(i + half) % d], rope_angles::<1>(p, i as u32, position)[0], i >= half),
+        false => 0.0,
+    })
+}
+
+/// The host's merge of request `b`'s partial states of query head `head` into its output (a
+/// request of several items; one of a single item wrote its output already).
+///
+/// # Safety
+/// `p` as the launcher validated it; `b < p.batch`, `head < p.qo_heads`.
+pub unsafe fn merge_request<T: Element>(p: &DecodeParams, b: u32, head: u32) {
+    let (first, items) = unsafe { items_of(p, b) };
+    if items <= 1 {
+        return;
+    }
+    for e in 0..p.head_dim {
+        let (o, lse) = unsafe { merged_value(p, (first, items), head, e) };
+        unsafe { write_output::<T>(p, (b, head), e, o, lse) };
+    }
+}
+
+/// Element `e` of the merge of items `first .. first + items`' partial states of `head`, and
+/// their merged log-sum-exp (the partial values carry `v_scale` already).
+///
+/// # Safety
+/// The items' partial states readable.
+#[inline(always)]
+unsafe fn merged_value(p: &DecodeParams, (first, items): (u32, u32), head: u32, e: u32) -> (f32, f32) {
+    let mut state = State::<1>::EMPTY;
+    for item in first..first + items {
+        let row = item as u64 * p.qo_heads as u64 + head as u64;
+        let lse = unsafe { Packed::<f32, 1>::load::<Reused>((p.partial_s as *const f32).add(row as usize)) }.get(0);
+        let at = (p.partial_v as *const f32).wrapping_add((row * p.head_dim as u64 + e as u64) as usize);
+        let o = unsafe { Packed::<f32, 1>::load::<Reused>(at) }.get(0);
+        state.merge(&State::of_finished([o], lse));
+    }
+    let ([o], lse) = state.finish(1.0);
+    (o, lse)
+}
+
+/// The largest head size the family takes.
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// Threads a block of the items' kernel.
+pub const ITEM_THREADS: u32 = 128;
+/// Keys a group of lanes loads at once in the items' kernel.
+pub const UNROLL: usize = 4;
+
+/// The dynamic shared memory the items' kernel needs for `HEADS` heads of `head_dim`: every
+/// group's state of each head.
+pub const fn item_shared_bytes(head_dim: u32, vec: u32, heads: u32) -> u32 {
+    let groups = ITEM_THREADS / (head_dim / vec);
+    groups * heads * (head_dim + 2) * 4
+}
+
+#[cfg(target_arch = "nvptx64")]
+pub use device_kernels::{decode_items, merge_items};
+
+#[cfg(target_arch = "nvptx64")]
+mod device_kernels {
+    use super::*;
+    use crate::device::{block_barrier, chain_after_prior_grids, dynamic_shared, shuffle_xor, thread_index};
+    use crate::vector::{Once, Shared};
+
+    /// The sum over an aligned group of `LANES` lanes (a power of two ≤ 32), every lane of the
+    /// warp taking part.
+    #[inline(always)]
+    fn group_sum<const LANES: u32>(mut value: f32) -> f32 {
+        let mut mask = LANES / 2;
+        while mask > 0 {
+            value += shuffle_xor(value, mask);
+            mask /= 2;
+        }
+        value
+    }
+
+    /// The items' kernel: block `(item, kv_head · chunks + z)` takes query heads `z · HEADS …` of kv head
+    /// `kv_head` over the item's keys. Groups of `LANES = D / VEC` lanes each hold a head's `VEC`
+    /// values; the block's groups take keys `groups` apart, [`UNROLL`] keys a group a step (their
+    /// loads issued together), every group the same number of steps (the shuffles need the whole
+    /// warp). The groups' states then merge through shared memory and each head's result goes to
+    /// the output or the item's partial state.
+    #[inline(always)]
+    pub unsafe fn decode_items<
+        T: Element,
+        I: Index,
+        const D: usize,
+        const VEC: usize,
+        const HEADS: usize,
+        const ROPE: bool,
+    >(
+        p: &DecodeParams,
+    ) {
+        chain_after_prior_grids();
+        let lanes = (D / VEC) as u32;
+        // Grid y: kv heads × the chunks of `HEADS` query heads their groups take.
+        let chunks = p.group.div_ceil(HEADS as u32).max(1);
+        let (item, y) = unsafe { (core::arch::nvptx::_block_idx_x() as u32, core::arch::nvptx::_block_idx_y() as u32) };
+        let chunks = core::num::NonZeroU32::new(chunks).unwrap_or(core::num::NonZeroU32::MIN);
+        let (kv_head, z) = (y / chunks, y % chunks);
+        let (group, lane) = (thread_index() / lanes, thread_index() % lanes);
+        let groups = ITEM_THREADS / lanes;
+        let (b, begin, end) = unsafe { work_item(p, item) };
+        let request = unsafe { request::<I>(p, b) };
+        let (begin, end) = (begin.max(window_start(p, request.kv_len)), end.min(request.kv_len));
+        let first_head = kv_head * p.group + z * HEADS as u32;
+        let heads_here = (p.group - z * HEADS as u32).min(HEADS as u32);
+        let q: [[f32; VEC]; HEADS] = core::array::from_fn(|h| {
+            let head = first_head + h as u32;
+            let at = b as u64 * p.q_strides[0] + head as u64 * p.q_strides[1] + (lane * VEC as u32) as u64;
+            let x = unsafe {
+                Packed::<T, VEC>::load_if::<Reused>((h as u32) < heads_here, (p.q as *const T).add(at as usize))
+            }
+            .to_f32();
+            if ROPE { rotate_lanes::<VEC>(p, x, lane, lanes, request.kv_len.saturating_sub(1)) } else { x }
+        });
+        let mut states = [State::<VEC>::EMPTY; HEADS];
+        let span = end.saturating_sub(begin);
+        let per_step = (groups as u64) * UNROLL as u64;
+        let steps = span.div_ceil(per_step);
+        let k_base = p.k as *const T;
+        let v_base = p.v as *const T;
+        for step in 0..steps {
+            let tokens: [u64; UNROLL] =
+                core::array::from_fn(|u| begin + step * per_step + (u as u64) * groups as u64 + group as u64);
+            let offsets: [Option<u64>; UNROLL] = core::array::from_fn(|u| {
+                if tokens[u] < end { unsafe { entry_offset::<I>(p, &request, tokens[u], kv_head) } } else { None }
+            });
+            let column = (lane * VEC as u32) as usize;
+            let k: [Packed<T, VEC>; UNROLL] = core::array::from_fn(|u| unsafe {
+                let at = k_base.wrapping_add(offsets[u].unwrap_or(0) as usize + column);
+                Packed::<T, VEC>::load_if::<Once>(offsets[u].is_some(), at)
+            });
+            let v: [Packed<T, VEC>; UNROLL] = core::array::from_fn(|u| unsafe {
+                let at = v_base.wrapping_add(offsets[u].unwrap_or(0) as usize + column);
+                Packed::<T, VEC>::load_if::<Once>(offsets[u].is_some(), at)
+            });
+            let k: [[f32; VEC]; UNROLL] = core::array::from_fn(|u| {
+                let x = k[u].to_f32();
+                if ROPE { rotate_lanes::<VEC>(p, x, lane, lanes, tokens[u]) } else { x }
+            });
+            let v: [[f32; VEC]; UNROLL] = core::array::from_fn(|u| v[u].to_f32());
+            for h in 0..HEADS {
+                let s: [f32; UNROLL] = core::array::from_fn(|u| {
+                    let dot = (0..VEC).fold(0.0f32, |acc, i| mul_add(q[h][i], k[u][i], acc));
+                    let dot = group_sum_dyn(dot, lanes);
+                    if offsets[u].is_some() { score(p, dot) } else { f32::NEG_INFINITY }
+                });
+                states[h].add(s, &v);
+            }
+        }
+        unsafe {
+            combine_and_write::<T, D, VEC, HEADS>(p, &states, (b, item, first_head, heads_here), (group, lane, groups))
+        };
+    }
+
+    /// [`group_sum`] for a run-time group of lanes (`D / VEC`: 8, 16 or 32).
+    #[inline(always)]
+    fn group_sum_dyn(value: f32, lanes: u32) -> f32 {
+        match lanes {
+            32 => group_sum::<32>(value),
+            16 => group_sum::<16>(value),
+            8 => group_sum::<8>(value),
+            4 => group_sum::<4>(value),
+            _ => group_sum::<2>(value),
+        }
+    }
+
+    /// `VEC` values turned by RoPE at `position`: this lane holds elements `lane · VEC …`, its
+    /// partners (the other half's) are `lanes / 2` lanes away.
+    #[inline(always)]
+    fn rotate_lanes<const VEC: usize>(
+        p: &DecodeParams,
+        x: [f32; VEC],
+        lane: u32,
+        lanes: u32,
+        position: u64,
+    ) -> [f32; VEC] {
+        let angles = rope_angles::<VEC>(p, lane * VEC as u32, position);
+        let upper = lane >= lanes / 2;
+        core::array::from_fn(|i| rotate(x[i], shuffle_xor(x[i], lanes / 2), angles[i], upper))
+    }
+
+    /// The block's groups' states merged through shared memory (group `g`, head `h` at
+    /// `(g · HEADS + h) · (D + 2)` floats: `m`, `d`, then the values), each head's result
+    /// written by the block's threads a value each.
+    #[inline(always)]
+    unsafe fn combine_and_write<T: Element, const D: usize, const VEC: usize, const HEADS: usize>(
+        p: &DecodeParams,
+        states: &[State<VEC>; HEADS],
+        (b, item, first_head, heads_here): (u32, u32, u32, u32),
+        (group, lane, groups): (u32, u32, u32),
+    ) {
+        let d = D as u32;
+        let base = dynamic_shared();
+        let slot = |g: u32, h: u32| base + 4 * (g * HEADS as u32 + h) * (d + 2);
+        let put = |at: u32, x: f32| unsafe { Packed::<f32, 1>::from_f32([x]).store::<Shared>(at as u64 as *mut f32) };
+        let take = |at: u32| unsafe { Packed::<f32, 1>::load::<Shared>(at as u64 as *const f32) }.get(0);
+        for (h, state) in states.iter().enumerate() {
+            let at = slot(group, h as u32);
+            if lane == 0 {
+                put(at, state.m);
+                put(at + 4, state.d);
+            }
+            for i in 0..VEC as u32 {
+                put(at + 8 + 4 * (lane * VEC as u32 + i), state.acc[i as usize]);
+            }
+        }
+        block_barrier();
+        let mut e = thread_index();
+        while e < heads_here * d {
+            let (h, column) = (e / d, e % d);
+            let mut total = State::<1>::EMPTY;
+            for g in 0..groups {
+                let at = slot(g, h);
+                total.merge(&State { m: take(at), d: take(at + 4), acc: [take(at + 8 + 4 * column)] });
+            }
+            let ([o], lse) = total.finish(p.v_scale);
+            unsafe { write_state::<T>(p, (b, item, first_head + h), column, o, lse) };
+            e += ITEM_THREADS;
+        }
+    }
+
+    /// The merge kernel: block `(b, head)` merges request `b`'s partial states of `head` (a
+    /// request of several items), a thread a value.
+    #[inline(always)]
+    pub unsafe fn merge_items<T: Element>(p: &DecodeParams) {
+        chain_after_prior_grids();
+        let (b, head) = unsafe { (core::arch::nvptx::_block_idx_x() as u32, core::arch::nvptx::_block_idx_y() as u32) };
+        let (first, items) = unsafe { items_of(p, b) };
+        if items <= 1 {
+            return;
+        }
+        let mut e = thread_index();
+        while e < p.head_dim {
+            let (o, lse) = unsafe { merged_value(p, (first, items), head, e) };
+            unsafe { write_output::<T>(p, (b, head), e, o, lse) };
+            e += crate::device::block_size();
+        }
+    }
+}
