@@ -3,7 +3,9 @@
 //! rest, made from each op's table line at import ([`register`]): required tensors, then scalars
 //! with their defaults, then the optional `out`, then `enable_pdl` (where FlashInfer orders them
 //! otherwise, its order: `apply_rope_with_cos_sin_cache(positions, query, key, head_size,
-//! cos_sin_cache, is_neox=True, query_out=None, key_out=None, enable_pdl=None)`). Ops with an output return it
+//! cos_sin_cache, is_neox=True, query_out=None, key_out=None, enable_pdl=None)`). Each function
+//! is also in its family's submodule, FlashInfer's (`ferrinfer.norm.rmsnorm`, `from
+//! ferrinfer.sampling import top_p_sampling_from_probs`). Ops with an output return it
 //! (allocated like the input of its extent — `input`, `query` — when `out` is None); in-place ops
 //! return None. Errors are raised as
 //! Python exceptions carrying the Rust error's message (`TypeError` for dtype errors, naming the
@@ -35,12 +37,41 @@ use pyo3::types::{IntoPyDict, PyCFunction, PyCapsule, PyDict, PyInt, PyTuple};
 
 use crate::dlpack::{DLManagedTensor, view_from_dlpack};
 
-/// Adds one function per op of the registry to the `ferrinfer` module.
-pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
-    for op in ferrinfer_launch::ops() {
-        module.add(op.name, function(module.py(), op)?)?;
+/// Adds one function per op of the registry to `module`, and the same function to its family's
+/// submodule (`ferrinfer.norm.rmsnorm`), the submodule FlashInfer has it in: code written for
+/// `import flashinfer` runs with `import ferrinfer` instead. `package` is the name users import
+/// (`ferrinfer`), which the submodules are registered under; it is not `module`'s own name where
+/// a package of that name re-exports the extension (maturin's wheel: the package `ferrinfer`'s
+/// `__init__` re-exports the extension `ferrinfer.ferrinfer`'s `__all__`, which `add` fills).
+pub fn register(module: &Bound<'_, PyModule>, package: &str) -> PyResult<()> {
+    let mut families: Vec<&str> = ferrinfer_launch::ops().map(|op| op.family).collect();
+    families.sort_unstable();
+    families.dedup();
+    for family in families {
+        let submodule = family_module(module, package, family)?;
+        for op in ferrinfer_launch::ops().filter(|op| op.family == family) {
+            let function = function(module.py(), op)?;
+            // Where `help()` and `inspect.getmodule` say it lives, as FlashInfer's `flashinfer.norm`.
+            function.setattr(intern!(module.py(), "__module__"), submodule.name()?)?;
+            module.add(op.name, &function)?;
+            submodule.add(op.name, function)?;
+        }
     }
     Ok(())
+}
+
+/// A new empty submodule `family` of `module`, named `{package}.{family}` (`ferrinfer.norm`): an
+/// attribute of `module`, and in `sys.modules` under its dotted name, where `import
+/// ferrinfer.norm` and `from ferrinfer.norm import rmsnorm` look (no file holds it).
+fn family_module<'py>(module: &Bound<'py, PyModule>, package: &str, family: &str) -> PyResult<Bound<'py, PyModule>> {
+    let py = module.py();
+    let name = format!("{package}.{family}");
+    let submodule = PyModule::new(py, &name)?;
+    let doc = format!("The {family} family's functions, as FlashInfer's `flashinfer.{family}`.");
+    submodule.setattr(intern!(py, "__doc__"), doc)?;
+    module.add(family, &submodule)?;
+    py.import("sys")?.getattr("modules")?.set_item(&name, &submodule)?;
+    Ok(submodule)
 }
 
 /// A parameter of an op's Python signature.
