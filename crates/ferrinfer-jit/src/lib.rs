@@ -19,6 +19,7 @@ pub mod arch;
 pub mod builder;
 pub mod cache;
 pub mod cascade;
+mod child;
 pub mod codegen;
 pub mod config;
 mod digest;

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::digest::sha256_hex;
 use crate::error::BuildError;
-use crate::fsutil;
+use crate::{child, fsutil};
 
 /// The toolchain device code is built with (the `device-toolchain` file's one line).
 pub const DEVICE_TOOLCHAIN: &str = env!("FERRINFER_DEVICE_TOOLCHAIN");
@@ -62,9 +62,9 @@ impl Toolchain {
     }
 
     /// `rustc` with an empty environment: rustc reads no configuration files, so its arguments
-    /// are then everything that decides its output.
+    /// are then everything that decides its output. It dies with this process ([`crate::child`]).
     pub fn rustc_command(&self) -> Command {
-        let mut command = Command::new(&self.rustc);
+        let mut command = child::command(&self.rustc);
         command.env_clear();
         command
     }
@@ -89,7 +89,7 @@ fn locate_rustc(name: &str) -> Result<PathBuf, BuildError> {
     if let Some(rustc) = direct.filter(|p| p.is_file()) {
         return Ok(rustc);
     }
-    let mut which = Command::new("rustup");
+    let mut which = child::command("rustup");
     which.args(["which", "rustc", "--toolchain", name]).env_remove("RUSTUP_TOOLCHAIN");
     match which.output() {
         Ok(out) if out.status.success() => {
@@ -154,7 +154,7 @@ fn fingerprint(rustc: &Path) -> String {
 }
 
 fn query_version(rustc: &Path) -> Result<String, String> {
-    let mut command = Command::new(rustc);
+    let mut command = child::command(rustc);
     let output = command.env_clear().arg("-vV").output();
     match output {
         Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),

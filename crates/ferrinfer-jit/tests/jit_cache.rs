@@ -1,6 +1,7 @@
 //! The disk cache with real builds (needs the nightly with rust-src, as CI has): cold build then
 //! hits, damaged entries rebuilt, AOT and embedded lookups, FERRINFER_DISABLE_JIT misses, an
-//! unwritable cache, 8 processes × 4 threads racing on one spec, and `kill -9` mid-build.
+//! unwritable cache, 8 processes × 4 threads racing on one spec, and `kill -9` of the builder
+//! alone mid-build (its rustc dies with it).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -170,28 +171,59 @@ fn jit_eight_processes_racing_build_once() {
     assert_eq!((builds, hits), (1, 7), "expected one build and 7 disk hits:\n{all}");
 }
 
+/// Name, state and parent of process `pid`, from `/proc/<pid>/stat` (`pid (comm) state ppid ...`).
+fn process(pid: u32) -> Option<(String, char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(") ")?;
+    let mut fields = rest.split(' ');
+    let state = fields.next()?.chars().next()?;
+    Some((head.split_once(" (")?.1.to_owned(), state, fields.next()?.parse().ok()?))
+}
+
+/// Whether process `pid` runs (a zombie, dead and waiting to be reaped, does not).
+fn is_running(pid: u32) -> bool {
+    process(pid).is_some_and(|(_, state, _)| state != 'Z')
+}
+
+/// The running children of process `parent` called `name`.
+fn running_children(parent: u32, name: &str) -> Vec<u32> {
+    let pids = std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse().ok());
+    pids.filter(|&pid| process(pid).is_some_and(|(comm, state, ppid)| comm == name && ppid == parent && state != 'Z'))
+        .collect()
+}
+
 #[test]
-fn jit_kill_9_mid_build_leaves_no_lock_and_no_half_entry() {
+fn jit_kill_9_of_the_builder_alone_kills_its_rustc_and_leaves_no_lock_and_no_half_entry() {
     let dir = tempfile::tempdir().unwrap();
     // A sysroot directory of its own: the child must build `core` first, which takes seconds.
     let slow_sysroot = dir.path().join("cold-sysroot");
-    let mut victim = child(dir.path(), &slow_sysroot, "jit_race_child");
-    std::os::unix::process::CommandExt::process_group(&mut victim, 0);
-    let mut victim = victim.stderr(Stdio::null()).stdout(Stdio::null()).spawn().unwrap();
-    // Wait until the child is compiling `core` (its temporary sysroot exists), then kill it.
+    let mut victim =
+        child(dir.path(), &slow_sysroot, "jit_race_child").stderr(Stdio::null()).stdout(Stdio::null()).spawn().unwrap();
+    // Wait until the child's rustc is compiling `core` (its temporary sysroot exists).
     let core_started = || {
         slow_sysroot.read_dir().is_ok_and(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with(".tmp-")))
     };
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !core_started() {
-        assert!(Instant::now() < deadline, "the child never started building");
+    let rustc = loop {
+        match running_children(victim.id(), "rustc").first() {
+            Some(&rustc) if core_started() => break rustc,
+            _ => assert!(Instant::now() < deadline, "the child never started building"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(500)); // well into `core`
+    // SIGKILL the child alone, not its process group: its rustc must die with it, or it would
+    // go on writing its temporary sysroot after the next build swept it.
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while is_running(rustc) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(500)); // rustc is compiling `core` now
-    // SIGKILL the child and the rustc it started (its process group).
-    let killed = Command::new("kill").args(["-s", "KILL", "--", &format!("-{}", victim.id())]).status().unwrap();
-    assert!(killed.success());
-    victim.wait().unwrap();
+    if is_running(rustc) {
+        let _ = Command::new("kill").args(["-s", "KILL", &rustc.to_string()]).status();
+        panic!("rustc {rustc} outlived the builder killed with kill -9");
+    }
     for lock in std::fs::read_dir(&slow_sysroot)
         .unwrap()
         .flatten()
