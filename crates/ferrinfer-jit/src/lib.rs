@@ -38,6 +38,7 @@ pub mod sampling;
 pub mod sass;
 pub mod sources;
 pub mod spec;
+mod sweep;
 pub mod sysroot;
 pub mod toolchain;
 

@@ -36,6 +36,15 @@ pub fn acquire(path: &Path, what: &str) -> io::Result<Held> {
     Ok(Held { _file: file })
 }
 
+/// Whether no process holds the lock of `path` (none does of a missing file). It is taken and
+/// dropped at once, and nothing is written; this process's own locks count as held.
+pub(crate) fn is_free(path: &Path) -> bool {
+    match File::open(path) {
+        Ok(file) => file.try_lock().is_ok(),
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+    }
+}
+
 /// Blocks on the lock while a watcher thread prints who holds it, first after [`FIRST_NOTICE`].
 fn wait(file: &File, path: &Path, what: &str) -> io::Result<()> {
     let started = Instant::now();
@@ -105,5 +114,17 @@ mod tests {
         drop(held);
         std::fs::write(&path, "").unwrap();
         assert_eq!(holder(&path), "a process that has not written its pid yet");
+    }
+
+    #[test]
+    fn a_lock_is_free_unless_some_open_file_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.lock");
+        assert!(is_free(&path), "no file, no holder");
+        let held = acquire(&path, "a test").unwrap();
+        assert!(!is_free(&path), "held by this process");
+        drop(held);
+        assert!(is_free(&path));
+        assert!(is_free(&path), "checking takes the lock and lets go of it");
     }
 }

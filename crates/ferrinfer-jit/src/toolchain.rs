@@ -105,6 +105,11 @@ fn rustup_home() -> Option<PathBuf> {
     home.or_else(|| dirs::home_dir().map(|home| home.join(".rustup")))
 }
 
+/// Where `rustc -vV` is kept under `state_dir`.
+pub(crate) fn versions_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("toolchains")
+}
+
 /// `<cache>/toolchains/<fingerprint hash>.toml`: one toolchain's `rustc -vV`.
 #[derive(Serialize, Deserialize)]
 struct CachedVersion {
@@ -117,7 +122,7 @@ struct CachedVersion {
 /// be had.
 fn cached_version(rustc: &Path, state_dir: &Path) -> Result<String, String> {
     let fingerprint = fingerprint(rustc);
-    let file = state_dir.join("toolchains").join(format!("{}.toml", sha256_hex(fingerprint.as_bytes())));
+    let file = versions_dir(state_dir).join(format!("{}.toml", sha256_hex(fingerprint.as_bytes())));
     let cached = std::fs::read_to_string(&file).ok().and_then(|text| toml::from_str::<CachedVersion>(&text).ok());
     if let Some(cached) = cached.filter(|c| c.fingerprint == fingerprint && c.rustc == rustc) {
         return Ok(cached.version);

@@ -1,7 +1,7 @@
 //! The disk cache with real builds (needs the nightly with rust-src, as CI has): cold build then
 //! hits, damaged entries rebuilt, AOT and embedded lookups, FERRINFER_DISABLE_JIT misses, an
 //! unwritable cache, 8 processes × 4 threads racing on one spec, and `kill -9` of the builder
-//! alone mid-build (its rustc dies with it).
+//! alone mid-build (its rustc dies with it; what it left is swept).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -193,7 +193,7 @@ fn running_children(parent: u32, name: &str) -> Vec<u32> {
 }
 
 #[test]
-fn jit_kill_9_of_the_builder_alone_kills_its_rustc_and_leaves_no_lock_and_no_half_entry() {
+fn jit_kill_9_of_the_builder_alone_kills_its_rustc_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     // A sysroot directory of its own: the child must build `core` first, which takes seconds.
     let slow_sysroot = dir.path().join("cold-sysroot");
@@ -234,7 +234,8 @@ fn jit_kill_9_of_the_builder_alone_kills_its_rustc_and_leaves_no_lock_and_no_hal
     let complete = std::fs::read_dir(&slow_sysroot).unwrap().flatten().any(|e| e.path().join("complete").exists());
     assert!(!complete, "a half-built sysroot was left in place");
 
-    let cache = Cache::new(config(dir.path()), &[]);
+    // The next build, over the same sysroot directory, sweeps what the killed one left.
+    let cache = Cache::new(JitConfig { sysroot_dir: slow_sysroot.clone(), ..config(dir.path()) }, &[]);
     let spec = spec(DType::Bf16);
     let key = cache.keys(&spec).unwrap().1;
     let lock = File::open(dir.path().join("locks").join(format!("{key}.lock"))).unwrap();
@@ -244,6 +245,10 @@ fn jit_kill_9_of_the_builder_alone_kills_its_rustc_and_leaves_no_lock_and_no_hal
     let module = cache.module(&spec).unwrap();
     assert_eq!(module.origin, Origin::Built);
     assert!(aot::embeddable(dir.path()).iter().any(|e| e.source_key == module.source_key), "a valid entry");
+    for folder in [dir.path().join("ptx"), dir.path().join("build"), slow_sysroot] {
+        let left: Vec<_> = folder.read_dir().unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(!left.iter().any(|n| n.to_string_lossy().starts_with(".tmp-")), "{}: {left:?}", folder.display());
+    }
 }
 
 #[test]
