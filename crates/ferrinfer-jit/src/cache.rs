@@ -7,9 +7,10 @@
 //! is by content (the key), never by file times. An entry is built in a temporary directory and
 //! renamed into place under an OS file lock, which dies with its process: N processes asking for
 //! one key build it once, and a process killed mid-build leaves neither a lock nor a half entry
-//! (its temporaries go when the cache is next locked: [`crate::sweep`]). An entry that fails its
-//! checks is rebuilt, never loaded; a path of the cache in the wrong shape (a file where an entry
-//! directory belongs) is repaired.
+//! (its temporaries go when the cache is next locked: [`crate::sweep`]). The directories a build
+//! writes to are checked before it starts. An entry that fails its checks is rebuilt, never
+//! loaded; a path of the cache in the wrong shape (a file where an entry directory belongs) is
+//! repaired.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use crate::builder::{BuildOutput, Builder, Progress};
 use crate::codegen::{self, GeneratedCrate};
 use crate::embed::EmbeddedModule;
 use crate::entry::{self, CubinRecord, Expected, Manifest, NewEntry, Rejection};
+use crate::lock::LockError;
 use crate::ptxas::{self, Assembly};
 use crate::sources::KernelSources;
 use crate::toolchain::Toolchain;
@@ -212,10 +214,13 @@ impl Cache {
         }
         if self.config.disable_jit {
             return match self.disk_entry_only(spec, &source_key) {
-                Some(stored) => Ok(found(Origin::Disk, stored)),
-                None => {
-                    Err(JitError::JitDisabled { spec: spec.name.clone(), family: spec.family.clone(), arch: spec.arch })
-                }
+                Ok(stored) => Ok(found(Origin::Disk, stored)),
+                Err(rejected) => Err(JitError::JitDisabled {
+                    spec: spec.name.clone(),
+                    family: spec.family.clone(),
+                    arch: spec.arch,
+                    rejected,
+                }),
             };
         }
         let toolchain = Toolchain::device(&self.config.sysroot_dir).map_err(|source| JitError::CannotBuild {
@@ -248,11 +253,16 @@ impl Cache {
         }
     }
 
-    /// With JIT disabled: the disk entry if the toolchain is there to name its key.
-    fn disk_entry_only(&self, spec: &JitSpec, source_key: &str) -> Option<entry::Stored> {
-        let toolchain = Toolchain::device(&self.config.sysroot_dir).ok()?;
+    /// With JIT disabled: the disk entry if the toolchain is there to name its key; else, where
+    /// there is an entry, `<path> was rejected: <why>`.
+    fn disk_entry_only(&self, spec: &JitSpec, source_key: &str) -> Result<entry::Stored, Option<String>> {
+        let toolchain = Toolchain::device(&self.config.sysroot_dir).map_err(|_| None)?;
         let key = key::key(source_key, &toolchain.version);
-        entry::load(&self.entry_dir(&key), &self.expected(spec, source_key, &key, toolchain)).ok()
+        let dir = self.entry_dir(&key);
+        entry::load(&dir, &self.expected(spec, source_key, &key, toolchain)).map_err(|rejection| match rejection {
+            Rejection::Missing => None,
+            Rejection::Damaged(why) => Some(format!("{} was rejected: {why}", dir.display())),
+        })
     }
 
     fn expected<'a>(
@@ -281,13 +291,14 @@ impl Cache {
         // Another process may have built it while we waited for the lock.
         match entry::load(&entry, &expected) {
             Ok(stored) => return Ok((stored, Origin::Disk)),
-            Err(Rejection::Missing) => {}
+            Err(Rejection::Missing) => self.check_writable()?,
             Err(Rejection::Damaged(why)) => {
                 eprintln!(
                     "ferrinfer-jit: cache entry {} of `{}` is rejected ({why}); rebuilding",
                     entry.display(),
                     spec.name
                 );
+                self.check_writable()?;
                 fsutil::remove_path(&entry).map_err(|e| io_error(&entry, e))?;
             }
         }
@@ -314,7 +325,10 @@ impl Cache {
         fsutil::ensure_dir(&dir).map_err(|source| JitError::CacheNotWritable { dir: dir.clone(), source })?;
         let what = format!("kernel module `{}` ({})", spec.name, &key[..12]);
         let path = self.lock_path(key);
-        let held = lock::acquire(&path, &what).map_err(|source| JitError::CacheNotWritable { dir, source })?;
+        let held = lock::acquire(&path, &what).map_err(|e| match e {
+            LockError::Io { source, .. } => JitError::CacheNotWritable { dir, source },
+            other => JitError::Lock(other),
+        })?;
         self.sweep_dead_builds(&path);
         Ok(held)
     }
@@ -331,15 +345,21 @@ impl Cache {
         }
     }
 
+    /// Fails, naming FERRINFER_CACHE_DIR, unless a build can write its files and its entry:
+    /// checked before the build, not after it.
+    fn check_writable(&self) -> Result<(), JitError> {
+        for dir in [self.config.cache_dir.join("ptx"), self.build_root()] {
+            fsutil::check_writable(&dir).map_err(|source| JitError::CacheNotWritable { dir, source })?;
+        }
+        Ok(())
+    }
+
     /// Builds under the lock: compile, check, assemble, write a temporary entry, rename it into
     /// place.
     fn build(&self, request: &Request, entry: &Path) -> Result<entry::Stored, JitError> {
         let Request { spec, generated, key, toolchain, .. } = *request;
         let started = Instant::now();
-        let build_root = self.build_root();
-        fsutil::ensure_dir(&build_root)
-            .map_err(|source| JitError::CacheNotWritable { dir: build_root.clone(), source })?;
-        let build_dir = fsutil::temporary(&build_root, key);
+        let build_dir = fsutil::temporary(&self.build_root(), key);
         let progress = Progress::start(format!(
             "building kernel module `{}` for {} (first use; cached in {})",
             spec.name,

@@ -1,6 +1,7 @@
 //! File-system steps the cache repeats: temporaries named by the process that writes them,
-//! atomic writes, and repairs of paths a user or a crash left in the wrong shape (a file where a
-//! directory belongs, or the reverse).
+//! atomic writes, a directory's writability checked before work that ends in writing to it, and
+//! repairs of paths a user or a crash left in the wrong shape (a file where a directory belongs,
+//! or the reverse).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -30,6 +31,15 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
     let tmp = temporary(parent, &name);
     std::fs::write(&tmp, contents)?;
     std::fs::rename(&tmp, path)
+}
+
+/// Creates directory `dir` if missing ([`ensure_dir`]) and checks that a file can be created in
+/// it, so that work which ends in writing there fails before it starts, not after.
+pub fn check_writable(dir: &Path) -> io::Result<()> {
+    ensure_dir(dir)?;
+    let probe = temporary(dir, "probe");
+    std::fs::write(&probe, b"")?;
+    std::fs::remove_file(&probe)
 }
 
 /// Removes whatever is at `path` (directory tree, file or link); nothing there is fine.
@@ -100,6 +110,18 @@ mod tests {
         for other in ["0a1b", ".tmp-0a1b", ".tmp-0a1b-", ".tmp--42", ".tmp-0a1b-x42", ".tmp-0a1b-0", "tmp-0a1b-42"] {
             assert_eq!(temporary_owner(other), None, "{other}");
         }
+    }
+
+    #[test]
+    fn writability_is_checked_by_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ptx = dir.path().join("ptx");
+        check_writable(&ptx).unwrap();
+        assert!(ptx.is_dir(), "a missing directory is created");
+        assert_eq!(std::fs::read_dir(&ptx).unwrap().count(), 0, "the probe is removed");
+        let below_a_file = dir.path().join("file");
+        std::fs::write(&below_a_file, "").unwrap();
+        assert!(check_writable(&below_a_file.join("ptx")).is_err());
     }
 
     #[test]

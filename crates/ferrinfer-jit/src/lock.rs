@@ -22,14 +22,29 @@ pub struct Held {
     _file: File,
 }
 
+/// Why a lock was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("{path} is a directory, where the lock file for {what} belongs; remove it (`rm -r {path}`)")]
+    Directory { path: PathBuf, what: String },
+    #[error("cannot lock {path} ({source})")]
+    Io { path: PathBuf, source: io::Error },
+}
+
 /// Takes the exclusive lock of `path` (created if missing), waiting visibly as long as another
-/// process holds it. `what` names what the lock protects, for the waiting notices.
-pub fn acquire(path: &Path, what: &str) -> io::Result<Held> {
-    let file = File::options().create(true).truncate(false).read(true).write(true).open(path)?;
+/// process holds it. `what` names what the lock protects, for the waiting notices and errors.
+pub fn acquire(path: &Path, what: &str) -> Result<Held, LockError> {
+    let file = File::options().create(true).truncate(false).read(true).write(true).open(path).map_err(|source| {
+        if path.is_dir() {
+            LockError::Directory { path: path.to_owned(), what: what.to_owned() }
+        } else {
+            LockError::Io { path: path.to_owned(), source }
+        }
+    })?;
     match file.try_lock() {
         Ok(()) => {}
         Err(TryLockError::WouldBlock) => wait(&file, path, what)?,
-        Err(TryLockError::Error(e)) => return Err(e),
+        Err(TryLockError::Error(source)) => return Err(LockError::Io { path: path.to_owned(), source }),
     }
     // Best effort: a holder that cannot describe itself still holds the lock.
     let _ = record_holder(&file);
@@ -46,7 +61,7 @@ pub(crate) fn is_free(path: &Path) -> bool {
 }
 
 /// Blocks on the lock while a watcher thread prints who holds it, first after [`FIRST_NOTICE`].
-fn wait(file: &File, path: &Path, what: &str) -> io::Result<()> {
+fn wait(file: &File, path: &Path, what: &str) -> Result<(), LockError> {
     let started = Instant::now();
     let (done, finished) = mpsc::channel::<()>();
     let (path_owned, what_owned) = (path.to_owned(), what.to_owned());
@@ -68,7 +83,7 @@ fn wait(file: &File, path: &Path, what: &str) -> io::Result<()> {
     if started.elapsed() >= FIRST_NOTICE {
         eprintln!("ferrinfer-jit: got the lock for {what} after {:.1} s", started.elapsed().as_secs_f64());
     }
-    locked
+    locked.map_err(|source| LockError::Io { path: path.to_owned(), source })
 }
 
 /// `pid 123 (cargo test ...)`, as the holder wrote it into the lock file.
@@ -114,6 +129,18 @@ mod tests {
         drop(held);
         std::fs::write(&path, "").unwrap();
         assert_eq!(holder(&path), "a process that has not written its pid yet");
+    }
+
+    #[test]
+    fn a_directory_in_place_of_the_lock_file_is_named_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.lock");
+        std::fs::create_dir(&path).unwrap();
+        let err = acquire(&path, "kernel module `m`").unwrap_err();
+        assert!(matches!(err, LockError::Directory { .. }), "{err}");
+        let message = err.to_string();
+        assert!(message.contains("is a directory, where the lock file for kernel module `m` belongs"), "{message}");
+        assert!(message.contains(&format!("rm -r {}", path.display())), "{message}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use crate::digest::hex;
 use crate::error::BuildError;
+use crate::lock::LockError;
 use crate::rustc::{CODEGEN_FLAGS, Progress, TARGET, run};
 use crate::toolchain::{self, Toolchain};
 use crate::{CudaArch, fsutil, lock, sweep};
@@ -49,7 +50,10 @@ pub fn core_sysroot(toolchain: &Toolchain, arch: CudaArch, sysroot_dir: &Path) -
     fsutil::ensure_dir(sysroot_dir).map_err(io(sysroot_dir))?;
     let lock_path = lock_path(sysroot_dir, &name);
     let what = format!("the `core` build for {}", arch.target_cpu());
-    let _lock = lock::acquire(&lock_path, &what).map_err(io(&lock_path))?;
+    let _lock = lock::acquire(&lock_path, &what).map_err(|e| match e {
+        LockError::Io { path, source } => BuildError::Io { path, source },
+        other => BuildError::Lock(other),
+    })?;
     sweep_dead_builds(sysroot_dir, &lock_path);
     if dir.join(COMPLETE).is_file() {
         return Ok(dir); // another process built it while we waited

@@ -1,7 +1,8 @@
 //! The disk cache with real builds (needs the nightly with rust-src, as CI has): cold build then
-//! hits, damaged entries rebuilt, AOT and embedded lookups, FERRINFER_DISABLE_JIT misses, an
-//! unwritable cache, 8 processes × 4 threads racing on one spec, and `kill -9` of the builder
-//! alone mid-build (its rustc dies with it; what it left is swept).
+//! hits, damaged entries rebuilt, AOT and embedded lookups, FERRINFER_DISABLE_JIT misses (a
+//! damaged entry's with the reason it was rejected), an unwritable cache and a read-only `ptx/`
+//! (found before building), 8 processes × 4 threads racing on one spec, and `kill -9` of the
+//! builder alone mid-build (its rustc dies with it; what it left is swept).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -107,6 +108,28 @@ fn jit_disabled_miss_names_the_spec_and_the_fix() {
 }
 
 #[test]
+fn jit_disabled_with_a_damaged_entry_says_why_it_was_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(DType::F32);
+    let cache = Cache::new(config(dir.path()), &[]);
+    let good = cache.module(&spec).unwrap();
+    let entry = entry_of(&cache, &spec);
+    std::fs::write(entry.join("kernels.ptx"), &good.ptx[..good.ptx.len() / 2]).unwrap();
+    let disabled = JitConfig { disable_jit: true, ..config(dir.path()) };
+    let err = Cache::new(disabled, &[]).module(&spec).unwrap_err();
+    assert!(matches!(&err, JitError::JitDisabled { rejected: Some(_), .. }), "{err}");
+    let message = err.to_string();
+    for needle in [
+        &format!("Its cache entry {} was rejected: kernels.ptx has", entry.display()),
+        "(truncated or edited)",
+        "a run without FERRINFER_DISABLE_JIT rebuilds it",
+        "cargo xtask aot --arch 9.0 --family norm",
+    ] {
+        assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+    }
+}
+
+#[test]
 fn jit_unwritable_cache_gives_a_clear_error() {
     // A cache directory below a regular file cannot be created, even by root.
     let dir = tempfile::tempdir().unwrap();
@@ -115,6 +138,28 @@ fn jit_unwritable_cache_gives_a_clear_error() {
     let err = Cache::new(config(&file.join("cache")), &[]).module(&spec(DType::F32)).unwrap_err();
     assert!(matches!(err, JitError::CacheNotWritable { .. }), "{err}");
     assert!(err.to_string().contains("FERRINFER_CACHE_DIR"), "{err}");
+}
+
+#[test]
+fn jit_a_read_only_ptx_directory_fails_before_building_naming_the_variable() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ptx = dir.path().join("ptx");
+    std::fs::create_dir(&ptx).unwrap();
+    std::fs::set_permissions(&ptx, std::fs::Permissions::from_mode(0o555)).unwrap();
+    if std::fs::write(ptx.join("probe"), "").is_ok() {
+        eprintln!("SKIPPED: this user writes into read-only directories (root with CAP_DAC_OVERRIDE)");
+        return;
+    }
+    // A sysroot directory of its own, where a build would start by compiling `core`.
+    let sysroot = dir.path().join("own-sysroot");
+    let config = JitConfig { sysroot_dir: sysroot.clone(), ..config(dir.path()) };
+    let err = Cache::new(config, &[]).module(&spec(DType::F32)).unwrap_err();
+    std::fs::set_permissions(&ptx, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(matches!(&err, JitError::CacheNotWritable { dir, .. } if *dir == ptx), "{err}");
+    assert!(err.to_string().contains("set FERRINFER_CACHE_DIR to a writable directory"), "{err}");
+    let built: Vec<_> = sysroot.read_dir().into_iter().flatten().flatten().map(|e| e.file_name()).collect();
+    assert!(built.iter().all(|name| name == "toolchains"), "a build started before the check: {built:?}");
 }
 
 /// Child side of the race below (a no-op unless that test started this process): 4 threads ask

@@ -1,8 +1,9 @@
 //! Strict inputs and a cache that repairs itself (issue 12): architectures that do not exist and
 //! empty lists are errors; boolean variables are strict; a process waiting on a held lock says
-//! who holds it and keeps saying so; damaged or poisoned entries (a file in place of the entry
-//! directory, a missing manifest, PTX for another processor with a manifest to match, another
-//! toolchain's entry) are rebuilt, and the same in an AOT directory is ignored with its reason.
+//! who holds it and keeps saying so; a directory in place of a lock file is named with the fix;
+//! damaged or poisoned entries (a file in place of the entry directory, a missing manifest, PTX
+//! for another processor with a manifest to match, another toolchain's entry) are rebuilt, and
+//! the same in an AOT directory is ignored with its reason.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -132,6 +133,20 @@ fn jit_a_held_lock_names_its_holder_and_the_waiter_keeps_saying_so() {
     let rest: Vec<String> = stderr.map_while(Result::ok).collect();
     assert!(child.wait().unwrap().success(), "the child failed after the lock was released:\n{}", rest.join("\n"));
     assert!(rest.iter().any(|l| l.contains("got the lock")), "{rest:?}");
+}
+
+#[test]
+fn jit_a_directory_in_place_of_a_lock_file_is_named_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = Cache::new(config(dir.path()), &[]).keys(&spec()).unwrap().1;
+    let lock = dir.path().join("locks").join(format!("{key}.lock"));
+    std::fs::create_dir_all(&lock).unwrap();
+    let err = origin_in_fresh_cache(dir.path()).unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, JitError::Lock(_)), "{message}");
+    assert!(message.contains(&format!("{} is a directory, where the lock file for kernel module", lock.display())));
+    assert!(message.contains(&format!("remove it (`rm -r {}`)", lock.display())), "{message}");
+    assert!(!message.contains("not writable"), "{message}");
 }
 
 /// A built entry of `spec()` in a fresh cache, and that cache's entry directory.
