@@ -325,7 +325,7 @@ impl Cache {
         fsutil::ensure_dir(&dir).map_err(|source| JitError::CacheNotWritable { dir: dir.clone(), source })?;
         let what = format!("kernel module `{}` ({})", spec.name, &key[..12]);
         let path = self.lock_path(key);
-        let held = lock::acquire(&path, &what).map_err(|e| match e {
+        let held = lock::acquire(&path, &what, self.config.lock_wait).map_err(|e| match e {
             LockError::Io { source, .. } => JitError::CacheNotWritable { dir, source },
             other => JitError::Lock(other),
         })?;
@@ -366,7 +366,8 @@ impl Cache {
             spec.arch.target_cpu(),
             self.config.cache_dir.display()
         ));
-        let builder = Builder { toolchain, sysroot_dir: self.config.sysroot_dir.clone() };
+        let builder =
+            Builder { toolchain, sysroot_dir: self.config.sysroot_dir.clone(), lock_wait: self.config.lock_wait };
         let output = builder.build(spec, generated, &self.sources, &build_dir);
         progress.finish();
         let output = output?;

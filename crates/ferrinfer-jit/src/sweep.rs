@@ -66,8 +66,8 @@ mod tests {
         let lock_of = |stem: &str| locks.join(format!("{stem}.lock"));
         let (dead, own) = (dead_pid(), std::process::id());
         let held = lock_of("held");
-        let _held = lock::acquire(&held, "the sweeper's key").unwrap();
-        let _building = lock::acquire(&lock_of("building"), "another key").unwrap();
+        let _held = lock::acquire(&held, "the sweeper's key", None).unwrap();
+        let _building = lock::acquire(&lock_of("building"), "another key", None).unwrap();
         let garbage = [format!(".tmp-dead-{dead}"), format!(".tmp-held-{dead}")];
         let kept = [
             format!(".tmp-live-{own}"),

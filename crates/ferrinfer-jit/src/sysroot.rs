@@ -6,6 +6,7 @@
 //! place: `<sysroot_dir>/<toolchain>-<sm_XY>-<hash>/lib/rustlib/nvptx64-nvidia-cuda/lib/`.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -35,8 +36,14 @@ pub fn recipe() -> String {
     format!("sysroot v1\n{}\n{}\n{COMPILER_BUILTINS}", CODEGEN_FLAGS.join(" "), CORE_FLAGS.join(" "))
 }
 
-/// The sysroot for `arch`, built now if it is not there yet.
-pub fn core_sysroot(toolchain: &Toolchain, arch: CudaArch, sysroot_dir: &Path) -> Result<PathBuf, BuildError> {
+/// The sysroot for `arch`, built now if it is not there yet — after waiting at most `lock_wait`
+/// (`None`: as long as it takes) for another process building it.
+pub fn core_sysroot(
+    toolchain: &Toolchain,
+    arch: CudaArch,
+    sysroot_dir: &Path,
+    lock_wait: Option<Duration>,
+) -> Result<PathBuf, BuildError> {
     let hash = Sha256::new().chain_update(&toolchain.version).chain_update(arch.target_cpu()).chain_update(recipe());
     let name = format!("{}-{}-{}", toolchain.name, arch.target_cpu(), hex(&hash.finalize()[..8]));
     let dir = sysroot_dir.join(&name);
@@ -50,7 +57,7 @@ pub fn core_sysroot(toolchain: &Toolchain, arch: CudaArch, sysroot_dir: &Path) -
     fsutil::ensure_dir(sysroot_dir).map_err(io(sysroot_dir))?;
     let lock_path = lock_path(sysroot_dir, &name);
     let what = format!("the `core` build for {}", arch.target_cpu());
-    let _lock = lock::acquire(&lock_path, &what).map_err(|e| match e {
+    let _lock = lock::acquire(&lock_path, &what, lock_wait).map_err(|e| match e {
         LockError::Io { path, source } => BuildError::Io { path, source },
         other => BuildError::Lock(other),
     })?;
