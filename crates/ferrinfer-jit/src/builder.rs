@@ -14,6 +14,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use crate::arch::PtxVersion;
 use crate::codegen::GeneratedCrate;
@@ -59,6 +60,9 @@ pub struct Ptx {
 pub struct Builder<'t> {
     pub toolchain: &'t Toolchain,
     pub sysroot_dir: PathBuf,
+    /// How long to wait for another process building the same `core` (`None`: as long as it
+    /// takes).
+    pub lock_wait: Option<Duration>,
 }
 
 /// What a build produced.
@@ -85,7 +89,7 @@ impl Builder<'_> {
         if !spec.arch.is_known() {
             return Err(BuildError::UnknownArch { arch: spec.arch });
         }
-        let sysroot = sysroot::core_sysroot(self.toolchain, spec.arch, &self.sysroot_dir)?;
+        let sysroot = sysroot::core_sysroot(self.toolchain, spec.arch, &self.sysroot_dir, self.lock_wait)?;
         let io = |path: &Path| {
             let path = path.to_owned();
             move |source| BuildError::Io { path, source }

@@ -2,13 +2,15 @@
 //! directory (`FERRINFER_AOT_DIR`) → the disk cache → a JIT build (unless `FERRINFER_DISABLE_JIT`).
 //!
 //! Disk layout under the cache directory: `ptx/<key>/` (one entry, see [`crate::entry`]);
-//! `locks/<key>.lock`; `build/<key>/` (sources of a build in progress); `sysroot/` (`core` per
-//! toolchain and arch); `toolchains/` (the device toolchain's `rustc -vV`). Freshness is by
-//! content (the key), never by file times. An entry is built in a temporary directory and
+//! `locks/<key>.lock`; `build/.tmp-<key>-<pid>/` (sources of a build in progress); `sysroot/`
+//! (`core` per toolchain and arch); `toolchains/` (the device toolchain's `rustc -vV`). Freshness
+//! is by content (the key), never by file times. An entry is built in a temporary directory and
 //! renamed into place under an OS file lock, which dies with its process: N processes asking for
-//! one key build it once, and a process killed mid-build leaves neither a lock nor a half entry.
-//! An entry that fails its checks is rebuilt, never loaded; a path of the cache in the wrong
-//! shape (a file where an entry directory belongs) is repaired.
+//! one key build it once, and a process killed mid-build leaves neither a lock nor a half entry
+//! (its temporaries go when the cache is next locked: [`crate::sweep`]). The directories a build
+//! writes to are checked before it starts. An entry that fails its checks is rebuilt, never
+//! loaded; a path of the cache in the wrong shape (a file where an entry directory belongs) is
+//! repaired.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -19,10 +21,11 @@ use crate::builder::{BuildOutput, Builder, Progress};
 use crate::codegen::{self, GeneratedCrate};
 use crate::embed::EmbeddedModule;
 use crate::entry::{self, CubinRecord, Expected, Manifest, NewEntry, Rejection};
+use crate::lock::LockError;
 use crate::ptxas::{self, Assembly};
 use crate::sources::KernelSources;
 use crate::toolchain::Toolchain;
-use crate::{BuildError, CudaArch, JitConfig, JitError, JitSpec, fsutil, key, lock};
+use crate::{BuildError, CudaArch, JitConfig, JitError, JitSpec, fsutil, key, lock, sweep, sysroot};
 
 pub use crate::entry::Cubin;
 
@@ -211,10 +214,13 @@ impl Cache {
         }
         if self.config.disable_jit {
             return match self.disk_entry_only(spec, &source_key) {
-                Some(stored) => Ok(found(Origin::Disk, stored)),
-                None => {
-                    Err(JitError::JitDisabled { spec: spec.name.clone(), family: spec.family.clone(), arch: spec.arch })
-                }
+                Ok(stored) => Ok(found(Origin::Disk, stored)),
+                Err(rejected) => Err(JitError::JitDisabled {
+                    spec: spec.name.clone(),
+                    family: spec.family.clone(),
+                    arch: spec.arch,
+                    rejected,
+                }),
             };
         }
         let toolchain = Toolchain::device(&self.config.sysroot_dir).map_err(|source| JitError::CannotBuild {
@@ -247,11 +253,16 @@ impl Cache {
         }
     }
 
-    /// With JIT disabled: the disk entry if the toolchain is there to name its key.
-    fn disk_entry_only(&self, spec: &JitSpec, source_key: &str) -> Option<entry::Stored> {
-        let toolchain = Toolchain::device(&self.config.sysroot_dir).ok()?;
+    /// With JIT disabled: the disk entry if the toolchain is there to name its key; else, where
+    /// there is an entry, `<path> was rejected: <why>`.
+    fn disk_entry_only(&self, spec: &JitSpec, source_key: &str) -> Result<entry::Stored, Option<String>> {
+        let toolchain = Toolchain::device(&self.config.sysroot_dir).map_err(|_| None)?;
         let key = key::key(source_key, &toolchain.version);
-        entry::load(&self.entry_dir(&key), &self.expected(spec, source_key, &key, toolchain)).ok()
+        let dir = self.entry_dir(&key);
+        entry::load(&dir, &self.expected(spec, source_key, &key, toolchain)).map_err(|rejection| match rejection {
+            Rejection::Missing => None,
+            Rejection::Damaged(why) => Some(format!("{} was rejected: {why}", dir.display())),
+        })
     }
 
     fn expected<'a>(
@@ -280,26 +291,67 @@ impl Cache {
         // Another process may have built it while we waited for the lock.
         match entry::load(&entry, &expected) {
             Ok(stored) => return Ok((stored, Origin::Disk)),
-            Err(Rejection::Missing) => {}
+            Err(Rejection::Missing) => self.check_writable()?,
             Err(Rejection::Damaged(why)) => {
                 eprintln!(
                     "ferrinfer-jit: cache entry {} of `{}` is rejected ({why}); rebuilding",
                     entry.display(),
                     spec.name
                 );
+                self.check_writable()?;
                 fsutil::remove_path(&entry).map_err(|e| io_error(&entry, e))?;
             }
         }
         Ok((self.build(request, &entry)?, Origin::Built))
     }
 
-    /// An exclusive OS lock on `key`, released when dropped — or when the process dies.
+    fn locks_dir(&self) -> PathBuf {
+        self.config.cache_dir.join("locks")
+    }
+
+    /// The lock file of `key`, which guards its entry's and build's temporaries too.
+    fn lock_path(&self, key: &str) -> PathBuf {
+        self.locks_dir().join(format!("{key}.lock"))
+    }
+
+    fn build_root(&self) -> PathBuf {
+        self.config.cache_dir.join("build")
+    }
+
+    /// An exclusive OS lock on `key`, released when dropped — or when the process dies. Taking
+    /// it sweeps what dead builders left.
     fn lock_key(&self, spec: &JitSpec, key: &str) -> Result<lock::Held, JitError> {
-        let dir = self.config.cache_dir.join("locks");
+        let dir = self.locks_dir();
         fsutil::ensure_dir(&dir).map_err(|source| JitError::CacheNotWritable { dir: dir.clone(), source })?;
         let what = format!("kernel module `{}` ({})", spec.name, &key[..12]);
-        lock::acquire(&dir.join(format!("{key}.lock")), &what)
-            .map_err(|source| JitError::CacheNotWritable { dir, source })
+        let path = self.lock_path(key);
+        let held = lock::acquire(&path, &what, self.config.lock_wait).map_err(|e| match e {
+            LockError::Io { source, .. } => JitError::CacheNotWritable { dir, source },
+            other => JitError::Lock(other),
+        })?;
+        self.sweep_dead_builds(&path);
+        Ok(held)
+    }
+
+    /// Removes every temporary of the cache and its sysroot directory whose builder is gone,
+    /// while this process holds lock `held`.
+    fn sweep_dead_builds(&self, held: &Path) {
+        let key_lock = |key: &str| Some(self.lock_path(key));
+        let mut swept = sweep::dead_temporaries(&self.config.cache_dir.join("ptx"), key_lock, held);
+        swept.extend(sweep::dead_temporaries(&self.build_root(), key_lock, held));
+        swept.extend(sysroot::sweep_dead_builds(&self.config.sysroot_dir, held));
+        for path in swept {
+            self.log(&format!("removed {}, left by a builder that is gone", path.display()));
+        }
+    }
+
+    /// Fails, naming FERRINFER_CACHE_DIR, unless a build can write its files and its entry:
+    /// checked before the build, not after it.
+    fn check_writable(&self) -> Result<(), JitError> {
+        for dir in [self.config.cache_dir.join("ptx"), self.build_root()] {
+            fsutil::check_writable(&dir).map_err(|source| JitError::CacheNotWritable { dir, source })?;
+        }
+        Ok(())
     }
 
     /// Builds under the lock: compile, check, assemble, write a temporary entry, rename it into
@@ -307,14 +359,15 @@ impl Cache {
     fn build(&self, request: &Request, entry: &Path) -> Result<entry::Stored, JitError> {
         let Request { spec, generated, key, toolchain, .. } = *request;
         let started = Instant::now();
-        let build_dir = self.config.cache_dir.join("build").join(key);
+        let build_dir = fsutil::temporary(&self.build_root(), key);
         let progress = Progress::start(format!(
             "building kernel module `{}` for {} (first use; cached in {})",
             spec.name,
             spec.arch.target_cpu(),
             self.config.cache_dir.display()
         ));
-        let builder = Builder { toolchain, sysroot_dir: self.config.sysroot_dir.clone() };
+        let builder =
+            Builder { toolchain, sysroot_dir: self.config.sysroot_dir.clone(), lock_wait: self.config.lock_wait };
         let output = builder.build(spec, generated, &self.sources, &build_dir);
         progress.finish();
         let output = output?;
@@ -367,8 +420,9 @@ impl Cache {
     ) -> Result<(), JitError> {
         let parent = entry.parent().expect("entries live under ptx/");
         fsutil::ensure_dir(parent).map_err(|source| JitError::CacheNotWritable { dir: parent.to_owned(), source })?;
-        remove_stale_temporaries(parent, key)?;
-        let tmp = parent.join(format!(".tmp-{key}-{}", std::process::id()));
+        // What an earlier failed attempt of this process left (others' went when it locked).
+        let tmp = fsutil::temporary(parent, key);
+        fsutil::remove_path(&tmp).map_err(|e| io_error(&tmp, e))?;
         let new = NewEntry {
             manifest,
             ptx: &output.ptx.source,
@@ -430,17 +484,50 @@ pub(crate) fn read_entry(entry: &Path, source_key: &str) -> Option<entry::Stored
     entry::load(entry, &expected).ok()
 }
 
-/// Temporary entries of `key` left by killed builds (safe to remove: we hold the key's lock).
-fn remove_stale_temporaries(parent: &Path, key: &str) -> Result<(), JitError> {
-    let prefix = format!(".tmp-{key}-");
-    for entry in std::fs::read_dir(parent).map_err(|e| io_error(parent, e))?.flatten() {
-        if entry.file_name().to_string_lossy().starts_with(&prefix) {
-            fsutil::remove_path(&entry.path()).map_err(|e| io_error(&entry.path(), e))?;
-        }
-    }
-    Ok(())
-}
-
 fn io_error(path: &Path, source: std::io::Error) -> JitError {
     JitError::Io { path: path.to_owned(), source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sweep::dead_pid;
+
+    #[test]
+    fn locking_the_cache_sweeps_what_dead_builders_left_of_every_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::new(JitConfig::new(dir.path()), &[]);
+        let spec = JitSpec {
+            name: "m".into(),
+            family: "f".into(),
+            arch: CudaArch::HOPPER,
+            debug: false,
+            sources: Vec::new(),
+            constants: Default::default(),
+            flags: Vec::new(),
+            entry_points: Vec::new(),
+        };
+        let (locked, other) = ("a".repeat(64), "b".repeat(64));
+        let (dead, own) = (dead_pid(), std::process::id());
+        let at = |path: String| dir.path().join(path);
+        let garbage = [
+            at(format!("ptx/.tmp-{locked}-{dead}")),
+            at(format!("ptx/.tmp-{other}-{dead}")),
+            at(format!("build/.tmp-{other}-{dead}")),
+            at(format!("sysroot/.tmp-nightly-2026-05-20-sm_90-0f1e2d3c-{dead}")),
+            at(format!("sysroot/toolchains/.tmp-0f1e.toml-{dead}")),
+        ];
+        let kept = [at(format!("ptx/.tmp-{other}-{own}")), at(format!("ptx/{other}"))];
+        for path in garbage.iter().chain(&kept) {
+            std::fs::create_dir_all(path.join("sub")).unwrap();
+        }
+        // No build follows: taking the lock is what sweeps.
+        let _held = cache.lock_key(&spec, &locked).unwrap();
+        for path in &garbage {
+            assert!(!path.exists(), "{} is left", path.display());
+        }
+        for path in &kept {
+            assert!(path.exists(), "{} was removed", path.display());
+        }
+    }
 }

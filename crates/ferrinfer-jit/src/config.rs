@@ -3,6 +3,7 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::{CudaArch, JitError};
 
@@ -15,6 +16,7 @@ pub const ARCH_LIST_VAR: &str = "FERRINFER_CUDA_ARCH_LIST";
 pub const SYSROOT_DIR_VAR: &str = "FERRINFER_JIT_SYSROOT_DIR";
 pub const PTXAS_VAR: &str = "FERRINFER_PTXAS";
 pub const REQUIRE_PTXAS_VAR: &str = "FERRINFER_REQUIRE_PTXAS";
+pub const WAIT_SECS_VAR: &str = "FERRINFER_JIT_WAIT_SECS";
 
 /// Where and how modules are found and built.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +42,9 @@ pub struct JitConfig {
     pub ptxas: Option<PathBuf>,
     /// Fail a build when no ptxas is found (`FERRINFER_REQUIRE_PTXAS`; CI sets it).
     pub require_ptxas: bool,
+    /// How long to wait for another process building the same module or `core`
+    /// (`FERRINFER_JIT_WAIT_SECS`); `None`: as long as it takes.
+    pub lock_wait: Option<Duration>,
 }
 
 impl JitConfig {
@@ -56,6 +61,7 @@ impl JitConfig {
             arch_list: None,
             ptxas: find_on_path("ptxas"),
             require_ptxas: false,
+            lock_wait: None,
         }
     }
 
@@ -82,6 +88,9 @@ impl JitConfig {
         config.require_ptxas = flag(REQUIRE_PTXAS_VAR)?;
         if let Some(ptxas) = path(PTXAS_VAR) {
             config.ptxas = Some(ptxas);
+        }
+        if let Some(seconds) = var(WAIT_SECS_VAR).filter(|v| !v.is_empty()) {
+            config.lock_wait = Some(parse_seconds(WAIT_SECS_VAR, &seconds)?);
         }
         if let Some(list) = var(ARCH_LIST_VAR) {
             let archs = CudaArch::parse_list(&list.to_string_lossy())
@@ -120,6 +129,18 @@ pub fn parse_bool(var: &'static str, value: &std::ffi::OsStr) -> Result<bool, Ji
             message: format!("{text:?} is not a boolean; use 1/0, true/false, yes/no or on/off"),
         }),
     }
+}
+
+/// A duration in seconds: a non-negative number (`600`, `0.5`). Anything else is an error.
+pub fn parse_seconds(var: &'static str, value: &std::ffi::OsStr) -> Result<Duration, JitError> {
+    let text = value.to_string_lossy();
+    let seconds = text.trim().parse::<f64>().ok().and_then(|s| Duration::try_from_secs_f64(s).ok());
+    seconds.ok_or_else(|| JitError::Config {
+        var,
+        message: format!(
+            "{text:?} is not a number of seconds; use a non-negative number such as 600 (unset: wait as long as it takes)"
+        ),
+    })
 }
 
 fn find_on_path(program: &str) -> Option<PathBuf> {
@@ -165,6 +186,19 @@ mod tests {
         for var in [DISABLE_VAR, VERBOSE_VAR, DEBUG_VAR, REQUIRE_PTXAS_VAR] {
             let err = config(&[(var, "ture")]).unwrap_err().to_string();
             assert!(err.contains(var) && err.contains("\"ture\""), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_wait_for_another_build_is_unbounded_unless_limited_in_seconds() {
+        assert_eq!(config(&[]).unwrap().lock_wait, None);
+        assert_eq!(config(&[(WAIT_SECS_VAR, "")]).unwrap().lock_wait, None, "empty is unset");
+        assert_eq!(config(&[(WAIT_SECS_VAR, "600")]).unwrap().lock_wait, Some(Duration::from_secs(600)));
+        assert_eq!(config(&[(WAIT_SECS_VAR, " 0.5 ")]).unwrap().lock_wait, Some(Duration::from_millis(500)));
+        assert_eq!(config(&[(WAIT_SECS_VAR, "0")]).unwrap().lock_wait, Some(Duration::ZERO));
+        for value in ["-1", "ten", "1e400", "NaN", "5s"] {
+            let err = config(&[(WAIT_SECS_VAR, value)]).unwrap_err().to_string();
+            assert!(err.contains(WAIT_SECS_VAR) && err.contains(&format!("{value:?}")), "{value}: {err}");
         }
     }
 

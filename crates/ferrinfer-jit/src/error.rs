@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use crate::CudaArch;
 use crate::config::{PTXAS_VAR, REQUIRE_PTXAS_VAR};
+use crate::lock::LockError;
 
 /// Why a kernel build failed, with the command that fixes it where there is one.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,8 @@ pub enum BuildError {
     MissingEntryPoint(String),
     #[error("I/O error on {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Lock(#[from] LockError),
     #[error("ptxas reports {what} in kernel `{entry}`; the PTX is rejected:\n{report}")]
     Resources { entry: String, what: String, report: String },
     #[error(

@@ -19,6 +19,7 @@ pub mod arch;
 pub mod builder;
 pub mod cache;
 pub mod cascade;
+mod child;
 pub mod codegen;
 pub mod config;
 pub mod decode;
@@ -38,6 +39,7 @@ pub mod sampling;
 pub mod sass;
 pub mod sources;
 pub mod spec;
+mod sweep;
 pub mod sysroot;
 pub mod toolchain;
 
@@ -89,17 +91,26 @@ pub enum JitError {
     #[error(transparent)]
     Build(#[from] BuildError),
     #[error(
-        "kernel module `{spec}` is neither embedded, in an AOT directory nor in the cache, and FERRINFER_DISABLE_JIT forbids building it; build it ahead of time with `cargo xtask aot --arch {arch} --family {family} --out DIR` and run with FERRINFER_AOT_DIR=DIR"
+        "kernel module `{spec}` is neither embedded, in an AOT directory nor in the cache, and FERRINFER_DISABLE_JIT forbids building it; build it ahead of time with `cargo xtask aot --arch {arch} --family {family} --out DIR` and run with FERRINFER_AOT_DIR=DIR{}",
+        rejected_entry(rejected.as_deref())
     )]
-    JitDisabled { spec: String, family: String, arch: CudaArch },
+    JitDisabled {
+        spec: String,
+        family: String,
+        arch: CudaArch,
+        /// Where there is a cache entry for it: `<path> was rejected: <why>`.
+        rejected: Option<String>,
+    },
     #[error(
         "kernel module `{spec}` for {arch} is neither embedded in this binary, in an AOT directory nor in the cache, and building it needs the device toolchain: {source}"
     )]
     CannotBuild { spec: String, arch: CudaArch, source: BuildError },
     #[error(
-        "the kernel cache directory {dir} is not writable ({source}); set FERRINFER_CACHE_DIR to a writable directory"
+        "the kernel cache directory {dir} is not writable ({source}); make it writable, or set FERRINFER_CACHE_DIR to a writable directory"
     )]
     CacheNotWritable { dir: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Lock(#[from] lock::LockError),
     #[error("I/O error on {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{var}: {message}")]
@@ -108,4 +119,10 @@ pub enum JitError {
         "two different specs are named `{name}` for {arch}; a spec's name, arch and debug flag identify its module, so give each spec its own name"
     )]
     SpecConflict { name: String, arch: CudaArch },
+}
+
+/// What [`JitError::JitDisabled`] adds about a cache entry that is there but was rejected.
+fn rejected_entry(rejected: Option<&str>) -> String {
+    let rebuild = "a run without FERRINFER_DISABLE_JIT rebuilds it";
+    rejected.map(|why| format!(". Its cache entry {why}; {rebuild}")).unwrap_or_default()
 }

@@ -6,12 +6,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
 use crate::builder::{BuildError, Ptx};
+use crate::child;
 
 /// What ptxas reports for one entry point.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,7 +43,7 @@ pub fn assemble(ptxas: &Path, ptx: &Ptx, spec_name: &str, scratch: &Path) -> Res
     let (input, cubin) = (scratch.join("check.ptx"), scratch.join("check.cubin"));
     std::fs::write(&input, &ptx.source).map_err(io(&input))?;
     // An empty environment, as for rustc: nothing the caller sets can change the cubin.
-    let mut command = Command::new(ptxas);
+    let mut command = child::command(ptxas);
     command.env_clear().arg(format!("-arch={}", ptx.arch.target_cpu())).arg("-v");
     if splits_compile(ptxas) {
         // Entry points optimised on every core: the same cubin, byte for byte (checked with
@@ -87,7 +87,7 @@ fn once_per_ptxas<T: Clone>(
 
 /// What `ptxas FLAG` prints (empty if it cannot run).
 fn stdout_of(ptxas: &Path, flag: &str) -> String {
-    let out = Command::new(ptxas).env_clear().arg(flag).output();
+    let out = child::command(ptxas).env_clear().arg(flag).output();
     out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
 }
 

@@ -3,11 +3,9 @@
 //! kernel must keep ([`violations`]) — the static guard behind `tests/jit_sass.rs`, which fails
 //! CI on a codegen regression and snapshots the per-entry report so a change shows in review.
 
+use crate::{EntrySpec, child};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
-
-use crate::EntrySpec;
 
 /// The instruction classes the report counts (an opcode counts for the first class it starts
 /// with): global loads and stores, packed conversions, FMA and the other float ops, shuffles,
@@ -89,7 +87,7 @@ impl Sass {
 
 /// Runs `nvdisasm` on `cubin`: each entry point's SASS by name.
 pub fn disassemble(nvdisasm: &Path, cubin: &Path) -> Result<BTreeMap<String, Sass>, String> {
-    let output = Command::new(nvdisasm)
+    let output = child::command(nvdisasm)
         .arg("-c")
         .arg(cubin)
         .output()

@@ -6,14 +6,16 @@
 //! place: `<sysroot_dir>/<toolchain>-<sm_XY>-<hash>/lib/rustlib/nvptx64-nvidia-cuda/lib/`.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
 use crate::digest::hex;
 use crate::error::BuildError;
+use crate::lock::LockError;
 use crate::rustc::{CODEGEN_FLAGS, Progress, TARGET, run};
-use crate::toolchain::Toolchain;
-use crate::{CudaArch, fsutil, lock};
+use crate::toolchain::{self, Toolchain};
+use crate::{CudaArch, fsutil, lock, sweep};
 
 /// Flags `core` gets beyond [`CODEGEN_FLAGS`] and the target CPU: what cargo adds for the
 /// standard library's crates.
@@ -34,8 +36,14 @@ pub fn recipe() -> String {
     format!("sysroot v1\n{}\n{}\n{COMPILER_BUILTINS}", CODEGEN_FLAGS.join(" "), CORE_FLAGS.join(" "))
 }
 
-/// The sysroot for `arch`, built now if it is not there yet.
-pub fn core_sysroot(toolchain: &Toolchain, arch: CudaArch, sysroot_dir: &Path) -> Result<PathBuf, BuildError> {
+/// The sysroot for `arch`, built now if it is not there yet — after waiting at most `lock_wait`
+/// (`None`: as long as it takes) for another process building it.
+pub fn core_sysroot(
+    toolchain: &Toolchain,
+    arch: CudaArch,
+    sysroot_dir: &Path,
+    lock_wait: Option<Duration>,
+) -> Result<PathBuf, BuildError> {
     let hash = Sha256::new().chain_update(&toolchain.version).chain_update(arch.target_cpu()).chain_update(recipe());
     let name = format!("{}-{}-{}", toolchain.name, arch.target_cpu(), hex(&hash.finalize()[..8]));
     let dir = sysroot_dir.join(&name);
@@ -47,22 +55,21 @@ pub fn core_sysroot(toolchain: &Toolchain, arch: CudaArch, sysroot_dir: &Path) -
         move |source| BuildError::Io { path, source }
     };
     fsutil::ensure_dir(sysroot_dir).map_err(io(sysroot_dir))?;
-    let lock_path = sysroot_dir.join(format!("{name}.lock"));
-    let _lock =
-        lock::acquire(&lock_path, &format!("the `core` build for {}", arch.target_cpu())).map_err(io(&lock_path))?;
+    let lock_path = lock_path(sysroot_dir, &name);
+    let what = format!("the `core` build for {}", arch.target_cpu());
+    let _lock = lock::acquire(&lock_path, &what, lock_wait).map_err(|e| match e {
+        LockError::Io { path, source } => BuildError::Io { path, source },
+        other => BuildError::Lock(other),
+    })?;
+    sweep_dead_builds(sysroot_dir, &lock_path);
     if dir.join(COMPLETE).is_file() {
         return Ok(dir); // another process built it while we waited
     }
-    // What killed builds left (safe to remove: we hold the lock).
-    let stale_prefix = format!(".tmp-{name}-");
-    let entries = std::fs::read_dir(sysroot_dir).map_err(io(sysroot_dir))?.flatten();
-    let stale = entries
-        .map(|e| e.path())
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&stale_prefix)));
-    for path in stale.chain([dir.clone()]) {
-        fsutil::remove_path(&path).map_err(io(&path))?;
+    // A half-built sysroot, or this process's own failed attempt (we hold the lock).
+    let tmp = fsutil::temporary(sysroot_dir, &name);
+    for path in [&dir, &tmp] {
+        fsutil::remove_path(path).map_err(io(path))?;
     }
-    let tmp = sysroot_dir.join(format!("{stale_prefix}{}", std::process::id()));
     let progress = Progress::start(format!(
         "building `core` for {} with {} (once per toolchain and architecture; cached in {})",
         arch.target_cpu(),
@@ -75,6 +82,19 @@ pub fn core_sysroot(toolchain: &Toolchain, arch: CudaArch, sysroot_dir: &Path) -
     std::fs::write(tmp.join(COMPLETE), recipe()).map_err(io(&tmp))?;
     std::fs::rename(&tmp, &dir).map_err(io(&dir))?;
     Ok(dir)
+}
+
+/// The lock of the sysroot called `name`.
+fn lock_path(sysroot_dir: &Path, name: &str) -> PathBuf {
+    sysroot_dir.join(format!("{name}.lock"))
+}
+
+/// Removes what dead builders left in `sysroot_dir`, while this process holds lock `held`: `core`
+/// builds, and `rustc -vV` records being written. Returns what it removed.
+pub(crate) fn sweep_dead_builds(sysroot_dir: &Path, held: &Path) -> Vec<PathBuf> {
+    let mut swept = sweep::dead_temporaries(sysroot_dir, |name| Some(lock_path(sysroot_dir, name)), held);
+    swept.extend(sweep::dead_temporaries(&toolchain::versions_dir(sysroot_dir), |_| None, held));
+    swept
 }
 
 /// `core` and the empty `compiler_builtins` into sysroot `root`.

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::digest::sha256_hex;
 use crate::error::BuildError;
-use crate::fsutil;
+use crate::{child, fsutil};
 
 /// The toolchain device code is built with (the `device-toolchain` file's one line).
 pub const DEVICE_TOOLCHAIN: &str = env!("FERRINFER_DEVICE_TOOLCHAIN");
@@ -62,9 +62,9 @@ impl Toolchain {
     }
 
     /// `rustc` with an empty environment: rustc reads no configuration files, so its arguments
-    /// are then everything that decides its output.
+    /// are then everything that decides its output. It dies with this process ([`crate::child`]).
     pub fn rustc_command(&self) -> Command {
-        let mut command = Command::new(&self.rustc);
+        let mut command = child::command(&self.rustc);
         command.env_clear();
         command
     }
@@ -89,7 +89,7 @@ fn locate_rustc(name: &str) -> Result<PathBuf, BuildError> {
     if let Some(rustc) = direct.filter(|p| p.is_file()) {
         return Ok(rustc);
     }
-    let mut which = Command::new("rustup");
+    let mut which = child::command("rustup");
     which.args(["which", "rustc", "--toolchain", name]).env_remove("RUSTUP_TOOLCHAIN");
     match which.output() {
         Ok(out) if out.status.success() => {
@@ -105,6 +105,11 @@ fn rustup_home() -> Option<PathBuf> {
     home.or_else(|| dirs::home_dir().map(|home| home.join(".rustup")))
 }
 
+/// Where `rustc -vV` is kept under `state_dir`.
+pub(crate) fn versions_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("toolchains")
+}
+
 /// `<cache>/toolchains/<fingerprint hash>.toml`: one toolchain's `rustc -vV`.
 #[derive(Serialize, Deserialize)]
 struct CachedVersion {
@@ -117,7 +122,7 @@ struct CachedVersion {
 /// be had.
 fn cached_version(rustc: &Path, state_dir: &Path) -> Result<String, String> {
     let fingerprint = fingerprint(rustc);
-    let file = state_dir.join("toolchains").join(format!("{}.toml", sha256_hex(fingerprint.as_bytes())));
+    let file = versions_dir(state_dir).join(format!("{}.toml", sha256_hex(fingerprint.as_bytes())));
     let cached = std::fs::read_to_string(&file).ok().and_then(|text| toml::from_str::<CachedVersion>(&text).ok());
     if let Some(cached) = cached.filter(|c| c.fingerprint == fingerprint && c.rustc == rustc) {
         return Ok(cached.version);
@@ -154,7 +159,7 @@ fn fingerprint(rustc: &Path) -> String {
 }
 
 fn query_version(rustc: &Path) -> Result<String, String> {
-    let mut command = Command::new(rustc);
+    let mut command = child::command(rustc);
     let output = command.env_clear().arg("-vV").output();
     match output {
         Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),

@@ -1,6 +1,8 @@
 //! The disk cache with real builds (needs the nightly with rust-src, as CI has): cold build then
-//! hits, damaged entries rebuilt, AOT and embedded lookups, FERRINFER_DISABLE_JIT misses, an
-//! unwritable cache, 8 processes × 4 threads racing on one spec, and `kill -9` mid-build.
+//! hits, damaged entries rebuilt, AOT and embedded lookups, FERRINFER_DISABLE_JIT misses (a
+//! damaged entry's with the reason it was rejected), an unwritable cache and a read-only `ptx/`
+//! (found before building), 8 processes × 4 threads racing on one spec, and `kill -9` of the
+//! builder alone mid-build (its rustc dies with it; what it left is swept).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -106,6 +108,28 @@ fn jit_disabled_miss_names_the_spec_and_the_fix() {
 }
 
 #[test]
+fn jit_disabled_with_a_damaged_entry_says_why_it_was_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(DType::F32);
+    let cache = Cache::new(config(dir.path()), &[]);
+    let good = cache.module(&spec).unwrap();
+    let entry = entry_of(&cache, &spec);
+    std::fs::write(entry.join("kernels.ptx"), &good.ptx[..good.ptx.len() / 2]).unwrap();
+    let disabled = JitConfig { disable_jit: true, ..config(dir.path()) };
+    let err = Cache::new(disabled, &[]).module(&spec).unwrap_err();
+    assert!(matches!(&err, JitError::JitDisabled { rejected: Some(_), .. }), "{err}");
+    let message = err.to_string();
+    for needle in [
+        &format!("Its cache entry {} was rejected: kernels.ptx has", entry.display()),
+        "(truncated or edited)",
+        "a run without FERRINFER_DISABLE_JIT rebuilds it",
+        "cargo xtask aot --arch 9.0 --family norm",
+    ] {
+        assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+    }
+}
+
+#[test]
 fn jit_unwritable_cache_gives_a_clear_error() {
     // A cache directory below a regular file cannot be created, even by root.
     let dir = tempfile::tempdir().unwrap();
@@ -114,6 +138,28 @@ fn jit_unwritable_cache_gives_a_clear_error() {
     let err = Cache::new(config(&file.join("cache")), &[]).module(&spec(DType::F32)).unwrap_err();
     assert!(matches!(err, JitError::CacheNotWritable { .. }), "{err}");
     assert!(err.to_string().contains("FERRINFER_CACHE_DIR"), "{err}");
+}
+
+#[test]
+fn jit_a_read_only_ptx_directory_fails_before_building_naming_the_variable() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ptx = dir.path().join("ptx");
+    std::fs::create_dir(&ptx).unwrap();
+    std::fs::set_permissions(&ptx, std::fs::Permissions::from_mode(0o555)).unwrap();
+    if std::fs::write(ptx.join("probe"), "").is_ok() {
+        eprintln!("SKIPPED: this user writes into read-only directories (root with CAP_DAC_OVERRIDE)");
+        return;
+    }
+    // A sysroot directory of its own, where a build would start by compiling `core`.
+    let sysroot = dir.path().join("own-sysroot");
+    let config = JitConfig { sysroot_dir: sysroot.clone(), ..config(dir.path()) };
+    let err = Cache::new(config, &[]).module(&spec(DType::F32)).unwrap_err();
+    std::fs::set_permissions(&ptx, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(matches!(&err, JitError::CacheNotWritable { dir, .. } if *dir == ptx), "{err}");
+    assert!(err.to_string().contains("set FERRINFER_CACHE_DIR to a writable directory"), "{err}");
+    let built: Vec<_> = sysroot.read_dir().into_iter().flatten().flatten().map(|e| e.file_name()).collect();
+    assert!(built.iter().all(|name| name == "toolchains"), "a build started before the check: {built:?}");
 }
 
 /// Child side of the race below (a no-op unless that test started this process): 4 threads ask
@@ -170,28 +216,59 @@ fn jit_eight_processes_racing_build_once() {
     assert_eq!((builds, hits), (1, 7), "expected one build and 7 disk hits:\n{all}");
 }
 
+/// Name, state and parent of process `pid`, from `/proc/<pid>/stat` (`pid (comm) state ppid ...`).
+fn process(pid: u32) -> Option<(String, char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(") ")?;
+    let mut fields = rest.split(' ');
+    let state = fields.next()?.chars().next()?;
+    Some((head.split_once(" (")?.1.to_owned(), state, fields.next()?.parse().ok()?))
+}
+
+/// Whether process `pid` runs (a zombie, dead and waiting to be reaped, does not).
+fn is_running(pid: u32) -> bool {
+    process(pid).is_some_and(|(_, state, _)| state != 'Z')
+}
+
+/// The running children of process `parent` called `name`.
+fn running_children(parent: u32, name: &str) -> Vec<u32> {
+    let pids = std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse().ok());
+    pids.filter(|&pid| process(pid).is_some_and(|(comm, state, ppid)| comm == name && ppid == parent && state != 'Z'))
+        .collect()
+}
+
 #[test]
-fn jit_kill_9_mid_build_leaves_no_lock_and_no_half_entry() {
+fn jit_kill_9_of_the_builder_alone_kills_its_rustc_and_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     // A sysroot directory of its own: the child must build `core` first, which takes seconds.
     let slow_sysroot = dir.path().join("cold-sysroot");
-    let mut victim = child(dir.path(), &slow_sysroot, "jit_race_child");
-    std::os::unix::process::CommandExt::process_group(&mut victim, 0);
-    let mut victim = victim.stderr(Stdio::null()).stdout(Stdio::null()).spawn().unwrap();
-    // Wait until the child is compiling `core` (its temporary sysroot exists), then kill it.
+    let mut victim =
+        child(dir.path(), &slow_sysroot, "jit_race_child").stderr(Stdio::null()).stdout(Stdio::null()).spawn().unwrap();
+    // Wait until the child's rustc is compiling `core` (its temporary sysroot exists).
     let core_started = || {
         slow_sysroot.read_dir().is_ok_and(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with(".tmp-")))
     };
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !core_started() {
-        assert!(Instant::now() < deadline, "the child never started building");
+    let rustc = loop {
+        match running_children(victim.id(), "rustc").first() {
+            Some(&rustc) if core_started() => break rustc,
+            _ => assert!(Instant::now() < deadline, "the child never started building"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(500)); // well into `core`
+    // SIGKILL the child alone, not its process group: its rustc must die with it, or it would
+    // go on writing its temporary sysroot after the next build swept it.
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while is_running(rustc) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(500)); // rustc is compiling `core` now
-    // SIGKILL the child and the rustc it started (its process group).
-    let killed = Command::new("kill").args(["-s", "KILL", "--", &format!("-{}", victim.id())]).status().unwrap();
-    assert!(killed.success());
-    victim.wait().unwrap();
+    if is_running(rustc) {
+        let _ = Command::new("kill").args(["-s", "KILL", &rustc.to_string()]).status();
+        panic!("rustc {rustc} outlived the builder killed with kill -9");
+    }
     for lock in std::fs::read_dir(&slow_sysroot)
         .unwrap()
         .flatten()
@@ -202,7 +279,8 @@ fn jit_kill_9_mid_build_leaves_no_lock_and_no_half_entry() {
     let complete = std::fs::read_dir(&slow_sysroot).unwrap().flatten().any(|e| e.path().join("complete").exists());
     assert!(!complete, "a half-built sysroot was left in place");
 
-    let cache = Cache::new(config(dir.path()), &[]);
+    // The next build, over the same sysroot directory, sweeps what the killed one left.
+    let cache = Cache::new(JitConfig { sysroot_dir: slow_sysroot.clone(), ..config(dir.path()) }, &[]);
     let spec = spec(DType::Bf16);
     let key = cache.keys(&spec).unwrap().1;
     let lock = File::open(dir.path().join("locks").join(format!("{key}.lock"))).unwrap();
@@ -212,6 +290,10 @@ fn jit_kill_9_mid_build_leaves_no_lock_and_no_half_entry() {
     let module = cache.module(&spec).unwrap();
     assert_eq!(module.origin, Origin::Built);
     assert!(aot::embeddable(dir.path()).iter().any(|e| e.source_key == module.source_key), "a valid entry");
+    for folder in [dir.path().join("ptx"), dir.path().join("build"), slow_sysroot] {
+        let left: Vec<_> = folder.read_dir().unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(!left.iter().any(|n| n.to_string_lossy().starts_with(".tmp-")), "{}: {left:?}", folder.display());
+    }
 }
 
 #[test]

@@ -1,12 +1,15 @@
 //! Strict inputs and a cache that repairs itself (issue 12): architectures that do not exist and
 //! empty lists are errors; boolean variables are strict; a process waiting on a held lock says
-//! who holds it and keeps saying so; damaged or poisoned entries (a file in place of the entry
-//! directory, a missing manifest, PTX for another processor with a manifest to match, another
-//! toolchain's entry) are rebuilt, and the same in an AOT directory is ignored with its reason.
+//! who holds it and keeps saying so, and with FERRINFER_JIT_WAIT_SECS gives up naming it; a
+//! directory in place of a lock file is named with the fix; damaged or poisoned entries (a file
+//! in place of the entry directory, a missing manifest, PTX for another processor with a
+//! manifest to match, another toolchain's entry) are rebuilt, and the same in an AOT directory is
+//! ignored with its reason.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use ferrinfer_jit::norm::{NormKernel, NormModule};
 use ferrinfer_jit::{Cache, CudaArch, JitConfig, JitError, JitSpec, Origin, aot};
@@ -89,34 +92,46 @@ fn jit_disable_jit_accepts_the_usual_spellings() {
     }
 }
 
-/// Child side of the lock test: asks for the module (the parent holds its lock).
+/// Child side of the lock tests: asks for the module (the parent holds its lock).
 #[test]
 fn jit_lock_child() {
     if std::env::var_os("FERRINFER_TEST_LOCK_CHILD").is_none() {
         return;
     }
-    let module = Cache::new(JitConfig::from_env().unwrap(), &[]).module(&spec()).unwrap();
+    let module = Cache::new(JitConfig::from_env().unwrap(), &[]).module(&spec()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(module.origin, Origin::Built);
+}
+
+/// The lock of `spec()` in a cache at `dir`, held by this process.
+fn hold_the_lock(dir: &Path) -> ferrinfer_jit::lock::Held {
+    let key = Cache::new(config(dir), &[]).keys(&spec()).unwrap().1;
+    std::fs::create_dir_all(dir.join("locks")).unwrap();
+    ferrinfer_jit::lock::acquire(&dir.join("locks").join(format!("{key}.lock")), "the test", None).unwrap()
+}
+
+/// [`jit_lock_child`] over the cache at `dir`, with `vars`.
+fn lock_child(dir: &Path, vars: &[(&str, &str)]) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "jit_lock_child", "--nocapture", "--test-threads=1"])
+        .env("FERRINFER_TEST_LOCK_CHILD", "1")
+        .env("FERRINFER_CACHE_DIR", dir)
+        .env("FERRINFER_JIT_SYSROOT_DIR", shared_sysroot_dir())
+        .env_remove("FERRINFER_PTXAS")
+        .env_remove("FERRINFER_REQUIRE_PTXAS")
+        .env_remove("FERRINFER_JIT_VERBOSE")
+        .env_remove("FERRINFER_JIT_WAIT_SECS")
+        .envs(vars.iter().copied())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 #[test]
 fn jit_a_held_lock_names_its_holder_and_the_waiter_keeps_saying_so() {
     let dir = tempfile::tempdir().unwrap();
-    let key = Cache::new(config(dir.path()), &[]).keys(&spec()).unwrap().1;
-    std::fs::create_dir_all(dir.path().join("locks")).unwrap();
-    let held = ferrinfer_jit::lock::acquire(&dir.path().join("locks").join(format!("{key}.lock")), "the test").unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "jit_lock_child", "--nocapture", "--test-threads=1"])
-        .env("FERRINFER_TEST_LOCK_CHILD", "1")
-        .env("FERRINFER_CACHE_DIR", dir.path())
-        .env("FERRINFER_JIT_SYSROOT_DIR", shared_sysroot_dir())
-        .env_remove("FERRINFER_PTXAS")
-        .env_remove("FERRINFER_REQUIRE_PTXAS")
-        .env_remove("FERRINFER_JIT_VERBOSE")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let held = hold_the_lock(dir.path());
+    let mut child = lock_child(dir.path(), &[]);
     // Two notices (after 3 s, then 5 s later), each naming this process; then let go.
     let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
     let holder = format!("locked by pid {} (", std::process::id());
@@ -132,6 +147,39 @@ fn jit_a_held_lock_names_its_holder_and_the_waiter_keeps_saying_so() {
     let rest: Vec<String> = stderr.map_while(Result::ok).collect();
     assert!(child.wait().unwrap().success(), "the child failed after the lock was released:\n{}", rest.join("\n"));
     assert!(rest.iter().any(|l| l.contains("got the lock")), "{rest:?}");
+}
+
+#[test]
+fn jit_a_waiter_with_a_limit_gives_up_naming_the_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let _held = hold_the_lock(dir.path());
+    let started = Instant::now();
+    let out = lock_child(dir.path(), &[("FERRINFER_JIT_WAIT_SECS", "1")]).wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the child built while the lock was held:\n{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(60), "the child waited {:?}", started.elapsed());
+    for needle in [
+        "gave up waiting for kernel module `norm_rmsnorm_f32",
+        "after 1 s (FERRINFER_JIT_WAIT_SECS)",
+        &format!("is locked by pid {} (", std::process::id()),
+        "raise FERRINFER_JIT_WAIT_SECS",
+    ] {
+        assert!(stderr.contains(needle), "{stderr:?} lacks {needle:?}");
+    }
+}
+
+#[test]
+fn jit_a_directory_in_place_of_a_lock_file_is_named_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = Cache::new(config(dir.path()), &[]).keys(&spec()).unwrap().1;
+    let lock = dir.path().join("locks").join(format!("{key}.lock"));
+    std::fs::create_dir_all(&lock).unwrap();
+    let err = origin_in_fresh_cache(dir.path()).unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, JitError::Lock(_)), "{message}");
+    assert!(message.contains(&format!("{} is a directory, where the lock file for kernel module", lock.display())));
+    assert!(message.contains(&format!("remove it (`rm -r {}`)", lock.display())), "{message}");
+    assert!(!message.contains("not writable"), "{message}");
 }
 
 /// A built entry of `spec()` in a fresh cache, and that cache's entry directory.
@@ -190,11 +238,11 @@ fn jit_damaged_entry_paths_are_repaired() {
             }),
         ),
         (
-            "build directory replaced by a file",
+            "build/ replaced by a file",
             Box::new(|| {
                 std::fs::remove_dir_all(&entry).unwrap();
-                std::fs::create_dir_all(dir.path().join("build")).unwrap();
-                std::fs::write(dir.path().join("build").join(entry.file_name().unwrap()), "").unwrap();
+                let _ = std::fs::remove_dir_all(dir.path().join("build"));
+                std::fs::write(dir.path().join("build"), "").unwrap();
             }),
         ),
     ];
