@@ -6,7 +6,8 @@
 //! cos_sin_cache, is_neox=True, query_out=None, key_out=None, enable_pdl=None)`). Each function
 //! is also in its family's submodule, FlashInfer's (`ferrinfer.norm.rmsnorm`, `from
 //! ferrinfer.sampling import top_p_sampling_from_probs`). Ops with an output return it
-//! (allocated like the input of its extent — `input`, `query` — when `out` is None); in-place ops
+//! (allocated like the input of its extent — `input`, `query` — when `out` is None), an output
+//! with a `return_<name>` switch (decode's `return_lse`) only where it is on; in-place ops
 //! return None. Errors are raised as
 //! Python exceptions carrying the Rust error's message (`TypeError` for dtype errors, naming the
 //! dtype; `ValueError` otherwise).
@@ -323,9 +324,19 @@ fn call<'py>(
     ferrinfer_launch::with_pdl(pdl, || op.call_per_row(&view_refs, &scalars, &per_row, target.stream()))
         .map_err(to_python)?;
     target.finish()?;
-    // One output is returned as it is, several as a tuple (`merge_state`'s `(v, s)`), none as None.
-    let outputs: Vec<_> =
-        op.tensors.iter().zip(&objects).filter(|(arg, _)| arg.role == Role::Out).map(|(_, o)| o).collect();
+    // One output is returned as it is, several as a tuple (`merge_state`'s `(v, s)`), none as
+    // None; an output with a `return_<name>` switch (decode's `return_lse`) only where it is on.
+    let returned = |name: &str| {
+        let switch = op.scalars.iter().position(|s| s.name.strip_prefix("return_") == Some(name));
+        switch.is_none_or(|i| scalars[i] == Scalar::Bool(true))
+    };
+    let outputs: Vec<_> = op
+        .tensors
+        .iter()
+        .zip(&objects)
+        .filter(|(arg, _)| arg.role == Role::Out && returned(arg.name))
+        .map(|(_, o)| o)
+        .collect();
     match outputs.as_slice() {
         [] => Ok(py.None().into_bound(py)),
         [one] => Ok((*one).clone()),

@@ -10,6 +10,14 @@ fn ferrinfer(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // `dynamic = ["version"]`), so the two cannot drift. `add` lists it in `__all__`, which the
     // package's `__init__` re-exports (a name with `_` would not pass a bare `import *`).
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    module.add_function(wrap_pyfunction!(_decode_plan, module)?)?;
     // The lib's name, `ferrinfer`: maturin names the package users import after it.
     ferrinfer_ffi::python::register(module, env!("CARGO_CRATE_NAME"))
+}
+
+/// `ferrinfer_launch::decode::plan` for the decode wrapper's `plan` (python/ferrinfer/_decode.py):
+/// the work items of requests of `kv_lengths` keys, `(work, work_indptr)` as flat lists.
+#[pyfunction]
+fn _decode_plan(kv_lengths: Vec<u64>, kv_heads: u32, multiprocessors: u32) -> (Vec<i32>, Vec<i32>) {
+    ferrinfer_ffi::launch::decode::plan(&kv_lengths, kv_heads, multiprocessors)
 }

@@ -10,7 +10,7 @@ import types
 import ferrinfer
 
 # FlashInfer's submodule of each family ferrinfer has (a new family adds its name here).
-FLASHINFER_SUBMODULES = ["norm", "activation", "sampling", "cascade", "rope", "page"]
+FLASHINFER_SUBMODULES = ["norm", "activation", "sampling", "cascade", "rope", "page", "decode"]
 
 
 def public(module, kind):

@@ -1,0 +1,98 @@
+"""The decode family in the `ferrinfer` wheel on the CPU backend through NumPy: FlashInfer's
+`single_decode_with_kv_cache` (its output alone, or with the log-sum-exp where `return_lse`) and
+`BatchDecodeWithPagedKVCacheWrapper` (`plan`, then `run` any number of times), both layouts,
+GQA, long requests split into work items and merged, against an f64 reference; errors name the
+argument."""
+import numpy as np
+import pytest
+
+import ferrinfer
+from ferrinfer.decode import BatchDecodeWithPagedKVCacheWrapper, single_decode_with_kv_cache
+
+RNG = np.random.default_rng(11)
+
+
+def attention_ref(q, k, v, sm_scale=None):
+    """f64 decode of `q` `[heads, d]` over `k`, `v` `[n, kv_heads, d]`: `(o, lse base 2)`."""
+    heads, d = q.shape
+    group = heads // k.shape[1]
+    scale = sm_scale if sm_scale is not None else d ** -0.5
+    out, lse = np.zeros((heads, d)), np.full(heads, -np.inf)
+    for h in range(heads):
+        if len(k) == 0:
+            continue
+        s = k[:, h // group].astype(np.float64) @ q[h].astype(np.float64) * scale
+        m = s.max()
+        w = np.exp(s - m)
+        out[h] = w @ v[:, h // group].astype(np.float64) / w.sum()
+        lse[h] = (m + np.log(w.sum())) / np.log(2)
+    return out, lse
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_single_decode_returns_its_output_and_lse_where_asked(layout):
+    heads, kv_heads, d, n = 8, 2, 64, 37
+    q = RNG.standard_normal((heads, d)).astype(np.float32)
+    k, v = (RNG.standard_normal((n, kv_heads, d)).astype(np.float32) for _ in range(2))
+    stored = (lambda x: x) if layout == "NHD" else (lambda x: np.ascontiguousarray(x.transpose(1, 0, 2)))
+    out = single_decode_with_kv_cache(q, stored(k), stored(v), kv_layout=layout)
+    assert out.shape == (heads, d)
+    want, want_lse = attention_ref(q, k, v)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+    out, lse = single_decode_with_kv_cache(q, stored(k), stored(v), kv_layout=layout, return_lse=True)
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-5)
+
+
+def paged(lengths, kv_heads, d, page_size, layout):
+    """A paged cache holding `lengths` keys a request, its pages in reverse order."""
+    pages = [-(-n // page_size) for n in lengths]
+    used = sum(pages)
+    indptr = np.concatenate([[0], np.cumsum(pages)]).astype(np.int32)
+    indices = np.arange(used, 0, -1).astype(np.int32)
+    last = np.array([n - max(p - 1, 0) * page_size if p else 0 for n, p in zip(lengths, pages)], np.int32)
+    shape = (used + 1, page_size, kv_heads, d) if layout == "NHD" else (used + 1, kv_heads, page_size, d)
+    k_cache, v_cache = (RNG.standard_normal(shape).astype(np.float32) for _ in range(2))
+
+    def keys(cache, b):
+        rows = cache[indices[indptr[b]:indptr[b + 1]]]
+        rows = rows if layout == "NHD" else rows.transpose(0, 2, 1, 3)
+        return rows.reshape(-1, kv_heads, d)[: lengths[b]]
+
+    return (k_cache, v_cache), indptr, indices, last, keys
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_the_wrapper_plans_once_and_runs_any_number_of_times(layout):
+    heads, kv_heads, d, page_size = 8, 2, 128, 16
+    lengths = [0, 1, 16, 700, 3000, 33]
+    caches, indptr, indices, last, keys = paged(lengths, kv_heads, d, page_size, layout)
+    workspace = np.zeros(64 << 20, np.uint8)
+    wrapper = BatchDecodeWithPagedKVCacheWrapper(workspace, layout)
+    wrapper.plan(indptr, indices, last, heads, kv_heads, d, page_size)
+    for _ in range(2):
+        q = RNG.standard_normal((len(lengths), heads, d)).astype(np.float32)
+        out, lse = wrapper.run(q, caches, return_lse=True)
+        for b in range(len(lengths)):
+            want, want_lse = attention_ref(q[b], keys(caches[0], b), keys(caches[1], b))
+            np.testing.assert_allclose(out[b], want, rtol=1e-4, atol=1e-5, err_msg=f"request {b}")
+            np.testing.assert_allclose(lse[b], want_lse, rtol=1e-5, atol=1e-5, err_msg=f"request {b}")
+    assert wrapper.run(q, caches).shape == q.shape
+
+
+def test_a_workspace_too_small_is_refused_naming_it():
+    caches, indptr, indices, last, _ = paged([5000] * 4, 2, 128, 16, "NHD")
+    wrapper = BatchDecodeWithPagedKVCacheWrapper(np.zeros(64, np.uint8))
+    # A CPU plan keeps requests whole: four items of 8 heads × 129 floats, more than 64 bytes.
+    with pytest.raises(ValueError, match="float_workspace_buffer"):
+        wrapper.plan(indptr, indices, last, 8, 2, 128, 16)
+
+
+def test_heads_that_do_not_divide_are_refused():
+    caches, indptr, indices, last, _ = paged([5], 3, 64, 16, "NHD")
+    wrapper = BatchDecodeWithPagedKVCacheWrapper(np.zeros(1 << 20, np.uint8))
+    with pytest.raises(ValueError, match="num_qo_heads"):
+        wrapper.plan(indptr, indices, last, 8, 3, 64, 16)
+
+
+def test_the_wrapper_is_in_the_decode_submodule():
+    assert ferrinfer.decode.BatchDecodeWithPagedKVCacheWrapper is BatchDecodeWithPagedKVCacheWrapper
