@@ -9,15 +9,16 @@ mod candle_common;
 use candle_common::{EPS, Elem, check_op, dtype, error_of, rms_reference, tensor, values, within_two_units};
 use candle_core::{DType as CandleDType, Device, IndexOp, Tensor, WithDType};
 use ferrinfer_ffi::candle::{self as fc, Op};
+use ferrinfer_launch::op::{DTypeRule, OpInfo, Role};
 use ferrinfer_launch::reference;
 use ferrinfer_launch::scalar::ScalarType;
 use ferrinfer_launch::{DType, KvLayout, Scalar, fused_add_rmsnorm};
 use half::{bf16, f16};
 
 fn check_every_op<T: Elem>(seed: u64) {
-    // Rope's heads and positions and the page family's page tables are not made here: their
+    // Rope's heads and positions, the page family's page tables and decode's caches are not made here: their
     // adapter paths have tests of their own below.
-    for (i, op) in ferrinfer_launch::ops().filter(|op| !matches!(op.family, "rope" | "page")).enumerate() {
+    for (i, op) in ferrinfer_launch::ops().filter(|op| !matches!(op.family, "rope" | "page" | "decode")).enumerate() {
         let seed = seed + 100 * i as u64;
         check_op::<T, T>(&Device::Cpu, op, &[19, 500], false, seed);
         check_op::<T, T>(&Device::Cpu, op, &[5, 4, 128], false, seed + 10); // tokens × heads × head_dim
@@ -293,15 +294,12 @@ fn candle_rope_matches_the_reference_and_runs_in_place() {
     assert_eq!((values(&q2), values(&k2)), (values(&q_rope), values(&k_rope)));
 }
 
-/// Appending to a paged KV cache through candle on the CPU: the registry's problem (int32 page
-/// tables), both caches updated in place as the op's reference says.
-#[test]
-fn candle_append_paged_kv_cache_updates_both_caches() {
-    let (rows, hidden) = (40, 64);
-    let op = &ferrinfer_launch::append_paged_kv_cache::INFO;
-    let t: Vec<Tensor> = op
-        .tensors
+/// The inputs of `op`'s registry problem of `rows` rows of `hidden` on the CPU: a family's fixed
+/// values (page tables, plans) as int32, the rest random, f32 where the op's table says so.
+fn registry_problem<T: Elem>(op: &OpInfo, rows: usize, hidden: usize, seed: u64) -> Vec<Tensor> {
+    op.tensors
         .iter()
+        .filter(|arg| arg.role != Role::Out)
         .enumerate()
         .map(|(i, arg)| {
             let shape = arg.extent.shape(rows, hidden);
@@ -310,16 +308,46 @@ fn candle_append_paged_kv_cache_updates_both_caches() {
                     let values: Vec<i32> = values.iter().map(|&v| v as i32).collect();
                     Tensor::from_vec(values, shape, &Device::Cpu).unwrap()
                 }
-                None => tensor::<f16>(&shape, false, 9_000 + i as u64),
+                None if arg.dtype == DTypeRule::F32 => tensor::<f32>(&shape, false, seed + i as u64),
+                None => tensor::<T>(&shape, false, seed + i as u64),
             }
         })
-        .collect();
+        .collect()
+}
+
+/// Appending to a paged KV cache through candle on the CPU: the registry's problem (int32 page
+/// tables), both caches updated in place as the op's reference says.
+#[test]
+fn candle_append_paged_kv_cache_updates_both_caches() {
+    let (rows, hidden) = (40, 64);
+    let op = &ferrinfer_launch::append_paged_kv_cache::INFO;
+    let t = registry_problem::<f16>(op, rows, hidden, 9_000);
     let before: Vec<Vec<f64>> = t.iter().map(values).collect();
     let layout = ferrinfer_launch::KvLayout::Nhd;
     fc::append_paged_kv_cache(&t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &t[7], &t[8], layout).unwrap();
     let written = [values(&t[4]), values(&t[5])];
     reference::check_written(op, DType::F16, hidden, &before, &written, &[KvLayout::Nhd.into_scalar()]).unwrap();
     assert_ne!(written[0], before[4], "keys were appended");
+}
+
+/// Batch decode through candle on the CPU: the registry's problem (requests of 0 to 79 keys in a
+/// paged cache, int32 page table and plan), the workspace written in place and `(out, lse)`
+/// allocated, all as the op's reference says.
+#[test]
+fn candle_batch_decode_writes_the_workspace_and_its_outputs() {
+    let (rows, hidden) = (9, 64);
+    let op = &ferrinfer_launch::batch_decode_with_paged_kv_cache::INFO;
+    let t = registry_problem::<f32>(op, rows, hidden, 9_500);
+    let before: Vec<Vec<f64>> = t.iter().map(values).chain([Vec::new(), Vec::new()]).collect();
+    let (layout, mode) = (KvLayout::Nhd, ferrinfer_launch::PosEncodingMode::None);
+    let (out, lse) = fc::batch_decode_with_paged_kv_cache(
+        &t[0], &t[1], &t[2], &t[3], &t[4], &t[5], &t[6], &t[7], &t[8], &t[9], layout, mode, None, None, None, -1, None,
+        None, None, None, false,
+    )
+    .unwrap();
+    assert_eq!((out.dims(), lse.dims()), (t[0].dims(), &[rows, ferrinfer_launch::op::QUERY_HEADS][..]));
+    let written = [values(&t[8]), values(&t[9]), values(&out), values(&lse)];
+    reference::check_written(op, DType::F32, hidden, &before, &written, &op.examples(rows, hidden)).unwrap();
 }
 
 /// `get_batch_indices_positions` through candle: its int32 outputs allocated `[nnz]` (the count

@@ -93,7 +93,7 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
                 tensor(Kind::Float, rows * STACKED, 1, false, seed + i as u64).reshape([rows, STACKED])
             }
             _ => {
-                unreachable!("rope's and the page family's ops are tested on their own")
+                unreachable!("rope's, the page family's and decode's ops are tested on their own")
             }
         })
         .collect();
@@ -146,9 +146,9 @@ fn check(op: &'static OpInfo, kind: Kind, wide: bool, narrow: bool, hidden: i64,
 /// Every op of the registry in every kind and layout, against its reference.
 #[test]
 fn torch_every_op_matches_the_reference() {
-    // Rope's heads and positions and the page family's page tables are not made here: their
+    // Rope's heads and positions, the page family's page tables and decode's caches are not made here: their
     // adapter paths have tests of their own below.
-    for (o, op) in ferrinfer_launch::ops().filter(|op| !matches!(op.family, "rope" | "page")).enumerate() {
+    for (o, op) in ferrinfer_launch::ops().filter(|op| !matches!(op.family, "rope" | "page" | "decode")).enumerate() {
         for (i, kind) in KINDS.into_iter().enumerate() {
             for (j, (narrow, hidden)) in
                 [(false, 1024), (true, 1024), (false, 111), (true, 111)].into_iter().enumerate()
@@ -328,17 +328,21 @@ fn torch_rope_matches_the_launch_layer_and_runs_in_place() {
 
 /// The registry's paged-KV problem of `rows` tokens of head_dim `hidden` as tch tensors: keys,
 /// values and caches of `kind` from `seed`, the page table's int32 parts.
-fn page_problem(kind: Kind, rows: usize, hidden: usize, seed: u64) -> Vec<Tensor> {
-    let op = &ferrinfer_launch::append_paged_kv_cache::INFO;
+fn registry_problem(op: &OpInfo, kind: Kind, rows: usize, hidden: usize, seed: u64) -> Vec<Tensor> {
     op.tensors
         .iter()
+        .filter(|arg| arg.role != Role::Out)
         .enumerate()
         .map(|(i, arg)| {
             let shape: Vec<i64> = arg.extent.shape(rows, hidden).iter().map(|&d| d as i64).collect();
             match arg.domain.fixed(rows) {
-                Some(values) => Tensor::from_slice(&values.iter().map(|&v| v as i32).collect::<Vec<_>>()),
+                Some(values) => {
+                    let values = Tensor::from_slice(&values.iter().map(|&v| v as i32).collect::<Vec<_>>());
+                    values.view(shape.as_slice())
+                }
                 None => {
                     let len = shape.iter().product::<i64>() as usize;
+                    let kind = if arg.dtype == DTypeRule::F32 { Kind::Float } else { kind };
                     Tensor::from_slice(&random_normal::<f32>(len, seed + i as u64)).view(shape.as_slice()).to_kind(kind)
                 }
             }
@@ -346,12 +350,55 @@ fn page_problem(kind: Kind, rows: usize, hidden: usize, seed: u64) -> Vec<Tensor
         .collect()
 }
 
+/// Batch decode through tch on the CPU: the registry's problem (requests of 0 to 79 keys in a
+/// paged cache, int32 page table and plan), the workspace written in place and `(out, lse)`
+/// allocated, all as the op's reference says.
+#[test]
+fn torch_batch_decode_writes_the_workspace_and_its_outputs() {
+    let (rows, hidden) = (9, 64);
+    let op = &ferrinfer_launch::batch_decode_with_paged_kv_cache::INFO;
+    let t = registry_problem(op, Kind::BFloat16, rows, hidden, 9_500);
+    let before: Vec<Vec<f64>> = t.iter().map(values).chain([Vec::new(), Vec::new()]).collect();
+    let (mut partial_v, mut partial_s) = (t[8].copy(), t[9].copy());
+    let (layout, mode) = (KvLayout::Nhd, ferrinfer_launch::PosEncodingMode::None);
+    let (out, lse) = ft::batch_decode_with_paged_kv_cache(
+        &t[0],
+        &t[1],
+        &t[2],
+        &t[3],
+        &t[4],
+        &t[5],
+        &t[6],
+        &t[7],
+        &mut partial_v,
+        &mut partial_s,
+        None,
+        None,
+        layout,
+        mode,
+        None,
+        None,
+        None,
+        -1,
+        None,
+        None,
+        None,
+        None,
+        false,
+        &TorchStream::Cpu,
+    )
+    .unwrap();
+    assert_eq!(out.size(), t[0].size());
+    let written = [values(&partial_v), values(&partial_s), values(&out), values(&lse)];
+    reference::check_written(op, DType::Bf16, hidden, &before, &written, &op.examples(rows, hidden)).unwrap();
+}
+
 /// Appending to a paged KV cache through tch on the CPU: both caches updated in place as the
 /// op's reference says, "NHD".
 #[test]
 fn torch_append_paged_kv_cache_updates_both_caches() {
     let (rows, hidden) = (40, 64);
-    let t = page_problem(Kind::BFloat16, rows, hidden, 9_000);
+    let t = registry_problem(&ferrinfer_launch::append_paged_kv_cache::INFO, Kind::BFloat16, rows, hidden, 9_000);
     let before: Vec<Vec<f64>> = t.iter().map(values).collect();
     let (mut k_cache, mut v_cache) = (t[4].copy(), t[5].copy());
     let layout = ferrinfer_launch::KvLayout::Nhd;

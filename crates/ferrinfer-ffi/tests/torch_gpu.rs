@@ -122,7 +122,7 @@ fn tensors(op: &OpInfo, kind: Kind, narrow: bool, seed: u64, device: Device) -> 
                     tensor(Kind::Float, ROWS * STACKED, 1, false, seed, device).0.reshape([ROWS, STACKED])
                 }
                 _ => {
-                    unreachable!("rope's and the page family's ops are tested on their own")
+                    unreachable!("rope's, the page family's and decode's ops are tested on their own")
                 }
             }
         })
@@ -184,9 +184,9 @@ fn torch_gpu_every_op_on_a_cudarc_stream_and_the_default_stream() {
     // SAFETY: 0 is the legacy default stream of device 0 (PyTorch's default), always alive.
     let default_stream = unsafe { TorchStream::cuda(0, 0) }.unwrap();
     let streams = [("cudarc stream", TorchStream::Cuda(cudarc_stream)), ("default stream", default_stream)];
-    // Rope's heads and positions and the page family's page tables are not made here: their
+    // Rope's heads and positions, the page family's page tables and decode's caches are not made here: their
     // adapter paths have tests of their own below.
-    for (i, op) in ferrinfer_launch::ops().filter(|op| !matches!(op.family, "rope" | "page")).enumerate() {
+    for (i, op) in ferrinfer_launch::ops().filter(|op| !matches!(op.family, "rope" | "page" | "decode")).enumerate() {
         for (j, kind) in [Kind::Float, Kind::Half, Kind::BFloat16].into_iter().enumerate() {
             for narrow in [false, true] {
                 let seed = 10_000 * i as u64 + 1_000 * j as u64 + 100 * narrow as u64;

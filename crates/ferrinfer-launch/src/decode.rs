@@ -578,32 +578,17 @@ fn check_values(
             layout::host_indices(last_page_len, last_stride),
         )
     };
-    let invalid =
-        |argument, index, value, expected: String| Err(Error::InvalidIndex { argument, index, value, expected });
-    let page_ids = ids.len() as i64;
-    for (i, pair) in bounds.windows(2).enumerate() {
-        if pair[0] < 0 || pair[1] < pair[0] || pair[1] > page_ids {
-            let (index, value, least) = if pair[0] < 0 { (i, pair[0], 0) } else { (i + 1, pair[1], pair[0]) };
-            let expected =
-                format!("{least} ≤ kv_indptr[{index}] ≤ {page_ids} (never going down; at most `kv_indices`' length)");
-            return invalid("kv_indptr", index, value, expected);
-        }
-    }
-    if let Some((i, &page)) = ids.iter().enumerate().find(|&(_, &page)| page < 0 || page as u64 >= p.pages) {
-        return invalid("kv_indices", i, page, format!("0 ≤ kv_indices[{i}] < {} (a page of the caches)", p.pages));
-    }
+    page::check_page_ids(&bounds, &ids, p.pages)?;
     let page_size = p.page_size as i64;
-    let mut lengths_of = Vec::with_capacity(lengths.len());
     for (b, &last) in lengths.iter().enumerate() {
-        let pages = bounds[b + 1] - bounds[b];
-        let allowed = if pages == 0 { 0..=page_size } else { 1..=page_size };
-        if !allowed.contains(&last) {
-            let (least, most) = (allowed.start(), allowed.end());
-            return invalid("kv_last_page_len", b, last, format!("{least} ≤ kv_last_page_len[{b}] ≤ {most}"));
+        // A request of no pages may give any length up to a page (FlashInfer's plans pass 0 or
+        // a stale value there); one with pages, a length of its last page.
+        let least = if bounds[b + 1] == bounds[b] { 0 } else { 1 };
+        if !(least..=page_size).contains(&last) {
+            let expected = format!("{least} ≤ kv_last_page_len[{b}] ≤ {page_size}");
+            return Err(Error::InvalidIndex { argument: "kv_last_page_len", index: b, value: last, expected });
         }
-        lengths_of.push(if pages == 0 { 0 } else { (pages - 1) * page_size + last });
     }
-    let _ = lengths_of;
     check_plan_values(work, work_indptr)
 }
 

@@ -535,14 +535,10 @@ pub(crate) fn check_caches(caches: &[Named; 2], layout: KvLayout, (heads, width)
     Ok(Cache { pages: shape[0] as u64, page_size: shape[entries_dim] as u64, strides })
 }
 
-/// The CPU backend's checks of the page tables' values (see the module docs), each naming the
-/// tensor and index of the first bad value.
-fn check_page_table(p: &AppendParams, indices: &[Named; 5], last_stride: u64) -> Result<(), Error> {
-    // SAFETY: host views of the strides `plan` validated (`p.index_strides`, `last_stride`).
-    let values = |i: usize, stride: u64| unsafe { layout::host_indices(indices[i].1, stride) };
-    let [batch_stride, position_stride, ids_stride, bounds_stride] = p.index_strides;
-    let (sequences, positions) = (values(0, batch_stride), values(1, position_stride));
-    let (ids, bounds, lengths) = (values(2, ids_stride), values(3, bounds_stride), values(4, last_stride));
+/// A page table's bounds and page ids (host values): `kv_indptr` from ≥ 0 never going down and
+/// within `kv_indices`, every page one of the caches' `pages`; the error names the tensor and
+/// index of the first bad value.
+pub(crate) fn check_page_ids(bounds: &[i64], ids: &[i64], pages: u64) -> Result<(), Error> {
     let invalid =
         |argument, index, value, expected: String| Err(Error::InvalidIndex { argument, index, value, expected });
     let page_ids = ids.len() as i64;
@@ -554,9 +550,23 @@ fn check_page_table(p: &AppendParams, indices: &[Named; 5], last_stride: u64) ->
             return invalid("kv_indptr", index, value, expected);
         }
     }
-    if let Some((i, &page)) = ids.iter().enumerate().find(|&(_, &page)| page < 0 || page as u64 >= p.pages) {
-        return invalid("kv_indices", i, page, format!("0 ≤ kv_indices[{i}] < {} (a page of the caches)", p.pages));
+    if let Some((i, &page)) = ids.iter().enumerate().find(|&(_, &page)| page < 0 || page as u64 >= pages) {
+        return invalid("kv_indices", i, page, format!("0 ≤ kv_indices[{i}] < {pages} (a page of the caches)"));
     }
+    Ok(())
+}
+
+/// The CPU backend's checks of the page tables' values (see the module docs), each naming the
+/// tensor and index of the first bad value.
+fn check_page_table(p: &AppendParams, indices: &[Named; 5], last_stride: u64) -> Result<(), Error> {
+    // SAFETY: host views of the strides `plan` validated (`p.index_strides`, `last_stride`).
+    let values = |i: usize, stride: u64| unsafe { layout::host_indices(indices[i].1, stride) };
+    let [batch_stride, position_stride, ids_stride, bounds_stride] = p.index_strides;
+    let (sequences, positions) = (values(0, batch_stride), values(1, position_stride));
+    let (ids, bounds, lengths) = (values(2, ids_stride), values(3, bounds_stride), values(4, last_stride));
+    let invalid =
+        |argument, index, value, expected: String| Err(Error::InvalidIndex { argument, index, value, expected });
+    check_page_ids(&bounds, &ids, p.pages)?;
     let page_size = p.page_size as i64;
     let pages = |b: usize| bounds[b + 1] - bounds[b];
     let length = |b: usize| (pages(b) - 1).max(0) * page_size + lengths[b];

@@ -83,7 +83,7 @@ pub fn check_op<T: Elem, W: Elem>(device: &Device, op: &'static OpInfo, shape: &
                 Extent::Stacked => tensor_on::<T>(device, &[rows(shape), STACKED_STATES, hidden], false, seed),
                 Extent::StackedBatch => tensor_on::<f32>(device, &[rows(shape), STACKED_STATES], false, seed),
                 _ => {
-                    unreachable!("rope's ops are tested on their own")
+                    unreachable!("rope's, the page family's and decode's ops are tested on their own")
                 }
             }
         })
