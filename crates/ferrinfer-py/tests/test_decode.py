@@ -1,7 +1,7 @@
 """The decode family in the `ferrinfer` wheel on the CPU backend through NumPy: FlashInfer's
 `single_decode_with_kv_cache` (its output alone, or with the log-sum-exp where `return_lse`) and
 `BatchDecodeWithPagedKVCacheWrapper` (`plan`, then `run` any number of times), both layouts,
-GQA, long requests split into work items and merged, against an f64 reference; errors name the
+page sizes 1, 7, 16 and 64, GQA, long requests split into work items and merged, against an f64 reference; errors name the
 argument."""
 import numpy as np
 import pytest
@@ -61,10 +61,10 @@ def paged(lengths, kv_heads, d, page_size, layout):
     return (k_cache, v_cache), indptr, indices, last, keys
 
 
-@pytest.mark.parametrize("layout", ["NHD", "HND"])
-def test_the_wrapper_plans_once_and_runs_any_number_of_times(layout):
-    heads, kv_heads, d, page_size = 8, 2, 128, 16
-    lengths = [0, 1, 16, 700, 3000, 33]
+@pytest.mark.parametrize("layout,page_size", [("NHD", 16), ("HND", 16), ("NHD", 1), ("HND", 64), ("NHD", 7)])
+def test_the_wrapper_plans_once_and_runs_any_number_of_times(layout, page_size):
+    heads, kv_heads, d = 8, 2, 128
+    lengths = [0, 1, 16, 700, 3000, 33, 64]
     caches, indptr, indices, last, keys = paged(lengths, kv_heads, d, page_size, layout)
     workspace = np.zeros(64 << 20, np.uint8)
     wrapper = BatchDecodeWithPagedKVCacheWrapper(workspace, layout)
@@ -96,3 +96,18 @@ def test_heads_that_do_not_divide_are_refused():
 
 def test_the_wrapper_is_in_the_decode_submodule():
     assert ferrinfer.decode.BatchDecodeWithPagedKVCacheWrapper is BatchDecodeWithPagedKVCacheWrapper
+
+
+def test_a_nan_in_one_request_stays_there():
+    heads, kv_heads, d, page_size = 4, 1, 64, 16
+    lengths = [40, 2000, 5]
+    caches, indptr, indices, last, keys = paged(lengths, kv_heads, d, page_size, "NHD")
+    caches[0][indices[indptr[1]], 3, 0, 7] = np.nan  # a key of request 1
+    wrapper = BatchDecodeWithPagedKVCacheWrapper(np.zeros(1 << 20, np.uint8))
+    wrapper.plan(indptr, indices, last, heads, kv_heads, d, page_size)
+    q = RNG.standard_normal((len(lengths), heads, d)).astype(np.float32)
+    out = wrapper.run(q, caches)
+    assert np.isnan(out[1]).all()
+    for b in (0, 2):
+        want, _ = attention_ref(q[b], keys(caches[0], b), keys(caches[1], b))
+        np.testing.assert_allclose(out[b], want, rtol=1e-4, atol=1e-5, err_msg=f"request {b}")
