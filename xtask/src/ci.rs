@@ -8,7 +8,10 @@
 
 use std::collections::BTreeSet;
 use std::fs;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
@@ -245,18 +248,114 @@ fn args(line: &str) -> Vec<String> {
 }
 
 /// Runs each planned `cargo` command in `root`, printing it first; stops at the first failure.
-pub fn run(root: &Path, runs: &[Vec<String>]) -> Result<()> {
+pub fn run(root: &Path, runs: &[Vec<String>], summary: &mut Summary) -> Result<()> {
     let env: Vec<String> = TEST_ENV.iter().map(|(k, v)| format!("{k}={v}")).collect();
     eprintln!("(environment: {})", env.join(" "));
     for run in runs {
-        crate::run_echoed(crate::cargo(root).args(run).envs(TEST_ENV.iter().copied()))?;
+        let started = Instant::now();
+        let counts = run_counted(crate::cargo(root).args(run).envs(TEST_ENV.iter().copied()));
+        summary.add(&format!("cargo {}", run.join(" ")), counts.as_ref().ok().copied(), started);
+        counts?;
     }
     Ok(())
+}
+
+/// Tests a run reported (`test result:` lines summed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub passed: u64,
+    pub failed: u64,
+    pub ignored: u64,
+}
+
+impl Counts {
+    /// Adds a libtest `test result: ok. 5 passed; 0 failed; 1 ignored; …` line's counts, or a
+    /// pytest `152 passed, 2 skipped in 1.2s` line's (skipped counted as ignored).
+    pub fn add_line(&mut self, line: &str) {
+        let words: Vec<&str> = line.split([' ', ';', ',']).filter(|w| !w.is_empty()).collect();
+        let libtest = line.starts_with("test result:");
+        let pytest = words.windows(2).any(|w| w[1] == "passed" || w[1] == "failed") && line.contains(" in ");
+        if !libtest && !pytest {
+            return;
+        }
+        for pair in words.windows(2) {
+            let Ok(n) = pair[0].parse::<u64>() else { continue };
+            match pair[1] {
+                "passed" => self.passed += n,
+                "failed" => self.failed += n,
+                "ignored" | "skipped" => self.ignored += n,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Runs `command` as [`crate::run_echoed`] does, its standard output passed through line by
+/// line and its test counts summed.
+pub fn run_counted(command: &mut Command) -> Result<Counts> {
+    let args: Vec<String> = command.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+    let line = format!("{} {}", command.get_program().to_string_lossy(), args.join(" "));
+    eprintln!("$ {line}");
+    let mut child = command.stdout(Stdio::piped()).spawn().with_context(|| format!("starting `{line}`"))?;
+    let mut counts = Counts::default();
+    let stdout = child.stdout.take().context("the child's standard output")?;
+    for text in BufReader::new(stdout).lines() {
+        let text = text?;
+        println!("{text}");
+        counts.add_line(&text);
+    }
+    let status = child.wait()?;
+    anyhow::ensure!(status.success(), "`{line}` failed: {status}");
+    Ok(counts)
+}
+
+/// One line a step of a `ci` run (what ran, its tests, its seconds), printed at the end so that
+/// a slow or failing step is visible without scrolling.
+#[derive(Default)]
+pub struct Summary {
+    lines: Vec<String>,
+}
+
+impl Summary {
+    /// Records a step that ran `what` from `started`, with its tests where it counted them.
+    pub fn add(&mut self, what: &str, counts: Option<Counts>, started: Instant) {
+        let tests = match counts {
+            Some(c) if c != Counts::default() => {
+                format!("{} passed, {} failed, {} ignored", c.passed, c.failed, c.ignored)
+            }
+            Some(_) => "no tests".to_owned(),
+            None => "failed".to_owned(),
+        };
+        self.lines.push(format!("{:>7.1} s  {tests:<36}  {what}", started.elapsed().as_secs_f64()));
+    }
+
+    /// Prints every step's line.
+    pub fn print(&self) {
+        eprintln!("ci steps:");
+        for line in &self.lines {
+            eprintln!("  {line}");
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_sum_libtest_and_pytest_result_lines_only() {
+        let mut counts = Counts::default();
+        for line in [
+            "test result: ok. 5 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.1s",
+            "test result: FAILED. 2 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out",
+            "152 passed, 2 skipped in 1.16s",
+            "test a_test_named_3_passed ... ok",
+            "running 5 tests",
+        ] {
+            counts.add_line(line);
+        }
+        assert_eq!(counts, Counts { passed: 159, failed: 1, ignored: 3 });
+    }
 
     fn touch(root: &Path, files: &[&str]) {
         for file in files {

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::{Result, bail};
 use clap::Parser;
@@ -110,10 +111,16 @@ fn run(command: Command) -> Result<()> {
         }
         Command::Ci { changed: Some(base), release, .. } => {
             let root = workspace_root();
+            let mut summary = ci::Summary::default();
+            let mut result = Ok(());
             for family in changed_families(&root, &base)? {
-                ci::run(&root, &ci::plan(&root, Some(&family), release, libtorch())?)?;
+                result = ci::run(&root, &ci::plan(&root, Some(&family), release, libtorch())?, &mut summary);
+                if result.is_err() {
+                    break;
+                }
             }
-            Ok(())
+            summary.print();
+            result
         }
         Command::Ci { family, release, .. } => {
             let root = workspace_root();
@@ -122,15 +129,10 @@ fn run(command: Command) -> Result<()> {
                     "SKIPPED: the torch adapter's tests (LIBTORCH is not set: `source scripts/torch/libtorch.sh` first)"
                 );
             }
-            ci::run(&root, &ci::plan(&root, family.as_deref(), release, libtorch())?)?;
-            if family.is_none() {
-                ci::package(&root)?;
-            }
-            // The Python module's tests need a wheel, not `cargo test`.
-            match family.as_deref() {
-                None | Some("py") => xtask::python::run(&root),
-                Some(_) => Ok(()),
-            }
+            let mut summary = ci::Summary::default();
+            let result = ci_steps(&root, family.as_deref(), release, &mut summary);
+            summary.print();
+            result
         }
     }
 }
@@ -173,4 +175,28 @@ fn root_of(manifest: PathBuf) -> PathBuf {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
         _ => PathBuf::from("."),
     }
+}
+
+/// Every step of `cargo xtask ci [FAMILY]`, each recorded in `summary`: the cargo tests, the
+/// crates' packaging (all tests only) and the Python module's tests (all, or `py`).
+fn ci_steps(root: &Path, family: Option<&str>, release: bool, summary: &mut ci::Summary) -> Result<()> {
+    ci::run(root, &ci::plan(root, family, release, libtorch())?, summary)?;
+    if family.is_none() {
+        let started = Instant::now();
+        let packaged = ci::package(root);
+        summary.add(
+            "cargo package (every published crate, verified)",
+            packaged.as_ref().ok().map(|_| Default::default()),
+            started,
+        );
+        packaged?;
+    }
+    // The Python module's tests need a wheel, not `cargo test`.
+    if matches!(family, None | Some("py")) {
+        let started = Instant::now();
+        let tested = xtask::python::run(root);
+        summary.add("Python wheel: build, install, pytest", tested.as_ref().ok().copied(), started);
+        tested?;
+    }
+    Ok(())
 }

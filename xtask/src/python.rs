@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 
 const PACKAGES: &[&str] = &["maturin>=1.9,<2", "numpy", "pytest"];
 
-pub fn run(root: &Path) -> Result<()> {
+pub fn run(root: &Path) -> Result<crate::ci::Counts> {
     let python = virtual_env(root)?;
     install_missing(root, &python, "maturin, numpy, pytest", PACKAGES)?;
     let wheels = root.join("target/wheels-ci");
@@ -32,7 +32,9 @@ pub fn run(root: &Path) -> Result<()> {
         &python,
         &["-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps", "--disable-pip-version-check", &wheel],
     )?;
-    step(root, &python, &["-m", "pytest", "-q", "-rs", "crates/ferrinfer-py/tests"])
+    let mut pytest = Command::new(&python);
+    pytest.current_dir(root).args(["-m", "pytest", "-q", "-rs", "crates/ferrinfer-py/tests"]);
+    crate::ci::run_counted(&mut pytest)
 }
 
 /// The GPU wheel: every kernel module of every family built ahead of time for `archs` (PTX and,
