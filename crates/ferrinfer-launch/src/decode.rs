@@ -1039,8 +1039,10 @@ mod tests {
 
     #[test]
     fn a_plan_keeps_requests_whole_where_they_fill_the_machine_and_splits_the_long_ones() {
-        let (work, bounds) = plan(&[4096; 64], 8, 132);
-        assert_eq!((work.len() / 3, bounds.len()), (64, 65), "512 blocks ≥ 4 × 132: no split");
+        let (work, bounds) = plan(&[1024; 128], 8, 132);
+        assert_eq!((work.len() / 3, bounds.len()), (128, 129), "1024 blocks ≥ 4 × 132: no split");
+        let (work, _) = plan(&[4096; 64], 8, 132);
+        assert_eq!(work.len() / 3, 128, "512 blocks < 4 × 132: each request in two");
         let (work, bounds) = plan(&[4096], 8, 132);
         assert_eq!(bounds, [0, 16], "one request: 4096 · 8 keys over 528 blocks, 256-key items");
         assert_eq!(&work[..6], [0, 0, 256, 0, 256, 512]);
