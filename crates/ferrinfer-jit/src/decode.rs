@@ -1,9 +1,11 @@
 //! The decode family at layer 3: [`DecodeModule::spec`] (FlashInfer's `gen_batch_decode_module`)
 //! describes one module per dtype of the query and caches, integer type of the page table and
 //! head size, with an entry for each count of query heads a thread takes, with and without RoPE
-//! in the kernel (the launcher picks [`DecodeModule::entry`]), and the merge of a request's
-//! partial states ([`DecodeModule::MERGE`]).
+//! in the kernel (the launcher picks [`DecodeModule::entry`]), the merge of a request's partial
+//! states ([`DecodeModule::MERGE`]) and, for f16 and bf16, the items' kernel on tensor cores
+//! ([`DecodeModule::tensor_core_entry`]).
 
+use ferrinfer_kernels::decode::mma_row_passes;
 use ferrinfer_kernels::element::DType;
 
 use crate::spec::{EntrySpec, IndexType, JitSpec, element_type};
@@ -43,7 +45,15 @@ impl DecodeModule {
         Some(1 + 2 * i + rope as usize)
     }
 
-    /// The module's spec for `arch`: the merge, then [`DecodeModule::entry`]'s order.
+    /// The entry of the items' kernel on tensor cores (no RoPE), after the others: in modules
+    /// of f16 and bf16 for sm_80 on (mma.sync on 16-bit inputs, cp.async).
+    pub fn tensor_core_entry(&self, arch: CudaArch) -> Option<usize> {
+        let ampere = CudaArch { major: 8, minor: 0 };
+        (self.dtype.size() == 2 && arch >= ampere).then_some(1 + 2 * HEADS_PER_THREAD.len())
+    }
+
+    /// The module's spec for `arch`: the merge, then [`DecodeModule::entry`]'s order, then
+    /// [`DecodeModule::tensor_core_entry`].
     pub fn spec(&self, arch: CudaArch, debug: bool) -> JitSpec {
         let base = format!("decode_{}_{}_d{}", self.dtype.name(), self.index.name(), self.head_dim);
         let element = element_type(self.dtype);
@@ -72,7 +82,21 @@ impl DecodeModule {
                 stores: None,
             })
         });
-        let entry_points = [merge].into_iter().chain(items).collect();
+        let tensor_cores = self.tensor_core_entry(arch).map(|_| EntrySpec {
+            name: format!("ferrinfer_{base}_mma"),
+            kernel: "decode::decode_items_mma".into(),
+            params: "decode::DecodeParams".into(),
+            generics: vec![
+                element.into(),
+                self.index.name().into(),
+                self.head_dim.to_string(),
+                mma_row_passes(self.head_dim).to_string(),
+                (self.head_dim / 8).to_string(),
+            ],
+            max_registers: None,
+            stores: None,
+        });
+        let entry_points = [merge].into_iter().chain(items).chain(tensor_cores).collect();
         FAMILY.spec(base, arch, debug, entry_points)
     }
 }
@@ -101,7 +125,21 @@ mod tests {
         assert_eq!(entry.name, "ferrinfer_decode_bf16_i32_d128_h4_rope");
         assert_eq!(entry.generics, ["element::Bf16", "i32", "128", "8", "4", "true"]);
         assert_eq!(module.entry(3, false), None);
-        assert_eq!(spec.entry_points.len(), 7);
+        assert_eq!(spec.entry_points.len(), 8);
+        assert_eq!(
+            spec.entry_points[module.tensor_core_entry(CudaArch::HOPPER).unwrap()].name,
+            "ferrinfer_decode_bf16_i32_d128_mma"
+        );
+        let f32_module = DecodeModule { dtype: DType::F32, index: IndexType::I32, head_dim: 128 };
+        assert_eq!(
+            (
+                f32_module.tensor_core_entry(CudaArch::HOPPER),
+                f32_module.spec(CudaArch::HOPPER, false).entry_points.len()
+            ),
+            (None, 7)
+        );
+        let turing = CudaArch { major: 7, minor: 5 };
+        assert_eq!((module.tensor_core_entry(turing), module.spec(turing, false).entry_points.len()), (None, 7));
         assert_eq!(
             DecodeModule { dtype: DType::F32, index: IndexType::I64, head_dim: 256 }.vec(),
             8,

@@ -8,8 +8,9 @@ use std::path::Path;
 static EMBEDDED: &[(&str, &str)] = ferrinfer_kernels::SOURCES;
 
 /// Files every spec depends on: the crate root and the shared device, element, math and random
-/// number code.
-pub const CORE_SOURCES: &[&str] = &["lib.rs", "element.rs", "math.rs", "random.rs", "vector.rs", "device.rs"];
+/// number code, the tensor cores' instructions.
+pub const CORE_SOURCES: &[&str] =
+    &["lib.rs", "element.rs", "math.rs", "random.rs", "vector.rs", "device.rs", "matrix.rs"];
 
 /// Whether `entry` of a list of sources ([`CORE_SOURCES`], a family's) names the file `path`: it
 /// is that file, or a directory (`sampling/`) with the file under it.

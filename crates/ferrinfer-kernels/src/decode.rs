@@ -17,11 +17,13 @@
 //! same items and the same merge, a value at a time.
 //!
 //! One parameter struct shared with the host, the per-token math both sides run, the host's
-//! item and merge functions, and two device kernels: the items' (generic over the element, the
-//! index type, the head size, the query heads a thread takes and RoPE) and the merge.
+//! item and merge functions, and three device kernels: the items' on CUDA cores (generic over the
+//! element, the index type, the head size, the query heads a thread takes and RoPE), the items'
+//! on tensor cores (f16 and bf16 without RoPE: a block's query heads are the rows of mma.sync
+//! tiles, keys and values staged through shared memory) and the merge.
 
 use crate::element::Element;
-use crate::math::{choose, exp2, exp2_f64, log2, mul_add, reciprocal, sin_cos, tanh};
+use crate::math::{FastDivisor, choose, exp2, exp2_f64, log2, mul_add, reciprocal, sin_cos, tanh};
 use crate::vector::{Index, Kept, Packed, Reused};
 
 /// Arguments of the decode kernels, passed by value. Strides in elements; the page table's in
@@ -79,17 +81,22 @@ pub struct DecodeParams {
     pub v_scale: f32,
     /// Nonzero: RoPE (llama's) applied to the query and the keys in the kernel.
     pub rope: u32,
+    /// Tiles of keys in flight in the tensor-core items' kernel, 2 to [`MAX_MMA_STAGES`] (its
+    /// shared memory, [`mma_shared_bytes`], holds that many).
+    pub stages: u32,
     /// RoPE: element `i`'s frequency is `inverse_scale · 2^(−(i mod d/2) · exponent_step)`,
     /// `exponent_step = 2 · log₂(rope_theta) / head_dim`.
     pub rope_exponent_step: f64,
     pub rope_inverse_scale: f64,
 }
 
-/// A request's keys: its pages start at `kv_indices[first_page]`, `kv_len` entries in all.
+/// A request's keys: its pages start at `kv_indices[first_page]`, `kv_len` entries in all,
+/// `page_size` a page (a token's page and slot without a division instruction).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Request {
     pub first_page: u64,
     pub kv_len: u64,
+    pub page_size: FastDivisor,
 }
 
 /// Request `b`'s pages and length, from a page table that may hold anything: bounds clamped into
@@ -101,17 +108,18 @@ pub struct Request {
 /// `p`'s page table readable at request `b` (`b < p.batch`).
 #[inline(always)]
 pub unsafe fn request<I: Index>(p: &DecodeParams, b: u32) -> Request {
+    let page_size = FastDivisor::new(p.page_size);
     if p.kv_indices == 0 {
-        return Request { first_page: 0, kv_len: p.kv_len };
+        return Request { first_page: 0, kv_len: p.kv_len, page_size };
     }
     let [_, indptr_stride, last_stride] = p.index_strides;
     let bound = |i: u32| unsafe { I::read(p.kv_indptr, i as u64, indptr_stride) }.max(0).min(p.page_ids as i64) as u64;
     let (first, end) = (bound(b), bound(b + 1));
     if end <= first {
-        return Request { first_page: first, kv_len: 0 };
+        return Request { first_page: first, kv_len: 0, page_size };
     }
     let last = unsafe { I::read(p.kv_last_page_len, b as u64, last_stride) }.min(p.page_size as i64).max(1) as u64;
-    Request { first_page: first, kv_len: (end - first - 1) * p.page_size as u64 + last }
+    Request { first_page: first, kv_len: (end - first - 1) * p.page_size as u64 + last, page_size }
 }
 
 /// The first key a request's query sees (the window's start).
@@ -127,12 +135,14 @@ pub fn window_start(p: &DecodeParams, kv_len: u64) -> u64 {
 /// `p`'s page table readable within its bounds.
 #[inline(always)]
 pub unsafe fn entry_offset<I: Index>(p: &DecodeParams, request: &Request, token: u64, kv_head: u32) -> Option<u64> {
-    let page_size = core::num::NonZeroU64::new(p.page_size as u64).unwrap_or(core::num::NonZeroU64::MIN);
     let (page, slot) = if p.kv_indices == 0 {
         (0, token)
     } else {
-        let id = unsafe { I::read(p.kv_indices, request.first_page + token / page_size, p.index_strides[0]) };
-        (id as u64, token % page_size)
+        // A plan's items end below 2³¹ keys (int32), so `token` fits; were it past 2³², the
+        // clamped token would still lie inside the request (`token < kv_len`), its page too.
+        let (index, slot) = request.page_size.div_rem(token.min(u32::MAX as u64) as u32);
+        let id = unsafe { I::read(p.kv_indices, request.first_page + index as u64, p.index_strides[0]) };
+        (id as u64, slot as u64)
     };
     let inside = p.kv_indices == 0 || page < p.pages;
     inside.then(|| page * p.kv_strides[0] + slot * p.kv_strides[1] + kv_head as u64 * p.kv_strides[2])
@@ -219,7 +229,8 @@ impl<const N: usize> State<N> {
     }
 }
 
-/// Item `item`'s `(request, first token, end token)`.
+/// Item `item`'s `(request, first token, end token)`; an idle item's request (−1, a padded
+/// plan's) is `u32::MAX`, past every request: the kernels skip it.
 ///
 /// # Safety
 /// `item` below the plan's items.
@@ -290,6 +301,9 @@ unsafe fn write_output<T: Element>(p: &DecodeParams, (b, head): (u32, u32), e: u
 /// `p` as the launcher validated it; `item` below the plan's items.
 pub unsafe fn decode_item<T: Element, I: Index>(p: &DecodeParams, item: u32, kv_head: u32) {
     let (b, begin, end) = unsafe { work_item(p, item) };
+    if b >= p.batch {
+        return;
+    }
     let request = unsafe { request::<I>(p, b) };
     let (begin, end) = (begin.max(window_start(p, request.kv_len)), end.min(request.kv_len));
     let d = (p.head_dim as usize).min(MAX_HEAD_DIM);
@@ -391,14 +405,47 @@ pub const fn item_shared_bytes(head_dim: u32, vec: u32, heads: u32) -> u32 {
     groups * heads * (head_dim + 2) * 4
 }
 
+/// Query heads a block of the tensor-core items' kernel takes: the mma's 16 rows.
+pub const MMA_ROWS: u32 = 16;
+/// Keys the tensor-core items' kernel stages at once: 16 for each of its warps.
+pub const MMA_TILE_KEYS: u32 = 64;
+/// Warps of a block of the tensor-core items' kernel.
+pub const MMA_WARPS: u32 = ITEM_THREADS / 32;
+/// Most tiles in flight in the tensor-core items' kernel.
+pub const MAX_MMA_STAGES: u32 = 4;
+
+/// Rows of a tile each thread of the tensor-core items' kernel copies (its page-table lookups
+/// held a tile ahead in registers): `head_dim / 16`, at most 8 (head_dim 256: two 16-byte chunks
+/// of a row a thread).
+pub const fn mma_row_passes(head_dim: u32) -> u32 {
+    let passes = head_dim / 16;
+    if passes < 8 { passes } else { 8 }
+}
+
+/// The dynamic shared memory the tensor-core items' kernel needs for `head_dim` (16-bit
+/// elements) with `stages` tiles in flight: the query's rows, then each stage's keys' flags and
+/// its keys and values — which the warps' states reuse after the loop.
+pub const fn mma_shared_bytes(head_dim: u32, stages: u32) -> u32 {
+    let row = 2 * head_dim;
+    let ring = stages * MMA_TILE_KEYS * (4 + 2 * row);
+    let states = MMA_WARPS * MMA_ROWS * (head_dim + 2) * 4;
+    MMA_ROWS * row + if ring > states { ring } else { states }
+}
+
 #[cfg(target_arch = "nvptx64")]
-pub use device_kernels::{decode_items, merge_items};
+pub use device_kernels::{decode_items, decode_items_mma, merge_items};
 
 #[cfg(target_arch = "nvptx64")]
 mod device_kernels {
     use super::*;
-    use crate::device::{block_barrier, chain_after_prior_grids, dynamic_shared, shuffle_xor, thread_index};
-    use crate::vector::{Once, Shared};
+    use core::marker::PhantomData;
+
+    use crate::device::{
+        block_barrier, chain_after_prior_grids, dynamic_shared, load_shared_u32, shuffle_xor, store_shared_u32,
+        thread_index,
+    };
+    use crate::matrix::{commit_copies, copy_async_16, load_tiles, multiply_add, swizzled, wait_copies};
+    use crate::vector::Once;
 
     /// The sum over an aligned group of `LANES` lanes (a power of two ≤ 32), every lane of the
     /// warp taking part.
@@ -439,6 +486,9 @@ mod device_kernels {
         let (group, lane) = (thread_index() / lanes, thread_index() % lanes);
         let groups = ITEM_THREADS / lanes;
         let (b, begin, end) = unsafe { work_item(p, item) };
+        if b >= p.batch {
+            return;
+        }
         let request = unsafe { request::<I>(p, b) };
         let (begin, end) = (begin.max(window_start(p, request.kv_len)), end.min(request.kv_len));
         let first_head = kv_head * p.group + z * HEADS as u32;
@@ -519,23 +569,19 @@ mod device_kernels {
         core::array::from_fn(|i| rotate(x[i], shuffle_xor(x[i], lanes / 2), angles[i], upper))
     }
 
-    /// The block's groups' states merged through shared memory (group `g`, head `h` at
-    /// `(g · HEADS + h) · (D + 2)` floats: `m`, `d`, then the values), each head's result
-    /// written by the block's threads a value each.
+    /// The block's groups' states merged through shared memory ([`combine_published`]'s layout,
+    /// a group `HEADS` heads).
     #[inline(always)]
     unsafe fn combine_and_write<T: Element, const D: usize, const VEC: usize, const HEADS: usize>(
         p: &DecodeParams,
         states: &[State<VEC>; HEADS],
-        (b, item, first_head, heads_here): (u32, u32, u32, u32),
+        block: (u32, u32, u32, u32),
         (group, lane, groups): (u32, u32, u32),
     ) {
-        let d = D as u32;
         let base = dynamic_shared();
-        let slot = |g: u32, h: u32| base + 4 * (g * HEADS as u32 + h) * (d + 2);
-        let put = |at: u32, x: f32| unsafe { Packed::<f32, 1>::from_f32([x]).store::<Shared>(at as u64 as *mut f32) };
-        let take = |at: u32| unsafe { Packed::<f32, 1>::load::<Shared>(at as u64 as *const f32) }.get(0);
+        let put = |at: u32, x: f32| store_shared_u32(at, x.to_bits());
         for (h, state) in states.iter().enumerate() {
-            let at = slot(group, h as u32);
+            let at = base + 4 * (group * HEADS as u32 + h as u32) * (D as u32 + 2);
             if lane == 0 {
                 put(at, state.m);
                 put(at + 4, state.d);
@@ -545,18 +591,350 @@ mod device_kernels {
             }
         }
         block_barrier();
+        unsafe { combine_published::<T, D>(p, base, (groups, HEADS as u32), block) };
+    }
+
+    /// Merges the states `groups` groups of the block published in shared memory at `base`
+    /// (group `g`'s head `h` at float `(g · heads + h) · (D + 2)`: `m`, `d`, then the values),
+    /// and writes each head's result, the block's threads a value each.
+    #[inline(always)]
+    unsafe fn combine_published<T: Element, const D: usize>(
+        p: &DecodeParams,
+        base: u32,
+        (groups, heads): (u32, u32),
+        (b, item, first_head, heads_here): (u32, u32, u32, u32),
+    ) {
+        let d = D as u32;
+        let take = |at: u32| f32::from_bits(load_shared_u32(at));
         let mut e = thread_index();
         while e < heads_here * d {
             let (h, column) = (e / d, e % d);
             let mut total = State::<1>::EMPTY;
             for g in 0..groups {
-                let at = slot(g, h);
+                let at = base + 4 * (g * heads + h) * (d + 2);
                 total.merge(&State { m: take(at), d: take(at + 4), acc: [take(at + 8 + 4 * column)] });
             }
             let ([o], lse) = total.finish(p.v_scale);
             unsafe { write_state::<T>(p, (b, item, first_head + h), column, o, lse) };
             e += ITEM_THREADS;
         }
+    }
+
+    /// The items' kernel on tensor cores (f16 and bf16, no RoPE): block `(item, kv_head ·
+    /// chunks + z)` takes query heads `z · 16 …` of kv head `kv_head` (at most [`MMA_ROWS`], the
+    /// mma's rows; rows past the group are zeros) over the item's keys. Keys and values stream
+    /// through shared memory in tiles of [`MMA_TILE_KEYS`] (cp.async, `p.stages` tiles in flight,
+    /// 16-byte chunks swizzled by row); warp `w` takes keys `16w …` of each tile: `Q·Kᵀ` and
+    /// `P·V` are mma.sync, the online softmax runs on the score fragments, and each warp keeps
+    /// its own state until the warps merge through shared memory at the end.
+    #[inline(always)]
+    pub unsafe fn decode_items_mma<T: Element, I: Index, const D: usize, const PASSES: usize, const TILES: usize>(
+        p: &DecodeParams,
+    ) {
+        const { assert!(PASSES == mma_row_passes(D as u32) as usize && TILES == D / 8 && D % 64 == 0 && D <= MAX_HEAD_DIM) };
+        chain_after_prior_grids();
+        let (item, y) = unsafe { (core::arch::nvptx::_block_idx_x() as u32, core::arch::nvptx::_block_idx_y() as u32) };
+        let chunks = core::num::NonZeroU32::new(p.group.div_ceil(MMA_ROWS)).unwrap_or(core::num::NonZeroU32::MIN);
+        let (kv_head, z) = (y / chunks, y % chunks);
+        let (b, begin, end) = unsafe { work_item(p, item) };
+        if b >= p.batch {
+            return;
+        }
+        let request = unsafe { request::<I>(p, b) };
+        let (begin, end) = (begin.max(window_start(p, request.kv_len)), end.min(request.kv_len));
+        let first_head = kv_head * p.group + z * MMA_ROWS;
+        let heads_here = (p.group - z * MMA_ROWS).min(MMA_ROWS);
+        let layout = MmaLayout::new(D as u32, p.stages);
+        unsafe { stage_query::<T>(p, &layout, b, first_head, heads_here) };
+        let tiles = end.saturating_sub(begin).div_ceil(MMA_TILE_KEYS as u64) as u32;
+        let stager = TileStager::<T, I, PASSES> {
+            p,
+            request: &request,
+            kv_head,
+            begin,
+            end,
+            layout: &layout,
+            marker: PhantomData,
+        };
+        let mut next = stager.offsets(0);
+        for tile in 0..layout.stages - 1 {
+            unsafe { stager.issue(tile, tiles, &next) };
+            next = stager.offsets(tile + 1);
+        }
+        let mut state = WarpState::<TILES>::EMPTY;
+        for tile in 0..tiles {
+            wait_oldest_stage(layout.stages);
+            block_barrier();
+            let ahead = tile + layout.stages - 1;
+            unsafe { stager.issue(ahead, tiles, &next) };
+            next = stager.offsets(ahead + 1);
+            unsafe { state.add_tile::<T>(p, &layout, tile) };
+        }
+        wait_copies::<0>();
+        block_barrier();
+        unsafe { state.publish(&layout) };
+        block_barrier();
+        let groups = (MMA_WARPS, MMA_ROWS);
+        unsafe { combine_published::<T, D>(p, layout.epilogue, groups, (b, item, first_head, heads_here)) };
+    }
+
+    /// Where the tensor-core kernel's parts live in the block's dynamic shared memory (byte
+    /// addresses, in [`mma_shared_bytes`]'s order).
+    struct MmaLayout {
+        /// Bytes of a row of `D` elements.
+        row_bytes: u32,
+        /// The query heads' rows, [`MMA_ROWS`] of them.
+        query: u32,
+        /// Each stage's keys' flags (u32: the key exists), [`MMA_TILE_KEYS`] a stage.
+        flags: u32,
+        /// Each stage's key tile then value tile.
+        staging: u32,
+        stages: u32,
+        /// After the loop, the warps' states (from `flags` on).
+        epilogue: u32,
+    }
+
+    impl MmaLayout {
+        #[inline(always)]
+        fn new(head_dim: u32, stages: u32) -> Self {
+            let row_bytes = 2 * head_dim;
+            let stages = stages.clamp(2, MAX_MMA_STAGES);
+            let query = dynamic_shared();
+            let flags = query + MMA_ROWS * row_bytes;
+            let staging = flags + stages * MMA_TILE_KEYS * 4;
+            MmaLayout { row_bytes, query, flags, staging, stages, epilogue: flags }
+        }
+
+        /// Stage `stage`'s key tile (its value tile follows).
+        #[inline(always)]
+        fn keys(&self, stage: u32) -> u32 {
+            self.staging + stage * 2 * MMA_TILE_KEYS * self.row_bytes
+        }
+
+        #[inline(always)]
+        fn values(&self, stage: u32) -> u32 {
+            self.keys(stage) + MMA_TILE_KEYS * self.row_bytes
+        }
+
+        #[inline(always)]
+        fn flag(&self, stage: u32, key: u32) -> u32 {
+            self.flags + 4 * (stage * MMA_TILE_KEYS + key)
+        }
+    }
+
+    /// Waits for this thread's copies of the oldest tile in flight (`stages − 1` tiles are
+    /// issued ahead; every thread commits one group a tile).
+    #[inline(always)]
+    fn wait_oldest_stage(stages: u32) {
+        match stages {
+            4 => wait_copies::<2>(),
+            3 => wait_copies::<1>(),
+            _ => wait_copies::<0>(),
+        }
+    }
+
+    /// Copies the block's query rows into shared memory (zeros past `heads_here`), with the
+    /// first tile's copies.
+    ///
+    /// # Safety
+    /// `p`'s query readable at request `b`'s heads `first_head … first_head + heads_here`.
+    #[inline(always)]
+    unsafe fn stage_query<T: Element>(p: &DecodeParams, layout: &MmaLayout, b: u32, first_head: u32, heads_here: u32) {
+        let chunks = layout.row_bytes / 16;
+        let mut i = thread_index();
+        while i < MMA_ROWS * chunks {
+            let (row, chunk) = (i / chunks, i % chunks);
+            let present = row < heads_here;
+            let head = first_head + if present { row } else { 0 };
+            let at = b as u64 * p.q_strides[0] + head as u64 * p.q_strides[1] + 8 * chunk as u64;
+            let src = (p.q as *const T).wrapping_add(at as usize) as *const u8;
+            unsafe { copy_async_16(swizzled(layout.query, layout.row_bytes, row, 8 * chunk), src, present) };
+            i += ITEM_THREADS;
+        }
+    }
+
+    /// Fills the staging ring: `2 · PASSES` threads a row ([`mma_row_passes`]), so thread `t`
+    /// copies rows `t / (2 · PASSES) + i · rows_per_pass` (`i < PASSES`) of each tile's keys and
+    /// values, `D / 16 / PASSES` 16-byte chunks of each from chunk `t % (2 · PASSES)` on.
+    struct TileStager<'a, T, I, const PASSES: usize> {
+        p: &'a DecodeParams,
+        request: &'a Request,
+        kv_head: u32,
+        begin: u64,
+        end: u64,
+        layout: &'a MmaLayout,
+        marker: PhantomData<(T, I)>,
+    }
+
+    impl<T: Element, I: Index, const PASSES: usize> TileStager<'_, T, I, PASSES> {
+        const THREADS_PER_ROW: u32 = 2 * PASSES as u32;
+        const ROWS_PER_PASS: u32 = ITEM_THREADS / Self::THREADS_PER_ROW;
+
+        /// The element offsets of this thread's rows of tile `tile` in the caches (`u64::MAX`:
+        /// no key — past the item, or a page outside the cache). Taken a tile ahead of the
+        /// copies, so that the page table's latency hides behind a tile's work.
+        #[inline(always)]
+        fn offsets(&self, tile: u32) -> [u64; PASSES] {
+            let first =
+                self.begin + tile as u64 * MMA_TILE_KEYS as u64 + (thread_index() / Self::THREADS_PER_ROW) as u64;
+            core::array::from_fn(|i| {
+                let token = first + (i as u32 * Self::ROWS_PER_PASS) as u64;
+                let at = if token < self.end {
+                    unsafe { entry_offset::<I>(self.p, self.request, token, self.kv_head) }
+                } else {
+                    None
+                };
+                at.unwrap_or(u64::MAX)
+            })
+        }
+
+        /// Issues tile `tile`'s copies into its stage (none past `tiles`: zeros where a row has
+        /// no key) and its keys' flags, then closes the thread's group.
+        ///
+        /// # Safety
+        /// `offsets` from [`TileStager::offsets`] of `tile`; the stage's readers are done.
+        #[inline(always)]
+        unsafe fn issue(&self, tile: u32, tiles: u32, offsets: &[u64; PASSES]) {
+            if tile < tiles {
+                let stage = tile % self.layout.stages;
+                let (keys, values, row_bytes) =
+                    (self.layout.keys(stage), self.layout.values(stage), self.layout.row_bytes);
+                let (row0, lane) = (thread_index() / Self::THREADS_PER_ROW, thread_index() % Self::THREADS_PER_ROW);
+                for (i, &offset) in offsets.iter().enumerate() {
+                    let row = row0 + i as u32 * Self::ROWS_PER_PASS;
+                    let present = offset != u64::MAX;
+                    for chunk in (lane..row_bytes / 16).step_by(Self::THREADS_PER_ROW as usize) {
+                        let at = if present { offset } else { 0 } as usize + 8 * chunk as usize;
+                        let (k, v) = ((self.p.k as *const T).wrapping_add(at), (self.p.v as *const T).wrapping_add(at));
+                        unsafe {
+                            copy_async_16(swizzled(keys, row_bytes, row, 8 * chunk), k as *const u8, present);
+                            copy_async_16(swizzled(values, row_bytes, row, 8 * chunk), v as *const u8, present);
+                        }
+                    }
+                    if lane == 0 {
+                        store_shared_u32(self.layout.flag(stage, row), present as u32);
+                    }
+                }
+            }
+            commit_copies();
+        }
+    }
+
+    /// A warp's online-softmax state of the block's [`MMA_ROWS`] query heads over its keys, in
+    /// the accumulator's layout: this lane's rows `lane / 4` (`[0]`) and `lane / 4 + 8` (`[1]`);
+    /// `o[n]` the output's columns `8n + 2 (lane % 4)` and the next, of both rows. `d` is this
+    /// lane's share of the sum until [`WarpState::publish`] adds a row's four lanes.
+    struct WarpState<const TILES: usize> {
+        m: [f32; 2],
+        d: [f32; 2],
+        o: [[f32; 4]; TILES],
+    }
+
+    impl<const TILES: usize> WarpState<TILES> {
+        const EMPTY: Self = WarpState { m: [f32::NEG_INFINITY; 2], d: [0.0; 2], o: [[0.0; 4]; TILES] };
+
+        /// Adds this warp's 16 keys of tile `tile`.
+        ///
+        /// # Safety
+        /// The tile's stage filled and its flags written, the block past a barrier since.
+        #[inline(always)]
+        unsafe fn add_tile<T: Element>(&mut self, p: &DecodeParams, layout: &MmaLayout, tile: u32) {
+            let stage = tile % layout.stages;
+            let (warp, lane) = (thread_index() / 32, thread_index() % 32);
+            let (key0, row_bytes) = (16 * warp, layout.row_bytes);
+            // s[j]: keys key0 + 8j + 2 (lane % 4) + e at [e] (row lane / 4) and [2 + e] (row + 8).
+            let mut s = [[0.0f32; 4]; 2];
+            for step in 0..TILES as u32 / 2 {
+                let q_row = lane % 8 + 8 * ((lane / 8) % 2);
+                let q = load_tiles::<false>(swizzled(layout.query, row_bytes, q_row, 8 * (2 * step + lane / 16)));
+                let k_row = key0 + 8 * (lane / 16) + lane % 8;
+                let k = load_tiles::<false>(swizzled(
+                    layout.keys(stage),
+                    row_bytes,
+                    k_row,
+                    8 * (2 * step + (lane / 8) % 2),
+                ));
+                multiply_add::<T>(&mut s[0], q, [k[0], k[1]]);
+                multiply_add::<T>(&mut s[1], q, [k[2], k[3]]);
+            }
+            for (j, scores) in s.iter_mut().enumerate() {
+                let first = key0 + 8 * j as u32 + 2 * (lane % 4);
+                let present = [0, 1].map(|e| load_shared_u32(layout.flag(stage, first + e)) != 0);
+                *scores =
+                    core::array::from_fn(|i| if present[i % 2] { score(p, scores[i]) } else { f32::NEG_INFINITY });
+            }
+            let mut w = [[0.0f32; 4]; 2];
+            for row in 0..2 {
+                let mine = [s[0][2 * row], s[0][2 * row + 1], s[1][2 * row], s[1][2 * row + 1]];
+                let top = quad_max(mine.iter().fold(self.m[row], |a, &b| if b > a { b } else { a }));
+                // While every score is −∞, weigh against 0: each weight is then 0, not NaN.
+                let base = if top == f32::NEG_INFINITY { 0.0 } else { top };
+                let scale = exp2(self.m[row] - base);
+                let weights = mine.map(|x| exp2(x - base));
+                self.d[row] = mul_add(self.d[row], scale, (weights[0] + weights[1]) + (weights[2] + weights[3]));
+                self.m[row] = top;
+                for o in self.o.iter_mut() {
+                    o[2 * row] *= scale;
+                    o[2 * row + 1] *= scale;
+                }
+                [w[0][2 * row], w[0][2 * row + 1], w[1][2 * row], w[1][2 * row + 1]] = weights;
+            }
+            // The weights as A fragments of P · V (keys are their columns): each weight the sum
+            // of its value in `T` and the rest, so that the products keep f32's precision
+            // rather than `T`'s (bf16's 8 bits would cost the output 3 of its own).
+            let pairs = [(w[0][0], w[0][1]), (w[0][2], w[0][3]), (w[1][0], w[1][1]), (w[1][2], w[1][3])];
+            let split = pairs.map(|(a, b)| {
+                let high = T::pack_pair(a, b);
+                (high, T::pack_pair(a - T::half_to_f32(high, false), b - T::half_to_f32(high, true)))
+            });
+            let high_weights = split.map(|(high, _)| high);
+            let low_weights = split.map(|(_, low)| low);
+            let v_row = key0 + 8 * ((lane / 8) % 2) + lane % 8;
+            let (columns, _) = self.o.as_chunks_mut::<2>();
+            for (step, [left, right]) in columns.iter_mut().enumerate() {
+                let column = 8 * (2 * step as u32 + lane / 16);
+                let v = load_tiles::<true>(swizzled(layout.values(stage), row_bytes, v_row, column));
+                multiply_add::<T>(left, high_weights, [v[0], v[1]]);
+                multiply_add::<T>(right, high_weights, [v[2], v[3]]);
+                multiply_add::<T>(left, low_weights, [v[0], v[1]]);
+                multiply_add::<T>(right, low_weights, [v[2], v[3]]);
+            }
+        }
+
+        /// Writes the warp's state where [`combine_published`] reads group `warp`'s
+        /// ([`MMA_ROWS`] heads a group), its rows' sums completed across their lanes.
+        ///
+        /// # Safety
+        /// No copy in flight into the staging ring, the block past a barrier since its last read.
+        #[inline(always)]
+        unsafe fn publish(&self, layout: &MmaLayout) {
+            let (warp, lane) = (thread_index() / 32, thread_index() % 32);
+            let put = |at: u32, x: f32| store_shared_u32(at, x.to_bits());
+            for row in 0..2 {
+                let d = self.d[row] + shuffle_xor(self.d[row], 1);
+                let d = d + shuffle_xor(d, 2);
+                let head = lane / 4 + 8 * row as u32;
+                let at = layout.epilogue + 4 * (warp * MMA_ROWS + head) * (8 * TILES as u32 + 2);
+                if lane % 4 == 0 {
+                    put(at, self.m[row]);
+                    put(at + 4, d);
+                }
+                for (n, o) in self.o.iter().enumerate() {
+                    let column = 8 * n as u32 + 2 * (lane % 4);
+                    put(at + 8 + 4 * column, o[2 * row]);
+                    put(at + 12 + 4 * column, o[2 * row + 1]);
+                }
+            }
+        }
+    }
+
+    /// The largest of a row's four lanes' values in an accumulator (lanes `4r … 4r + 3`).
+    #[inline(always)]
+    fn quad_max(x: f32) -> f32 {
+        let y = shuffle_xor(x, 1);
+        let x = if y > x { y } else { x };
+        let y = shuffle_xor(x, 2);
+        if y > x { y } else { x }
     }
 
     /// The merge kernel: block `(b, head)` merges request `b`'s partial states of `head` (a

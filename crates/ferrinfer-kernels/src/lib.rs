@@ -31,6 +31,8 @@ pub mod vector;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod device;
+#[cfg(target_arch = "nvptx64")]
+pub mod matrix;
 
 /// Bytes at the start of a staging ring's dynamic shared memory (`device::StagingRing`) that
 /// hold its stages' mbarriers, 8 bytes each, keeping the slots after them 16-byte aligned. Here,

@@ -313,3 +313,34 @@ pub fn exp2_f64(x: f64) -> f64 {
     }
     p * f64::from_bits(((n + 1023) as u64) << 52)
 }
+
+/// Division of 32-bit numbers by a fixed divisor as a multiply-high, an add and a shift
+/// (Granlund and Montgomery's method: `shift = ⌈log₂ d⌉`, `multiplier = ⌊2³² (2^shift − d) / d⌋
+/// + 1`), for a divisor known only at run time but used many times (a page size): one 32-bit
+/// division costs the GPU a few dozen instructions, this three.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastDivisor {
+    divisor: u32,
+    multiplier: u32,
+    shift: u32,
+}
+
+impl FastDivisor {
+    /// The divisor `divisor` (0 is taken as 1).
+    #[inline(always)]
+    pub fn new(divisor: u32) -> Self {
+        let divisor = divisor.max(1);
+        let shift = 32 - (divisor - 1).leading_zeros();
+        let d = core::num::NonZeroU64::new(divisor as u64).unwrap_or(core::num::NonZeroU64::MIN);
+        let multiplier = (((1u64 << 32) * ((1u64 << shift) - divisor as u64)) / d + 1) as u32;
+        FastDivisor { divisor, multiplier, shift }
+    }
+
+    /// `(n / divisor, n % divisor)`, exact for every `n`.
+    #[inline(always)]
+    pub fn div_rem(&self, n: u32) -> (u32, u32) {
+        let high = (n as u64 * self.multiplier as u64) >> 32;
+        let quotient = ((high + n as u64) >> self.shift) as u32;
+        (quotient, n - quotient * self.divisor)
+    }
+}

@@ -171,3 +171,42 @@ fn exp2_f64_is_within_1e13_of_std() {
     assert_eq!(exp2_f64(0.0), 1.0);
     assert_eq!(exp2_f64(-3.0), 0.125);
 }
+
+#[test]
+fn fast_division_is_exact_for_every_divisor_shape() {
+    use ferrinfer_kernels::math::FastDivisor;
+    let divisors = (1..=300).chain([
+        511,
+        512,
+        513,
+        1000,
+        4096,
+        65535,
+        65536,
+        1 << 20,
+        (1 << 31) - 1,
+        1 << 31,
+        (1 << 31) + 1,
+        u32::MAX,
+    ]);
+    for d in divisors {
+        let fast = FastDivisor::new(d);
+        let edges = [
+            0,
+            1,
+            d - 1,
+            d,
+            d.wrapping_add(1),
+            2 * (d / 2).max(1) - 1,
+            u32::MAX,
+            u32::MAX - 1,
+            u32::MAX / d * d,
+            1 << 31,
+        ];
+        let spread = (0..2000u64).map(|i| (i * 2_147_483_647 % (1 << 32)) as u32);
+        for n in edges.into_iter().chain(spread) {
+            assert_eq!(fast.div_rem(n), (n / d, n % d), "{n} / {d}");
+        }
+    }
+    assert_eq!(FastDivisor::new(0).div_rem(7), (7, 0), "0 is taken as 1");
+}

@@ -280,6 +280,8 @@ pub(crate) const MAX_BLOCK: u32 = 1024;
 
 /// What a launch configuration may use of a device and module.
 pub(crate) struct Limits<'m> {
+    /// What the module is built for.
+    pub arch: CudaArch,
     pub multiprocessors: u32,
     /// Most dynamic shared memory a block may be given.
     pub max_shared_bytes: u32,
@@ -330,6 +332,7 @@ pub(crate) fn launch<M: KernelModule, P: Copy>(
     let device = device_info(context)?;
     let loaded = cache.get(context, key, &device)?;
     let limits = Limits {
+        arch: device.arch,
         multiprocessors: device.multiprocessors,
         max_shared_bytes: device.max_shared_bytes,
         l2_bytes: device.l2_bytes,

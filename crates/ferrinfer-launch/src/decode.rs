@@ -23,14 +23,17 @@
 use ferrinfer_jit::decode::{DecodeModule, HEAD_DIMS, HEADS_PER_THREAD};
 use ferrinfer_jit::spec::IndexType;
 use ferrinfer_jit::{CudaArch, JitSpec};
-use ferrinfer_kernels::decode::{DecodeParams, ITEM_THREADS, decode_item, item_shared_bytes, merge_request};
+use ferrinfer_kernels::decode::{
+    DecodeParams, ITEM_THREADS, MAX_MMA_STAGES, MMA_ROWS, decode_item, item_shared_bytes, merge_request,
+    mma_shared_bytes,
+};
 use ferrinfer_kernels::element::DType;
 
 use crate::cuda::{self, KernelModule, Launch, Limits, ModuleCache};
 use crate::layout::{self, Named};
 use crate::op::{Call, FamilyExtent, FamilyOp, FixedValues, KV_HEADS, Problem, QUERY_HEADS};
 use crate::page::{self, KvLayout};
-use crate::{Error, Stream, TensorView, logging};
+use crate::{Error, Stream, TensorView, logging, tuning};
 
 /// The decode family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
 #[macro_export]
@@ -119,20 +122,8 @@ impl FamilyOp for DecodeOp {
             Stream::Cuda(stream) => {
                 static MODULES: ModuleCache<DecodeModule> = ModuleCache::new();
                 let module = DecodeModule { dtype: plan.dtype, index: plan.index, head_dim: plan.params.head_dim };
-                let heads = heads_per_thread(plan.params.group);
-                let entry = module
-                    .entry(heads, plan.params.rope != 0)
-                    .ok_or_else(|| Error::NoEntryPoint { module: format!("{module:?}"), entry: heads as usize })?;
-                let chunks = plan.params.group.div_ceil(heads);
-                let items = Launch {
-                    entry,
-                    params: plan.params,
-                    grid: (plan.items, plan.kv_heads * chunks),
-                    block: ITEM_THREADS,
-                    shared_bytes: item_shared_bytes(plan.params.head_dim, module.vec(), heads),
-                    cluster: 1,
-                };
-                cuda::launch(stream, &MODULES, module, |_: &Limits| Ok(items))?;
+                let items = |limits: &Limits| items_launch(&plan, &module, limits);
+                cuda::launch(stream, &MODULES, module, items)?;
                 if plan.split {
                     let merge = Launch {
                         entry: DecodeModule::MERGE,
@@ -153,6 +144,59 @@ impl FamilyOp for DecodeOp {
 impl KernelModule for DecodeModule {
     fn spec(&self, arch: CudaArch, debug: bool) -> JitSpec {
         DecodeModule::spec(self, arch, debug)
+    }
+}
+
+tuning::layout_override! {
+    /// `FERRINFER_DECODE_LAYOUT=tensor_cores:stages`: the items' kernel on tensor cores (1) or
+    /// CUDA cores (0), and the tensor-core kernel's tiles in flight; read once.
+    pub const LAYOUT_VAR: &str = "FERRINFER_DECODE_LAYOUT";
+    struct LayoutOverride {
+        tensor_cores: Flag,
+        stages: u32 if |s| (2..=MAX_MMA_STAGES).contains(&s),
+    }
+    expected = "tensor_cores:stages, each a number or *: tensor_cores 0 or 1, stages 2 to 4";
+}
+
+/// The items' kernel's launch: on tensor cores where the module has them (f16 and bf16, sm_80
+/// on), without RoPE, and their shared memory fits the device; else on CUDA cores.
+fn items_launch(plan: &Plan, module: &DecodeModule, limits: &Limits) -> Result<Launch<DecodeParams>, Error> {
+    let forced = layout_override()?;
+    let head_dim = plan.params.head_dim;
+    let tensor_cores = module.tensor_core_entry(limits.arch).filter(|_| plan.params.rope == 0);
+    let stages = forced.stages.map_or_else(|| preferred_stages(head_dim), |s| s);
+    let stages = (2..=stages).rev().find(|&s| mma_shared_bytes(head_dim, s) <= limits.max_shared_bytes);
+    if let (Some(entry), Some(stages), true) = (tensor_cores, stages, forced.tensor_cores != Some(false)) {
+        return Ok(Launch {
+            entry,
+            params: DecodeParams { stages, ..plan.params },
+            grid: (plan.items, plan.kv_heads * plan.params.group.div_ceil(MMA_ROWS)),
+            block: ITEM_THREADS,
+            shared_bytes: mma_shared_bytes(head_dim, stages),
+            cluster: 1,
+        });
+    }
+    let heads = heads_per_thread(plan.params.group);
+    let entry = module
+        .entry(heads, plan.params.rope != 0)
+        .ok_or_else(|| Error::NoEntryPoint { module: format!("{module:?}"), entry: heads as usize })?;
+    Ok(Launch {
+        entry,
+        params: plan.params,
+        grid: (plan.items, plan.kv_heads * plan.params.group.div_ceil(heads)),
+        block: ITEM_THREADS,
+        shared_bytes: item_shared_bytes(head_dim, module.vec(), heads),
+        cluster: 1,
+    })
+}
+
+/// The tensor-core kernel's tiles in flight for `head_dim`: about 100 KB of staging, two blocks
+/// a multiprocessor on sm_90 for head_dim ≤ 128.
+fn preferred_stages(head_dim: u32) -> u32 {
+    match head_dim {
+        0..=64 => 4,
+        65..=128 => 3,
+        _ => 2,
     }
 }
 
@@ -408,6 +452,7 @@ fn params_of(s: &Scores) -> DecodeParams {
         cap_scale: s.cap_scale,
         v_scale: s.v_scale,
         rope: s.rope as u32,
+        stages: 2,
         rope_exponent_step: s.rope_exponent_step,
         rope_inverse_scale: s.rope_inverse_scale,
     }
@@ -593,7 +638,9 @@ fn check_values(
 }
 
 /// A plan's values: each request's items consecutive (`work_indptr` from 0, rising by at least
-/// one a request, up to `work`'s items), each item of its request, its keys a range from ≥ 0.
+/// one a request, to at most `work`'s items), each item of its request, its keys a range from
+/// ≥ 0; the items past the last request's idle (request −1, as a plan padded to
+/// [`plan_capacity`] for CUDA graphs leaves them).
 fn check_plan_values(work: &TensorView, work_indptr: &TensorView) -> Result<(), Error> {
     // SAFETY: contiguous host int32 views of the shapes `check_plan_shapes` validated.
     let (work, bounds) = unsafe { (host_i32s(work), host_i32s(work_indptr)) };
@@ -604,8 +651,15 @@ fn check_plan_values(work: &TensorView, work_indptr: &TensorView) -> Result<(), 
     if bounds[0] != 0 {
         return invalid("work_indptr", 0, bounds[0], "work_indptr[0] = 0 (a plan's first bound)".to_owned());
     }
-    if bounds[last] != items {
-        return invalid("work_indptr", last, bounds[last], format!("work_indptr[{last}] = {items} (`work`'s items)"));
+    if bounds[last] > items {
+        return invalid("work_indptr", last, bounds[last], format!("work_indptr[{last}] ≤ {items} (`work`'s items)"));
+    }
+    for item in bounds[last]..items {
+        let request = work[3 * item as usize];
+        if request != IDLE_ITEM as i64 {
+            let expected = format!("work[{item}] = [{IDLE_ITEM}, …] (an idle item: past the last request's)");
+            return invalid("work", 3 * item as usize, request, expected);
+        }
     }
     for (b, pair) in bounds.windows(2).enumerate() {
         if pair[1] <= pair[0] {
@@ -688,6 +742,18 @@ pub fn plan(kv_lengths: &[u64], kv_heads: u32, multiprocessors: u32) -> (Vec<i32
         bounds.push((work.len() / 3) as i32);
     }
     (work, bounds)
+}
+
+/// The request of an item that does nothing: the rows of a plan padded to [`plan_capacity`].
+pub const IDLE_ITEM: i32 = -1;
+
+/// The most work items [`plan`] gives a batch of `batch` requests on `multiprocessors`, whatever
+/// their lengths and kv heads: a plan padded to it with idle items (`[IDLE_ITEM, 0, 0]`) keeps
+/// its tensors' shapes, and a CUDA graph's launches, from one plan to the next. (Split requests
+/// take `chunk` ≥ `total / (BLOCKS_PER_MULTIPROCESSOR · multiprocessors)` keys an item, so their
+/// items number at most `batch` plus that many.)
+pub fn plan_capacity(batch: usize, multiprocessors: u32) -> usize {
+    batch.max(1) + (BLOCKS_PER_MULTIPROCESSOR * multiprocessors.max(1) as u64) as usize
 }
 
 /// Blocks each multiprocessor should get at least (several, so that short items even out).
@@ -1051,6 +1117,28 @@ mod tests {
         assert!(bounds[1] > 1 && bounds[1] as usize * 3 <= work.len(), "the long request is split");
         let (work, bounds) = plan(&[0, 5], 8, 132);
         assert_eq!((work, bounds), (vec![0, 0, 0, 1, 0, 5], vec![0, 1, 2]), "an empty request keeps an item");
+    }
+
+    #[test]
+    fn no_plan_has_more_items_than_its_capacity() {
+        let skewed: Vec<u64> = [131072].into_iter().chain([1; 63]).collect();
+        let batches: [&[u64]; 6] = [&[4096], &[4096; 64], &[0; 7], &[1, 100_000, 3], &skewed, &[257; 500]];
+        for lengths in batches {
+            for (kv_heads, multiprocessors) in [(1, 132), (8, 132), (32, 20), (1, 1)] {
+                let (work, _) = plan(lengths, kv_heads, multiprocessors);
+                let capacity = plan_capacity(lengths.len(), multiprocessors);
+                assert!(work.len() / 3 <= capacity, "{} items > {capacity}", work.len() / 3);
+            }
+        }
+    }
+
+    #[test]
+    fn the_tensor_core_kernel_keeps_two_blocks_a_multiprocessor_up_to_head_dim_128() {
+        let hopper = 227 * 1024;
+        for head_dim in [64, 128] {
+            assert!(2 * mma_shared_bytes(head_dim, preferred_stages(head_dim)) <= hopper, "head_dim {head_dim}");
+        }
+        assert!(mma_shared_bytes(256, preferred_stages(256)) <= hopper);
     }
 
     #[test]

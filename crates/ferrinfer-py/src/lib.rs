@@ -11,6 +11,7 @@ fn ferrinfer(module: &Bound<'_, PyModule>) -> PyResult<()> {
     // package's `__init__` re-exports (a name with `_` would not pass a bare `import *`).
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     module.add_function(wrap_pyfunction!(_decode_plan, module)?)?;
+    module.add_function(wrap_pyfunction!(_decode_plan_capacity, module)?)?;
     // The lib's name, `ferrinfer`: maturin names the package users import after it.
     ferrinfer_ffi::python::register(module, env!("CARGO_CRATE_NAME"))
 }
@@ -20,4 +21,11 @@ fn ferrinfer(module: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyfunction]
 fn _decode_plan(kv_lengths: Vec<u64>, kv_heads: u32, multiprocessors: u32) -> (Vec<i32>, Vec<i32>) {
     ferrinfer_ffi::launch::decode::plan(&kv_lengths, kv_heads, multiprocessors)
+}
+
+/// `ferrinfer_launch::decode::plan_capacity`: the most work items a plan of `batch` requests has
+/// on `multiprocessors`, the padded size of a CUDA-graph wrapper's plan tensors.
+#[pyfunction]
+fn _decode_plan_capacity(batch: usize, multiprocessors: u32) -> usize {
+    ferrinfer_ffi::launch::decode::plan_capacity(batch, multiprocessors)
 }

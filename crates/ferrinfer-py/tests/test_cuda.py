@@ -396,3 +396,93 @@ def test_get_batch_indices_positions_feeds_the_append_on_the_device():
     starts = (seq_lens.cpu() - append_lens)
     want_pos = torch.cat([torch.arange(s, s + n) for s, n in zip(starts.tolist(), append_lens.tolist())]).to(DEV, torch.int32)
     assert torch.equal(batch, want_batch) and torch.equal(pos, want_pos)
+
+
+def decode_reference(q, caches, ids, bounds, lengths, layout):
+    """Each request's attention in float64 over its keys gathered from the paged caches."""
+    k_cache, v_cache = caches
+    if layout == "HND":
+        k_cache, v_cache = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
+    page_size, kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group, scale = q.shape[1] // kv_heads, q.shape[-1] ** -0.5
+    out = torch.zeros(q.shape, dtype=torch.float64, device=DEV)
+    for b, n in enumerate(lengths):
+        if n == 0:
+            continue
+        pages = ids[bounds[b]:bounds[b + 1]].long()
+        k = k_cache[pages].reshape(-1, kv_heads, q.shape[-1])[:n].double().repeat_interleave(group, 1)
+        v = v_cache[pages].reshape(-1, kv_heads, q.shape[-1])[:n].double().repeat_interleave(group, 1)
+        w = torch.softmax(torch.einsum("hd,khd->hk", q[b].double(), k) * scale, -1)
+        out[b] = torch.einsum("hk,khd->hd", w, v)
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("group,head_dim,page_size,layout", [
+    (4, 128, 16, "NHD"), (1, 64, 1, "HND"), (8, 256, 7, "NHD"), (16, 128, 64, "HND"), (32, 64, 16, "NHD"),
+    (5, 256, 16, "HND"), (2, 128, 3, "NHD")])
+def test_batch_decode_matches_float64_over_groups_pages_and_splits(dtype, group, head_dim, page_size, layout):
+    """The wrapper on the device (its tensor-core kernel for f16 and bf16, CUDA cores for f32):
+    requests of 0 to 5000 keys, split across the multiprocessors by the plan, pages in random
+    order with spare pages, any group (past the tensor-core kernel's 16 rows too); empty
+    requests give zeros and lse −∞."""
+    kv_heads = 2
+    lengths = [0, 1, 17, 64, 65, 300, 5000, 1999, 16]
+    pages = [(n + page_size - 1) // page_size for n in lengths]
+    bounds = [0]
+    for p in pages:
+        bounds.append(bounds[-1] + p)
+    ids = torch.randperm(bounds[-1] + 3, device=DEV)[:bounds[-1]].to(torch.int32)
+    shape = (bounds[-1] + 3, page_size, kv_heads, head_dim) if layout == "NHD" else (bounds[-1] + 3, kv_heads, page_size, head_dim)
+    caches = (randn(*shape, dtype=dtype), randn(*shape, dtype=dtype))
+    q = randn(len(lengths), kv_heads * group, head_dim, dtype=dtype)
+    last = [n - (p - 1) * page_size if n else 0 for n, p in zip(lengths, pages)]
+    workspace = torch.empty(64 << 20, dtype=torch.uint8, device=DEV)
+    wrapper = ferrinfer.decode.BatchDecodeWithPagedKVCacheWrapper(workspace, layout)
+    wrapper.plan(torch.tensor(bounds, dtype=torch.int32, device=DEV), ids, torch.tensor(last, dtype=torch.int32, device=DEV),
+                 kv_heads * group, kv_heads, head_dim, page_size, q_data_type=dtype)
+    out, lse = wrapper.run(q, caches, return_lse=True)
+    want = decode_reference(q, caches, ids, bounds, lengths, layout)
+    close(out, want, dtype)
+    assert torch.all(out[0] == 0) and torch.all(lse[0] == float("-inf"))
+    assert torch.isfinite(lse[1:]).all()
+
+
+def test_batch_decode_graph_mode_replays_one_capture_after_new_plans():
+    """`use_cuda_graph=True`: `run` captured once, then each new plan of the same batch size —
+    other lengths, other pages, other splits — replayed correctly; another batch size refused."""
+    kv_heads, qo_heads, head_dim, page_size, batch, pool = 8, 32, 128, 16, 6, 700
+    buffers = dict(paged_kv_indptr_buffer=torch.empty(batch + 1, dtype=torch.int32, device=DEV),
+                   paged_kv_indices_buffer=torch.empty(pool, dtype=torch.int32, device=DEV),
+                   paged_kv_last_page_len_buffer=torch.empty(batch, dtype=torch.int32, device=DEV))
+    workspace = torch.empty(64 << 20, dtype=torch.uint8, device=DEV)
+    wrapper = ferrinfer.decode.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_cuda_graph=True, **buffers)
+    caches = tuple(randn(pool, page_size, kv_heads, head_dim, dtype=torch.bfloat16) for _ in range(2))
+    q = randn(batch, qo_heads, head_dim, dtype=torch.bfloat16)
+    out = torch.empty_like(q)
+
+    def plan(lengths):
+        pages = [(n + page_size - 1) // page_size for n in lengths]
+        bounds = [0]
+        for p in pages:
+            bounds.append(bounds[-1] + p)
+        ids = torch.randperm(pool, device=DEV)[:bounds[-1]].to(torch.int32)
+        last = [n - (p - 1) * page_size if n else 0 for n, p in zip(lengths, pages)]
+        wrapper.plan(torch.tensor(bounds, dtype=torch.int32), ids, torch.tensor(last, dtype=torch.int32),
+                     qo_heads, kv_heads, head_dim, page_size, q_data_type=torch.bfloat16)
+        return ids, bounds
+
+    plan([3, 100, 0, 4096, 17, 1000])
+    wrapper.run(q, caches, out=out)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        wrapper.run(q, caches, out=out)
+    for lengths in ([3, 100, 0, 4096, 17, 1000], [9000, 1, 1, 1, 1, 1], [64] * 6, [0, 0, 0, 0, 0, 33]):
+        ids, bounds = plan(lengths)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        close(out, decode_reference(q, caches, ids, bounds, lengths, "NHD"), torch.bfloat16)
+    with pytest.raises(ValueError, match="batch size"):
+        wrapper.plan(torch.tensor([0, 1], dtype=torch.int32), ids[:1], torch.tensor([1], dtype=torch.int32),
+                     qo_heads, kv_heads, head_dim, page_size)

@@ -111,3 +111,34 @@ def test_a_nan_in_one_request_stays_there():
     for b in (0, 2):
         want, _ = attention_ref(q[b], keys(caches[0], b), keys(caches[1], b))
         np.testing.assert_allclose(out[b], want, rtol=1e-4, atol=1e-5, err_msg=f"request {b}")
+
+
+def test_graph_mode_keeps_its_buffers_and_pads_the_plan_with_idle_items():
+    """`use_cuda_graph=True` on the CPU: the page table lands in the fixed buffers, the work
+    items keep one tensor padded with idle items from plan to plan, and each run is right."""
+    rng = np.random.default_rng(5)
+    heads, kv_heads, dim, page_size, batch = 4, 2, 64, 4, 3
+    buffers = dict(paged_kv_indptr_buffer=np.zeros(batch + 1, np.int32),
+                   paged_kv_indices_buffer=np.zeros(40, np.int32),
+                   paged_kv_last_page_len_buffer=np.zeros(batch, np.int32))
+    wrapper = ferrinfer.decode.BatchDecodeWithPagedKVCacheWrapper(np.zeros(1 << 20, np.uint8), "NHD",
+                                                                  use_cuda_graph=True, **buffers)
+    k_cache, v_cache = (rng.standard_normal((40, page_size, kv_heads, dim)).astype(np.float32) for _ in range(2))
+    q = rng.standard_normal((batch, heads, dim)).astype(np.float32)
+    work = None
+    for lengths in ([5, 0, 30], [1, 60, 2]):
+        pages = [(n + page_size - 1) // page_size for n in lengths]
+        bounds = np.concatenate([[0], np.cumsum(pages)]).astype(np.int32)
+        ids = rng.permutation(40)[:bounds[-1]].astype(np.int32)
+        last = np.array([n - (p - 1) * page_size if n else 0 for n, p in zip(lengths, pages)], np.int32)
+        wrapper.plan(bounds, ids, last, heads, kv_heads, dim, page_size, q_data_type="float32")
+        assert np.array_equal(buffers["paged_kv_indptr_buffer"], bounds)
+        work = wrapper._plan["work"] if work is None else work
+        assert np.shares_memory(wrapper._plan["work"], work) and (work[:, 0] == -1).any()
+        out = wrapper.run(q, (k_cache, v_cache))
+        for b, n in enumerate(lengths):
+            rows = (ids[bounds[b]:bounds[b + 1]][:, None] * page_size + np.arange(page_size)).reshape(-1)[:n]
+            k = k_cache.reshape(-1, kv_heads, dim)[rows]
+            v = v_cache.reshape(-1, kv_heads, dim)[rows]
+            want = attention_ref(q[b], k, v)[0]
+            np.testing.assert_allclose(out[b], want, atol=2e-5, rtol=1e-4)

@@ -4,10 +4,17 @@
 each request's keys into work items (`ferrinfer_launch::decode::plan`: long requests split
 across the multiprocessors) and lays the items and their partial states out in the workspace;
 `run` then launches `batch_decode_with_paged_kv_cache` and may be called any number of times,
-inside a CUDA graph too. Works with PyTorch tensors (CUDA or CPU) and NumPy arrays (CPU).
+inside a CUDA graph too. With `use_cuda_graph=True` (FlashInfer's CUDA-graph mode) every tensor
+`run` reads keeps its address from plan to plan: the page table goes into the buffers given at
+construction and the work items into tensors padded to the most items a batch of that size can
+have (`ferrinfer_launch::decode::plan_capacity`, idle items past the plan's), so a `run` captured
+once replays correctly after any later `plan` of the same batch size. Works with PyTorch tensors
+(CUDA or CPU) and NumPy arrays (CPU).
 """
 
-from .ferrinfer import _decode_plan, batch_decode_with_paged_kv_cache
+from .ferrinfer import _decode_plan, _decode_plan_capacity, batch_decode_with_paged_kv_cache
+
+_IDLE_ITEM = [-1, 0, 0]
 
 _FLOAT32_BYTES = 4
 
@@ -38,6 +45,14 @@ def _float32_view(buffer, start, count):
     return buffer[start : start + count * _FLOAT32_BYTES].view(numpy.float32)
 
 
+def _copy_into(buffer, values):
+    """`values` (a tensor or array) into the first entries of `buffer`, in place."""
+    if _is_torch(buffer):
+        buffer[:len(values)].copy_(values if _is_torch(values) else __import__("torch").as_tensor(values))
+    else:
+        buffer[:len(values)] = values
+
+
 def _host_ints(x):
     return [int(v) for v in (x.tolist() if hasattr(x, "tolist") else x)]
 
@@ -60,12 +75,27 @@ class BatchDecodeWithPagedKVCacheWrapper:
                  paged_kv_last_page_len_buffer=None, backend="auto", jit_args=None):
         if kv_layout not in ("NHD", "HND"):
             raise ValueError(f"`kv_layout` is {kv_layout!r}; expected \"NHD\" or \"HND\"")
+        self._fixed = None
         if use_cuda_graph:
-            raise ValueError("`use_cuda_graph=True` is not supported yet; plan and run outside a "
-                             "graph, or capture `run` of a plan made before the capture")
+            buffers = dict(paged_kv_indptr_buffer=paged_kv_indptr_buffer,
+                           paged_kv_indices_buffer=paged_kv_indices_buffer,
+                           paged_kv_last_page_len_buffer=paged_kv_last_page_len_buffer)
+            for name, buffer in buffers.items():
+                if buffer is None:
+                    raise ValueError(f"`{name}` is required with `use_cuda_graph=True`: the captured "
+                                     "run reads the page table from it")
+            if len(paged_kv_indptr_buffer) != len(paged_kv_last_page_len_buffer) + 1:
+                raise ValueError(f"`paged_kv_indptr_buffer` has {len(paged_kv_indptr_buffer)} entries; "
+                                 f"expected {len(paged_kv_last_page_len_buffer) + 1} (the batch size + 1)")
+            self._fixed = dict(indptr=paged_kv_indptr_buffer, indices=paged_kv_indices_buffer,
+                               last=paged_kv_last_page_len_buffer, work=None, work_indptr=None)
         self._workspace = float_workspace_buffer
         self._kv_layout = kv_layout
         self._plan = None
+
+    @property
+    def is_cuda_graph_enabled(self):
+        return self._fixed is not None
 
     def reset_workspace_buffer(self, float_workspace_buffer, int_workspace_buffer=None):
         self._workspace = float_workspace_buffer
@@ -89,6 +119,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
             work_bounds = list(range(len(lengths) + 1))
         else:
             work, work_bounds = _decode_plan(lengths, num_kv_heads, _multiprocessors(self._workspace))
+        if self._fixed is not None:
+            kv_indptr, indices, last_page_len = self._fill_page_table(indptr, indices, last_page_len, len(lasts))
+            capacity = _decode_plan_capacity(len(lengths), _multiprocessors(self._workspace))
+            work = work + _IDLE_ITEM * (capacity - len(work) // 3)
+        else:
+            kv_indptr = indptr
         items = len(work) // 3
         values, scores = items * num_qo_heads * head_dim, items * num_qo_heads
         needed = (values + scores) * _FLOAT32_BYTES
@@ -99,15 +135,44 @@ class BatchDecodeWithPagedKVCacheWrapper:
                              f"{items} work items need {needed}")
         partial_v = _float32_view(self._workspace, 0, values).reshape(items, num_qo_heads, head_dim)
         partial_s = _float32_view(self._workspace, values * _FLOAT32_BYTES, scores).reshape(items, num_qo_heads)
+        work, work_bounds = self._work_tensors(work, work_bounds)
         self._plan = dict(
-            kv_indptr=indptr, kv_indices=indices, kv_last_page_len=last_page_len,
-            work=_int32_like(self._workspace, work).reshape(items, 3),
-            work_indptr=_int32_like(self._workspace, work_bounds),
+            kv_indptr=kv_indptr, kv_indices=indices, kv_last_page_len=last_page_len,
+            work=work.reshape(items, 3), work_indptr=work_bounds,
             partial_v=partial_v, partial_s=partial_s,
             scalars=dict(pos_encoding_mode=pos_encoding_mode, window_left=window_left,
                          logits_soft_cap=logits_soft_cap, sm_scale=sm_scale, rope_scale=rope_scale,
                          rope_theta=rope_theta),
         )
+
+    def _fill_page_table(self, indptr, indices, last_page_len, batch):
+        """CUDA-graph mode: the plan's page table copied into the fixed buffers (the batch size
+        fixed by them); the views `run` passes."""
+        fixed = self._fixed
+        if batch != len(fixed["last"]):
+            raise ValueError(f"the batch size is {batch}; with `use_cuda_graph=True` it is fixed at "
+                             f"{len(fixed['last'])} by `paged_kv_last_page_len_buffer`")
+        if len(indices) > len(fixed["indices"]):
+            raise ValueError(f"`indices` has {len(indices)} pages; `paged_kv_indices_buffer` holds "
+                             f"{len(fixed['indices'])}")
+        _copy_into(fixed["indptr"], indptr)
+        _copy_into(fixed["indices"], indices)
+        _copy_into(fixed["last"], last_page_len)
+        return fixed["indptr"], fixed["indices"], fixed["last"]
+
+    def _work_tensors(self, work, work_bounds):
+        """The plan's items and bounds as int32 tensors on the workspace's device: new ones, or
+        in CUDA-graph mode the same ones each plan (its items padded to a fixed count)."""
+        if self._fixed is None:
+            return _int32_like(self._workspace, work), _int32_like(self._workspace, work_bounds)
+        fixed = self._fixed
+        if fixed["work"] is None or len(fixed["work"]) != len(work):
+            fixed["work"] = _int32_like(self._workspace, work)
+            fixed["work_indptr"] = _int32_like(self._workspace, work_bounds)
+        else:
+            _copy_into(fixed["work"], _int32_like(self._workspace, work))
+            _copy_into(fixed["work_indptr"], _int32_like(self._workspace, work_bounds))
+        return fixed["work"], fixed["work_indptr"]
 
     begin_forward = plan
 
