@@ -37,7 +37,7 @@
 #             the current-stream rule, torch.cuda.graph capture, the adapters.md CUDA snippet
 #   pybench   crates/ferrinfer-py/bench/ops.py: the Python module beside torch eager, torch.compile
 #             and FlashInfer in one process, norm and activation grids (PYBENCH_FAMILIES: sampling, cascade,
-#             rope, page too), and --eager (FlashInfer only if importable: source .peers/b/install.sh)
+#             rope, page, decode too), and --eager (FlashInfer only if importable: source .peers/b/install.sh)
 #   candle    the candle adapter's GPU tests and its benchmark against candle's own rms_norm
 #             (needs .bundle/candle: bash scripts/gpu/bundle.sh --adapters)
 #   torch     the tch adapter's GPU tests, against the machine's torch 2.11 (needs .bundle/torch)

@@ -3,7 +3,8 @@
 //!
 //! A CSV has the header `op,dtype,T,H,impl,us,tbps` (what `crates/ferrinfer-py/bench/ops.py`
 //! writes); `impl` is ours (`ferrinfer-py`), a peer (`torch_eager`, `torch_compile`,
-//! `flashinfer`) or anything else, which is ignored. For each family, dtype and GPU the table
+//! `flashinfer`, `flashinfer_tc` — FlashInfer's tensor-core decode) or anything else, which is
+//! ignored. For each family, dtype and GPU the table
 //! gives, over every point `(op, T, H)` timed for us and at least one peer, the best peer's time
 //! over ours: its least, median and greatest value (above 1: faster than every peer).
 
@@ -22,7 +23,7 @@ pub const END: &str = "<!-- perf-table:end -->";
 
 const HEADER: &str = "op,dtype,T,H,impl,us,tbps";
 const OURS: &str = "ferrinfer-py";
-const PEERS: &[&str] = &["torch_eager", "torch_compile", "flashinfer"];
+const PEERS: &[&str] = &["torch_eager", "torch_compile", "flashinfer", "flashinfer_tc"];
 const GPUS: &[&str] = &["h100", "h200"];
 
 /// One CSV: its file name (`<family>-<gpu>.csv`) and contents.

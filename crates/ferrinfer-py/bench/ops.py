@@ -30,7 +30,14 @@ and k of 8, head_dim 128, int32 positions but the cache ops', NeoX pairs, over t
 2048} tokens for each of 64 sequences holding 100 entries before, keys and values of 8 heads ×
 head_dim 128 into NHD caches of 16-entry pages in random order, a (k, v) pair, int32 page tables;
 torch's peer computes each token's page and entry and writes by index; `T` is the tokens, `H`
-the head_dim; bytes: keys and values read once and written once).
+the head_dim; bytes: keys and values read once and written once), and `decode`
+(BatchDecodeWithPagedKVCacheWrapper's `run`, planned once: ours, FlashInfer's CUDA-core and
+tensor-core paths, `flashinfer` and `flashinfer_tc`, and torch's SDPA over each request's keys
+gathered from the cache; 8 kv heads, `--decode-shape head_dim,group,page_size` (default
+128,4,16), pages in random order, over DECODE_GRID's batches: 1, 16 and 64 × 4096 keys, 128 ×
+1024, 64 × 16384 and 1 × 32768 + 63 × 512; `T` is the batch, `H` the keys summed over it;
+bytes: keys and values read once, the query and the output once; each output's largest
+difference from torch's printed; with --eager, `plan`'s host cost instead).
 `--eager` instead times the host path: the wall time per call of 2000 back-to-back calls outside
 any graph (T = 1), what eager PyTorch pays per op.
 
@@ -42,6 +49,7 @@ Usage (GPU machine, wheel installed; FlashInfer optional — see docs/perf/READM
 """
 import argparse
 import importlib
+import itertools
 import os
 import statistics
 import sys
@@ -600,6 +608,104 @@ def page_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid):
         del k_cache, v_cache, key, value, caches, args
 
 
+# Decode: 8 kv heads, `--decode-group` query heads each (4: 32 query heads), pages of
+# `--page-size` in random cache order, NHD; `T` is the batch, `H` the keys summed over it.
+DECODE_KV_HEADS = 8
+DECODE_GRID = [[4096], [4096] * 16, [4096] * 64, [1024] * 128, [16384] * 64, [32768] + [512] * 63]
+DECODE_WORKSPACE_BYTES = 256 << 20
+
+
+def decode_batch(lengths, page_size, kv_heads, head_dim, dtype):
+    """A paged batch of `lengths` keys: the caches (pages in random order), the page table, and
+    for torch each request's cache rows padded to the longest (with a mask where they differ)."""
+    pages = [(n + page_size - 1) // page_size for n in lengths]
+    used = sum(pages)
+    k_cache, v_cache = (torch.randn(used, page_size, kv_heads, head_dim, device="cuda", dtype=dtype) for _ in range(2))
+    ids = torch.randperm(used, device="cuda", dtype=torch.int32)
+    indptr = torch.tensor([0] + pages, dtype=torch.int64).cumsum(0).to("cuda", torch.int32)
+    last = torch.tensor([n - (p - 1) * page_size for n, p in zip(lengths, pages)], device="cuda", dtype=torch.int32)
+    longest, starts = max(lengths), [0] + list(itertools.accumulate(pages))
+    entries = torch.arange(page_size, device="cuda")
+
+    def request_rows(b):
+        rows = (ids[starts[b]:starts[b + 1]].long()[:, None] * page_size + entries).reshape(-1)[:lengths[b]]
+        return torch.nn.functional.pad(rows, (0, longest - lengths[b]))
+
+    rows = torch.stack([request_rows(b) for b in range(len(lengths))])
+    slots = torch.arange(longest, device="cuda")
+    valid = slots[None, :] < torch.tensor(lengths, device="cuda")[:, None]
+    mask = None if min(lengths) == longest else valid[:, None, None, :]
+    return (k_cache, v_cache), ids, indptr, last, rows, mask
+
+
+def decode_torch(q, caches, rows, mask):
+    """Decode with torch: each request's keys and values gathered from the paged caches (rows
+    padded to the longest, masked), then SDPA with grouped query heads."""
+    k_cache, v_cache = caches
+    kv_heads, head_dim = k_cache.shape[-2:]
+    k = k_cache.reshape(-1, kv_heads, head_dim)[rows].transpose(1, 2)
+    v = v_cache.reshape(-1, kv_heads, head_dim)[rows].transpose(1, 2)
+    out = torch.nn.functional.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=mask, enable_gqa=True)
+    return out.squeeze(2)
+
+
+def decode_cases(record, dtype, ops, fi, time_fn, impl_suffix, grid, shape):
+    """batch_decode over `grid`'s batches (each a list of request lengths): ferrinfer's and
+    FlashInfer's wrappers (its CUDA-core and its tensor-core path) planned once, `run` timed; torch's
+    SDPA over the gathered cache. Prints each output's largest difference from torch's."""
+    head_dim, group, page_size = shape
+    kv_heads, size = DECODE_KV_HEADS, torch.tensor([], dtype=dtype).element_size()
+    qo_heads = kv_heads * group
+    suffix = "" if shape == (128, 4, 16) else f"_d{head_dim}_g{group}_p{page_size}"
+    op = "batch_decode" + suffix
+    workspace = torch.empty(DECODE_WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+    for lengths in grid:
+        batch, keys = len(lengths), sum(lengths)
+        caches, ids, indptr, last, rows, mask = decode_batch(lengths, page_size, kv_heads, head_dim, dtype)
+        q = torch.randn(batch, qo_heads, head_dim, device="cuda", dtype=dtype)
+        nbytes = (2 * keys * kv_heads + 2 * batch * qo_heads) * head_dim * size
+        plan = (indptr, ids, last, qo_heads, kv_heads, head_dim, page_size)
+        expected = decode_torch(q, caches, rows, mask).float()
+
+        def timed(impl, wrapper):
+            wrapper.plan(*plan, q_data_type=dtype, kv_data_type=dtype)
+            difference = (wrapper.run(q, caches).float() - expected).abs().max().item()
+            print(f"# {op} {impl} batch={batch} keys={keys}: largest difference from torch {difference:.3g}", file=sys.stderr)
+            record(op, batch, keys, nbytes, impl + impl_suffix, time_fn(lambda: wrapper.run(q, caches)))
+
+        if "torch" in ops:
+            record(op, batch, keys, nbytes, "torch_eager" + impl_suffix, time_fn(lambda: decode_torch(q, caches, rows, mask)))
+        if fi:
+            for impl, tensor_cores in [("flashinfer", False), ("flashinfer_tc", True)]:
+                try:
+                    timed(impl, fi.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=tensor_cores))
+                except Exception as error:
+                    print(f"# {impl} {op} not timed: {type(error).__name__}: {str(error)[:300]}", file=sys.stderr)
+        timed("ferrinfer-py", ferrinfer.decode.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD"))
+        del caches, q, rows, expected
+
+
+def decode_plan_cases(record, fi, grid, calls=200):
+    """The host cost of `plan` (wall time per call, then one sync) for each batch of `grid`."""
+    workspace = torch.empty(DECODE_WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+    for lengths in grid:
+        pages = [(n + 15) // 16 for n in lengths]
+        indptr = torch.tensor([0] + pages, dtype=torch.int64).cumsum(0).to("cuda", torch.int32)
+        ids = torch.arange(sum(pages), device="cuda", dtype=torch.int32)
+        last = torch.tensor([n - (p - 1) * 16 for n, p in zip(lengths, pages)], device="cuda", dtype=torch.int32)
+        wrappers = [("ferrinfer-py", ferrinfer.decode.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD"))]
+        if fi:
+            wrappers += [("flashinfer", fi.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD")),
+                         ("flashinfer_tc", fi.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True))]
+        for impl, wrapper in wrappers:
+            def plan():
+                wrapper.plan(indptr, ids, last, 32, DECODE_KV_HEADS, 128, 16, q_data_type=torch.bfloat16)
+            try:
+                record("batch_decode_plan", len(lengths), sum(lengths), 1, impl + "_eager", eager_us(plan, calls=calls))
+            except Exception as error:
+                print(f"# {impl} plan not timed: {type(error).__name__}: {str(error)[:300]}", file=sys.stderr)
+
+
 def only_tokens(grid, tokens):
     """The grid's (width, T) points whose T is in `tokens` (comma-separated); all if None."""
     if tokens is None:
@@ -610,13 +716,15 @@ def only_tokens(grid, tokens):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", default="norm", choices=["norm", "activation", "sampling", "cascade", "rope", "page"])
+    parser.add_argument("--family", default="norm", choices=["norm", "activation", "sampling", "cascade", "rope", "page", "decode"])
     parser.add_argument("--ops", default=None, help="comma-separated (default: the family's ops)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--eager", action="store_true", help="time the host path (T = 1, no graph)")
     parser.add_argument("--tokens", default=None, help="comma-separated T values: only these rows of the grid")
     parser.add_argument("--grid", default="standard", choices=["standard", "wide"],
                         help="norm only: the peers' grid, or H from 64 to 16384 (NORM_WIDE_GRID)")
+    parser.add_argument("--decode-shape", default="128,4,16",
+                        help="decode only: head_dim,group,page_size (query heads a kv head; 8 kv heads)")
     parser.add_argument("--out", default=None, help="also write the CSV here")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
@@ -645,6 +753,15 @@ def main():
         fi = flashinfer_module("rope")
         rope_cases(record, dtype, ops, fi, time_fn, suffix, grid)
         rope_cache_cases(record, dtype, ops, fi, time_fn, suffix, grid)
+    elif args.family == "decode":
+        ops = (args.ops or "torch,batch_decode").split(",")
+        fi = flashinfer_module("decode")
+        if args.eager:
+            decode_plan_cases(record, fi, DECODE_GRID)
+        else:
+            shape = tuple(int(x) for x in args.decode_shape.split(","))
+            grid = DECODE_GRID if args.tokens is None else [g for g in DECODE_GRID if str(len(g)) in args.tokens.split(",")]
+            decode_cases(record, dtype, ops, fi, time_fn, suffix, grid, shape)
     elif args.family == "page":
         ops = (args.ops or "append_paged_kv_cache").split(",")
         grid = [(128, PAGE_SEQUENCES)] if args.eager else only_tokens(PAGE_GRID, args.tokens)
