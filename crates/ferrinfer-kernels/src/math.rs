@@ -315,8 +315,8 @@ pub fn exp2_f64(x: f64) -> f64 {
 }
 
 /// Division of 32-bit numbers by a fixed divisor as a multiply-high, an add and a shift
-/// (Granlund and Montgomery's method: `shift = ⌈log₂ d⌉`, `multiplier = ⌊2³² (2^shift − d) / d⌋
-/// + 1`), for a divisor known only at run time but used many times (a page size): one 32-bit
+/// (Granlund and Montgomery's method: `shift = ⌈log₂ d⌉`, `multiplier = 1 + ⌊2³² (2^shift − d) /
+/// d⌋`), for a divisor known only at run time but used many times (a page size): one 32-bit
 /// division costs the GPU a few dozen instructions, this three.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FastDivisor {

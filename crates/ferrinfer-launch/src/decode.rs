@@ -164,7 +164,7 @@ fn items_launch(plan: &Plan, module: &DecodeModule, limits: &Limits) -> Result<L
     let forced = layout_override()?;
     let head_dim = plan.params.head_dim;
     let tensor_cores = module.tensor_core_entry(limits.arch).filter(|_| plan.params.rope == 0);
-    let stages = forced.stages.map_or_else(|| preferred_stages(head_dim), |s| s);
+    let stages = forced.stages.unwrap_or_else(|| preferred_stages(head_dim));
     let stages = (2..=stages).rev().find(|&s| mma_shared_bytes(head_dim, s) <= limits.max_shared_bytes);
     if let (Some(entry), Some(stages), true) = (tensor_cores, stages, forced.tensor_cores != Some(false)) {
         return Ok(Launch {
