@@ -423,11 +423,12 @@ pub const fn mma_row_passes(head_dim: u32) -> u32 {
 }
 
 /// The dynamic shared memory the tensor-core items' kernel needs for `head_dim` (16-bit
-/// elements) with `stages` tiles in flight: the query's rows, then each stage's keys' flags and
-/// its keys and values — which the warps' states reuse after the loop.
+/// elements) with `stages` tiles in flight: the query's rows, then each stage's keys' flags, two
+/// tiles' row offsets, and each stage's keys and values — which the warps' states reuse after
+/// the loop.
 pub const fn mma_shared_bytes(head_dim: u32, stages: u32) -> u32 {
     let row = 2 * head_dim;
-    let ring = stages * MMA_TILE_KEYS * (4 + 2 * row);
+    let ring = stages * MMA_TILE_KEYS * (4 + 2 * row) + 2 * MMA_TILE_KEYS * 8;
     let states = MMA_WARPS * MMA_ROWS * (head_dim + 2) * 4;
     MMA_ROWS * row + if ring > states { ring } else { states }
 }
@@ -441,8 +442,8 @@ mod device_kernels {
     use core::marker::PhantomData;
 
     use crate::device::{
-        block_barrier, chain_after_prior_grids, dynamic_shared, load_shared_u32, shuffle_xor, store_shared_u32,
-        thread_index,
+        block_barrier, chain_after_prior_grids, dynamic_shared, load_shared_u32, load_shared_u64, shuffle_xor,
+        store_shared_u32, store_shared_u64, thread_index,
     };
     use crate::matrix::{commit_copies, copy_async_16, load_tiles, multiply_add, swizzled, wait_copies};
     use crate::vector::Once;
@@ -656,18 +657,23 @@ mod device_kernels {
             layout: &layout,
             marker: PhantomData,
         };
-        let mut next = stager.offsets(0);
+        // Tile j's row offsets go to shared memory (slot j % 2) before the barrier that precedes
+        // its copies; each is read from the page table an iteration earlier still.
         for tile in 0..layout.stages - 1 {
-            unsafe { stager.issue(tile, tiles, &next) };
-            next = stager.offsets(tile + 1);
+            stager.publish(tile, stager.row_offset(tile));
+            block_barrier();
+            unsafe { stager.issue(tile, tiles) };
         }
+        stager.publish(layout.stages - 1, stager.row_offset(layout.stages - 1));
+        let mut pending = stager.row_offset(layout.stages);
         let mut state = WarpState::<TILES>::EMPTY;
         for tile in 0..tiles {
             wait_oldest_stage(layout.stages);
             block_barrier();
             let ahead = tile + layout.stages - 1;
-            unsafe { stager.issue(ahead, tiles, &next) };
-            next = stager.offsets(ahead + 1);
+            unsafe { stager.issue(ahead, tiles) };
+            stager.publish(ahead + 1, pending);
+            pending = stager.row_offset(ahead + 2);
             unsafe { state.add_tile::<T>(p, &layout, tile) };
         }
         wait_copies::<0>();
@@ -687,6 +693,8 @@ mod device_kernels {
         query: u32,
         /// Each stage's keys' flags (u32: the key exists), [`MMA_TILE_KEYS`] a stage.
         flags: u32,
+        /// Two tiles' rows' element offsets in the caches (u64, `u64::MAX`: no key).
+        row_offsets: u32,
         /// Each stage's key tile then value tile.
         staging: u32,
         stages: u32,
@@ -701,8 +709,9 @@ mod device_kernels {
             let stages = stages.clamp(2, MAX_MMA_STAGES);
             let query = dynamic_shared();
             let flags = query + MMA_ROWS * row_bytes;
-            let staging = flags + stages * MMA_TILE_KEYS * 4;
-            MmaLayout { row_bytes, query, flags, staging, stages, epilogue: flags }
+            let row_offsets = flags + stages * MMA_TILE_KEYS * 4;
+            let staging = row_offsets + 2 * MMA_TILE_KEYS * 8;
+            MmaLayout { row_bytes, query, flags, row_offsets, staging, stages, epilogue: flags }
         }
 
         /// Stage `stage`'s key tile (its value tile follows).
@@ -719,6 +728,12 @@ mod device_kernels {
         #[inline(always)]
         fn flag(&self, stage: u32, key: u32) -> u32 {
             self.flags + 4 * (stage * MMA_TILE_KEYS + key)
+        }
+
+        /// Row `row`'s offset of tile `tile`.
+        #[inline(always)]
+        fn row_offset(&self, tile: u32, row: u32) -> u32 {
+            self.row_offsets + 8 * ((tile % 2) * MMA_TILE_KEYS + row)
         }
     }
 
@@ -770,38 +785,44 @@ mod device_kernels {
         const THREADS_PER_ROW: u32 = 2 * PASSES as u32;
         const ROWS_PER_PASS: u32 = ITEM_THREADS / Self::THREADS_PER_ROW;
 
-        /// The element offsets of this thread's rows of tile `tile` in the caches (`u64::MAX`:
-        /// no key — past the item, or a page outside the cache). Taken a tile ahead of the
-        /// copies, so that the page table's latency hides behind a tile's work.
+        /// Thread `t < MMA_TILE_KEYS`: the element offset of row `t` of tile `tile` in the
+        /// caches (`u64::MAX`: no key — past the item, or a page outside the cache); one
+        /// page-table read a row for the block, rather than one for each thread copying it.
         #[inline(always)]
-        fn offsets(&self, tile: u32) -> [u64; PASSES] {
-            let first =
-                self.begin + tile as u64 * MMA_TILE_KEYS as u64 + (thread_index() / Self::THREADS_PER_ROW) as u64;
-            core::array::from_fn(|i| {
-                let token = first + (i as u32 * Self::ROWS_PER_PASS) as u64;
-                let at = if token < self.end {
-                    unsafe { entry_offset::<I>(self.p, self.request, token, self.kv_head) }
-                } else {
-                    None
-                };
-                at.unwrap_or(u64::MAX)
-            })
+        fn row_offset(&self, tile: u32) -> u64 {
+            let token = self.begin + tile as u64 * MMA_TILE_KEYS as u64 + thread_index() as u64;
+            let at = if thread_index() < MMA_TILE_KEYS && token < self.end {
+                unsafe { entry_offset::<I>(self.p, self.request, token, self.kv_head) }
+            } else {
+                None
+            };
+            at.unwrap_or(u64::MAX)
+        }
+
+        /// Thread `t < MMA_TILE_KEYS`: stores its row's offset of tile `tile` for the copies
+        /// (visible to them after the next barrier).
+        #[inline(always)]
+        fn publish(&self, tile: u32, offset: u64) {
+            if thread_index() < MMA_TILE_KEYS {
+                store_shared_u64(self.layout.row_offset(tile, thread_index()), offset);
+            }
         }
 
         /// Issues tile `tile`'s copies into its stage (none past `tiles`: zeros where a row has
         /// no key) and its keys' flags, then closes the thread's group.
         ///
         /// # Safety
-        /// `offsets` from [`TileStager::offsets`] of `tile`; the stage's readers are done.
+        /// The tile's row offsets published before a barrier since; the stage's readers done.
         #[inline(always)]
-        unsafe fn issue(&self, tile: u32, tiles: u32, offsets: &[u64; PASSES]) {
+        unsafe fn issue(&self, tile: u32, tiles: u32) {
             if tile < tiles {
                 let stage = tile % self.layout.stages;
                 let (keys, values, row_bytes) =
                     (self.layout.keys(stage), self.layout.values(stage), self.layout.row_bytes);
                 let (row0, lane) = (thread_index() / Self::THREADS_PER_ROW, thread_index() % Self::THREADS_PER_ROW);
-                for (i, &offset) in offsets.iter().enumerate() {
-                    let row = row0 + i as u32 * Self::ROWS_PER_PASS;
+                for i in 0..PASSES as u32 {
+                    let row = row0 + i * Self::ROWS_PER_PASS;
+                    let offset = load_shared_u64(self.layout.row_offset(tile, row));
                     let present = offset != u64::MAX;
                     for chunk in (lane..row_bytes / 16).step_by(Self::THREADS_PER_ROW as usize) {
                         let at = if present { offset } else { 0 } as usize + 8 * chunk as usize;
