@@ -50,8 +50,7 @@ pub fn wait_copies<const PENDING: u32>() {
 /// holds tile `i`'s column `lane / 4`, rows `2 (lane % 4)` and the next).
 #[inline(always)]
 pub fn load_tiles<const TRANSPOSED: bool>(address: u32) -> [u32; 4] {
-    let r: [u32; 4];
-    let (mut r0, mut r1, mut r2, mut r3): (u32, u32, u32, u32);
+    let (r0, r1, r2, r3): (u32, u32, u32, u32);
     unsafe {
         if TRANSPOSED {
             asm!(
@@ -69,8 +68,7 @@ pub fn load_tiles<const TRANSPOSED: bool>(address: u32) -> [u32; 4] {
             )
         }
     };
-    r = [r0, r1, r2, r3];
-    r
+    [r0, r1, r2, r3]
 }
 
 /// `acc += a · b` for a 16 × 16 A fragment and a 16 × 8 B fragment of `T` (f16 or bf16; the

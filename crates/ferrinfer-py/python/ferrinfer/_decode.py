@@ -48,7 +48,9 @@ def _float32_view(buffer, start, count):
 def _copy_into(buffer, values):
     """`values` (a tensor or array) into the first entries of `buffer`, in place."""
     if _is_torch(buffer):
-        buffer[:len(values)].copy_(values if _is_torch(values) else __import__("torch").as_tensor(values))
+        import torch
+
+        buffer[:len(values)].copy_(values if _is_torch(values) else torch.as_tensor(values))
     else:
         buffer[:len(values)] = values
 
@@ -170,8 +172,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             fixed["work"] = _int32_like(self._workspace, work)
             fixed["work_indptr"] = _int32_like(self._workspace, work_bounds)
         else:
-            _copy_into(fixed["work"], _int32_like(self._workspace, work))
-            _copy_into(fixed["work_indptr"], _int32_like(self._workspace, work_bounds))
+            _copy_into(fixed["work"], work)
+            _copy_into(fixed["work_indptr"], work_bounds)
         return fixed["work"], fixed["work_indptr"]
 
     begin_forward = plan
