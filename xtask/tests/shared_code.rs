@@ -3,7 +3,7 @@
 //! name no family's vocabulary:
 //! - a family's name, alone or as a word of an identifier (`page`, `PAGE_SIZE`, `NormModule`,
 //!   `Domain::PageIds`);
-//! - an op's name, from the families' op tables (`macro_rules! <family>_ops` in
+//! - an op's name, from the families' op tables (`op_table! { $ <family>_ops, family <family>; … }` in
 //!   `crates/ferrinfer-launch/src/<family>.rs`);
 //! - a public name a family's own files declare at their top level (`pub struct KvLayout`, …),
 //!   unless another family declares it too (`FAMILY`, `OPS`: conventions) or shared code declares
@@ -295,8 +295,8 @@ fn words(identifier: &str) -> Vec<String> {
 fn op_names(root: &Path, family: &str) -> Vec<String> {
     let path = root.join(format!("crates/ferrinfer-launch/src/{family}.rs"));
     let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let table_start = format!("macro_rules! {family}_ops");
-    let Some(start) = text.find(&table_start) else { return Vec::new() };
+    let table_start = format!("{family}_ops, family {family};");
+    let start = text.find(&table_start).unwrap_or_else(|| panic!("{}: no `{table_start}`", path.display()));
     let table = &text[start..];
     let table = &table[..table.find("\n}\n").unwrap_or(table.len())];
     let op = Regex::new(r"(?m)^\s*fn\s+([A-Za-z_]\w*)\s*\(").unwrap();

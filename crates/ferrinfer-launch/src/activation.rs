@@ -20,30 +20,22 @@ use crate::layout;
 use crate::op::{Call, FamilyOp, Problem};
 use crate::{Error, Stream, TensorView, cpu, logging, tuning};
 
-/// The activation family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
-#[macro_export]
-macro_rules! activation_ops {
-    ($callback:path $(, $adapter:path)?) => {
-        $callback! {
-            $(@adapter $adapter;)?
-            family activation;
-            /// `out = silu(input[..., :d]) · input[..., d:]` (SiLU: `x · σ(x)`), in f32. `input`:
-            /// `[..., 2d]`; `out`: `[..., d]`, not overlapping `input`.
-            fn silu_and_mul(input: In[DoubleRows]) -> out: Out[Rows]
-                => ActivationKernel::Silu, reference silu_and_mul_reference;
-            /// `out = gelu(input[..., :d]) · input[..., d:]` with the exact GELU,
-            /// `½ x (1 + erf(x / √2))`; shapes as `silu_and_mul`.
-            fn gelu_and_mul(input: In[DoubleRows]) -> out: Out[Rows]
-                => ActivationKernel::Gelu, reference gelu_and_mul_reference;
-            /// `out = gelu_tanh(input[..., :d]) · input[..., d:]` with GELU's tanh approximation,
-            /// `½ x (1 + tanh(√(2/π) (x + 0.044715 x³)))`; shapes as `silu_and_mul`.
-            fn gelu_tanh_and_mul(input: In[DoubleRows]) -> out: Out[Rows]
-                => ActivationKernel::GeluTanh, reference gelu_tanh_and_mul_reference;
-        }
-    };
+crate::op_table! { $
+    /// The activation family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
+    activation_ops, family activation;
+    /// `out = silu(input[..., :d]) · input[..., d:]` (SiLU: `x · σ(x)`), in f32. `input`:
+    /// `[..., 2d]`; `out`: `[..., d]`, not overlapping `input`.
+    fn silu_and_mul(input: In[DoubleRows]) -> out: Out[Rows]
+        => ActivationKernel::Silu, reference silu_and_mul_reference;
+    /// `out = gelu(input[..., :d]) · input[..., d:]` with the exact GELU,
+    /// `½ x (1 + erf(x / √2))`; shapes as `silu_and_mul`.
+    fn gelu_and_mul(input: In[DoubleRows]) -> out: Out[Rows]
+        => ActivationKernel::Gelu, reference gelu_and_mul_reference;
+    /// `out = gelu_tanh(input[..., :d]) · input[..., d:]` with GELU's tanh approximation,
+    /// `½ x (1 + tanh(√(2/π) (x + 0.044715 x³)))`; shapes as `silu_and_mul`.
+    fn gelu_tanh_and_mul(input: In[DoubleRows]) -> out: Out[Rows]
+        => ActivationKernel::GeluTanh, reference gelu_tanh_and_mul_reference;
 }
-
-crate::activation_ops!(crate::define_ops);
 
 impl FamilyOp for ActivationKernel {
     fn run(&self, call: &Call) -> Result<(), Error> {

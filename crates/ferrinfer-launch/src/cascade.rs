@@ -29,37 +29,29 @@ use crate::layout::{self, Named};
 use crate::op::{Call, FamilyOp, Problem, STACKED_STATES};
 use crate::{Error, Stream, TensorView, cpu, logging, tuning};
 
-/// The cascade family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
-#[macro_export]
-macro_rules! cascade_ops {
-    ($callback:path $(, $adapter:path)?) => {
-        $callback! {
-            $(@adapter $adapter;)?
-            family cascade;
-            /// Merges two attention states of the same queries, FlashInfer's `merge_state`:
-            /// `m = max(s_a, s_b)`, `wₓ = 2^(sₓ − m)`, `v_merged = (w_a v_a + w_b v_b) / (w_a + w_b)`,
-            /// `s_merged = log₂(w_a + w_b) + m`, in f32. `v_*`: `[..., head_dim]`; `s_*`: f32,
-            /// `[...]` (one score a row of `v`).
-            fn merge_state(v_a: In[Rows], s_a: In[Batch as f32], v_b: In[Rows], s_b: In[Batch as f32])
-                -> v_merged: Out[Rows], s_merged: Out[Batch as f32]
-                => CascadeOp::MergeState, reference merge_state_reference;
-            /// `merge_state` into the first state, FlashInfer's `merge_state_in_place` (without
-            /// its `mask`): `v`, `s` become the merge of themselves with `v_other`, `s_other`.
-            fn merge_state_in_place(v: InOut[Rows], s: InOut[Batch as f32], v_other: In[Rows], s_other: In[Batch as f32])
-                => CascadeOp::MergeStateInPlace, reference merge_state_in_place_reference;
-            /// Merges any number of attention states of the same queries, FlashInfer's
-            /// `merge_states`: `v` `[seq, num_states, num_heads…, head_dim]`, `s` f32
-            /// `[seq, num_states, num_heads…]` (the heads may be any number of dimensions, or
-            /// none) → `v_merged` `[seq, num_heads…, head_dim]`, `s_merged` `[seq, num_heads…]`:
-            /// `merge_state`'s arithmetic over every state (no states: values 0, score −∞).
-            fn merge_states(v: In[Stacked], s: In[StackedBatch as f32])
-                -> v_merged: Out[Rows], s_merged: Out[Batch as f32]
-                => CascadeOp::MergeStates, reference merge_states_reference;
-        }
-    };
+crate::op_table! { $
+    /// The cascade family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
+    cascade_ops, family cascade;
+    /// Merges two attention states of the same queries, FlashInfer's `merge_state`:
+    /// `m = max(s_a, s_b)`, `wₓ = 2^(sₓ − m)`, `v_merged = (w_a v_a + w_b v_b) / (w_a + w_b)`,
+    /// `s_merged = log₂(w_a + w_b) + m`, in f32. `v_*`: `[..., head_dim]`; `s_*`: f32,
+    /// `[...]` (one score a row of `v`).
+    fn merge_state(v_a: In[Rows], s_a: In[Batch as f32], v_b: In[Rows], s_b: In[Batch as f32])
+        -> v_merged: Out[Rows], s_merged: Out[Batch as f32]
+        => CascadeOp::MergeState, reference merge_state_reference;
+    /// `merge_state` into the first state, FlashInfer's `merge_state_in_place` (without
+    /// its `mask`): `v`, `s` become the merge of themselves with `v_other`, `s_other`.
+    fn merge_state_in_place(v: InOut[Rows], s: InOut[Batch as f32], v_other: In[Rows], s_other: In[Batch as f32])
+        => CascadeOp::MergeStateInPlace, reference merge_state_in_place_reference;
+    /// Merges any number of attention states of the same queries, FlashInfer's
+    /// `merge_states`: `v` `[seq, num_states, num_heads…, head_dim]`, `s` f32
+    /// `[seq, num_states, num_heads…]` (the heads may be any number of dimensions, or
+    /// none) → `v_merged` `[seq, num_heads…, head_dim]`, `s_merged` `[seq, num_heads…]`:
+    /// `merge_state`'s arithmetic over every state (no states: values 0, score −∞).
+    fn merge_states(v: In[Stacked], s: In[StackedBatch as f32])
+        -> v_merged: Out[Rows], s_merged: Out[Batch as f32]
+        => CascadeOp::MergeStates, reference merge_states_reference;
 }
-
-crate::cascade_ops!(crate::define_ops);
 
 /// Which op of the family a call is (the table's selectors): all run the one merge kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -35,58 +35,50 @@ use crate::op::{Call, FamilyExtent, FamilyOp, FixedValues, KV_HEADS, Problem, QU
 use crate::page::{self, KvLayout};
 use crate::{Error, Stream, TensorView, logging, tuning};
 
-/// The decode family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
-#[macro_export]
-macro_rules! decode_ops {
-    ($callback:path $(, $adapter:path)?) => {
-        $callback! {
-            $(@adapter $adapter;)?
-            family decode;
-            /// Attention of one query token over a request's keys and values, FlashInfer's
-            /// `single_decode_with_kv_cache`: `q` `[num_qo_heads, head_dim]`, `k`, `v`
-            /// `[kv_len, num_kv_heads, head_dim]` ("NHD") or `[num_kv_heads, kv_len, head_dim]`
-            /// ("HND") → `out` like `q`, `lse` f32 `[num_qo_heads]` (base 2, as `merge_state`
-            /// takes it; returned where `return_lse`). head_dim 64, 128 or 256; `sm_scale`
-            /// 1/√head_dim unless given, times `q_scale` and `k_scale`; `out` times `v_scale`;
-            /// `window_left` ≥ 0 keeps that many keys before the query's; `logits_soft_cap` > 0
-            /// caps the scores as `c · tanh(x / c)`; "ROPE_LLAMA" turns the query to position
-            /// kv_len − 1 and key j to j (`rope_scale` 1, `rope_theta` 10⁴ unless given).
-            fn single_decode_with_kv_cache(q: In[SINGLE_QUERY], k: In[SINGLE_CACHE], v: In[SINGLE_CACHE])
-                -> out: Out[SINGLE_QUERY], lse: Out[SINGLE_SCORES as f32];
-                kv_layout: KvLayout = "NHD", pos_encoding_mode: PosEncodingMode = "NONE",
-                use_tensor_cores: bool = false, q_scale: Option<f32>, k_scale: Option<f32>,
-                v_scale: Option<f32>, window_left: i32 = -1, logits_soft_cap: Option<f32>,
-                sm_scale: Option<f32>, rope_scale: Option<f32>, rope_theta: Option<f32>,
-                return_lse: bool = false
-                => DecodeOp::Single, reference single_reference;
-            /// Attention of each request's query token over its keys and values in a paged
-            /// cache, FlashInfer's `BatchDecodeWithPagedKVCacheWrapper.run` after `plan`: `q`
-            /// `[batch, num_qo_heads, head_dim]`; the caches and page table as
-            /// `append_paged_kv_cache` takes them; the plan of [`plan`] (`work`, `work_indptr`)
-            /// and its workspace (`partial_v`, `partial_s`) → `out` like `q`, `lse` f32 `[batch,
-            /// num_qo_heads]`. Scalars as `single_decode_with_kv_cache`'s.
-            fn batch_decode_with_paged_kv_cache(
-                q: In[Heads],
-                paged_k_cache / paged_kv_cache: In[DECODE_CACHE],
-                paged_v_cache / paged_kv_cache: In[DECODE_CACHE],
-                kv_indptr: In[DECODE_BOUNDS as index, DECODE_BOUND_VALUES],
-                kv_indices: In[DECODE_PAGE_IDS as index, DECODE_PAGE_ID_VALUES],
-                kv_last_page_len: In[DECODE_REQUESTS as index, DECODE_LAST_PAGE_LENGTHS],
-                work: In[DECODE_WORK as i32, DECODE_WORK_VALUES],
-                work_indptr: In[DECODE_BOUNDS as i32, DECODE_WORK_BOUNDS],
-                partial_v: InOut[DECODE_PARTIAL_V as f32],
-                partial_s: InOut[DECODE_PARTIAL_S as f32]
-            ) -> out: Out[Heads], lse: Out[HEAD_SCORES as f32];
-                kv_layout: KvLayout = "NHD", pos_encoding_mode: PosEncodingMode = "NONE",
-                q_scale: Option<f32>, k_scale: Option<f32>, v_scale: Option<f32>,
-                window_left: i32 = -1, logits_soft_cap: Option<f32>, sm_scale: Option<f32>,
-                rope_scale: Option<f32>, rope_theta: Option<f32>, return_lse: bool = false
-                => DecodeOp::Batch, reference batch_reference;
-        }
-    };
+crate::op_table! { $
+    /// The decode family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
+    decode_ops, family decode;
+    /// Attention of one query token over a request's keys and values, FlashInfer's
+    /// `single_decode_with_kv_cache`: `q` `[num_qo_heads, head_dim]`, `k`, `v`
+    /// `[kv_len, num_kv_heads, head_dim]` ("NHD") or `[num_kv_heads, kv_len, head_dim]`
+    /// ("HND") → `out` like `q`, `lse` f32 `[num_qo_heads]` (base 2, as `merge_state`
+    /// takes it; returned where `return_lse`). head_dim 64, 128 or 256; `sm_scale`
+    /// 1/√head_dim unless given, times `q_scale` and `k_scale`; `out` times `v_scale`;
+    /// `window_left` ≥ 0 keeps that many keys before the query's; `logits_soft_cap` > 0
+    /// caps the scores as `c · tanh(x / c)`; "ROPE_LLAMA" turns the query to position
+    /// kv_len − 1 and key j to j (`rope_scale` 1, `rope_theta` 10⁴ unless given).
+    fn single_decode_with_kv_cache(q: In[SINGLE_QUERY], k: In[SINGLE_CACHE], v: In[SINGLE_CACHE])
+        -> out: Out[SINGLE_QUERY], lse: Out[SINGLE_SCORES as f32];
+        kv_layout: KvLayout = "NHD", pos_encoding_mode: PosEncodingMode = "NONE",
+        use_tensor_cores: bool = false, q_scale: Option<f32>, k_scale: Option<f32>,
+        v_scale: Option<f32>, window_left: i32 = -1, logits_soft_cap: Option<f32>,
+        sm_scale: Option<f32>, rope_scale: Option<f32>, rope_theta: Option<f32>,
+        return_lse: bool = false
+        => DecodeOp::Single, reference single_reference;
+    /// Attention of each request's query token over its keys and values in a paged
+    /// cache, FlashInfer's `BatchDecodeWithPagedKVCacheWrapper.run` after `plan`: `q`
+    /// `[batch, num_qo_heads, head_dim]`; the caches and page table as
+    /// `append_paged_kv_cache` takes them; the plan of [`plan`] (`work`, `work_indptr`)
+    /// and its workspace (`partial_v`, `partial_s`) → `out` like `q`, `lse` f32 `[batch,
+    /// num_qo_heads]`. Scalars as `single_decode_with_kv_cache`'s.
+    fn batch_decode_with_paged_kv_cache(
+        q: In[Heads],
+        paged_k_cache / paged_kv_cache: In[DECODE_CACHE],
+        paged_v_cache / paged_kv_cache: In[DECODE_CACHE],
+        kv_indptr: In[DECODE_BOUNDS as index, DECODE_BOUND_VALUES],
+        kv_indices: In[DECODE_PAGE_IDS as index, DECODE_PAGE_ID_VALUES],
+        kv_last_page_len: In[DECODE_REQUESTS as index, DECODE_LAST_PAGE_LENGTHS],
+        work: In[DECODE_WORK as i32, DECODE_WORK_VALUES],
+        work_indptr: In[DECODE_BOUNDS as i32, DECODE_WORK_BOUNDS],
+        partial_v: InOut[DECODE_PARTIAL_V as f32],
+        partial_s: InOut[DECODE_PARTIAL_S as f32]
+    ) -> out: Out[Heads], lse: Out[HEAD_SCORES as f32];
+        kv_layout: KvLayout = "NHD", pos_encoding_mode: PosEncodingMode = "NONE",
+        q_scale: Option<f32>, k_scale: Option<f32>, v_scale: Option<f32>,
+        window_left: i32 = -1, logits_soft_cap: Option<f32>, sm_scale: Option<f32>,
+        rope_scale: Option<f32>, rope_theta: Option<f32>, return_lse: bool = false
+        => DecodeOp::Batch, reference batch_reference;
 }
-
-crate::decode_ops!(crate::define_ops);
 
 /// How positions enter attention (FlashInfer's `pos_encoding_mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

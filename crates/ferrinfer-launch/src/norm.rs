@@ -28,41 +28,33 @@ use crate::layout::{self, RowLayout};
 use crate::op::{Call, FamilyOp, Problem};
 use crate::{Error, Stream, TensorView, cpu, logging, tuning};
 
-/// The norm family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)):
-/// FlashInfer's name, the input tensors with their role and shape (`/ alias`: FlashInfer's Python
-/// name), the outputs, the scalars with their defaults, the kernel and the f64 reference.
-#[macro_export]
-macro_rules! norm_ops {
-    ($callback:path $(, $adapter:path)?) => {
-        $callback! {
-            $(@adapter $adapter;)?
-            family norm;
-            /// `out = input / √(mean(input²) + eps) · weight` over the last dimension, in f32.
-            /// `out`: writable, `input`'s shape and dtype; it may be `input` itself (the identical
-            /// view: in place) but must not otherwise overlap `input`, nor overlap `weight`.
-            fn rmsnorm(input: In[Rows], weight: In[Row]) -> out: Out[Rows]; eps: f32 = 1e-6
-                => NormKernel::Rms, reference rmsnorm_reference;
-            /// Gemma's rmsnorm: as `rmsnorm` with `(1 + weight)`.
-            fn gemma_rmsnorm(input: In[Rows], weight: In[Row]) -> out: Out[Rows]; eps: f32 = 1e-6
-                => NormKernel::GemmaRms, reference gemma_rmsnorm_reference;
-            /// `residual += input; input = rmsnorm(residual) · weight`, both in place, as FlashInfer
-            /// does. The norm is of the residual as stored (rounded to the dtype). `input` and
-            /// `residual`: writable, one shape and dtype, disjoint, and neither may overlap `weight`.
-            fn fused_add_rmsnorm(input: InOut[Rows], residual: InOut[Rows], weight: In[Row]); eps: f32 = 1e-6
-                => NormKernel::FusedAddRms, reference fused_add_rmsnorm_reference;
-            /// Gemma's fused add + rmsnorm: as `fused_add_rmsnorm` with `(1 + weight)`.
-            fn gemma_fused_add_rmsnorm(input: InOut[Rows], residual: InOut[Rows], weight: In[Row]); eps: f32 = 1e-6
-                => NormKernel::GemmaFusedAddRms, reference gemma_fused_add_rmsnorm_reference;
-            /// `out = (input − mean) / √(var + eps) · gamma + beta` over the last dimension, in f32
-            /// (biased variance). `gamma` and `beta`: `[hidden]`, both of `input`'s dtype or both
-            /// f32. `out` as in `rmsnorm`, also disjoint from `beta`.
-            fn layernorm(input: In[Rows], gamma / gemma: In[Row | f32], beta: In[Row | f32]) -> out: Out[Rows]; eps: f32 = 1e-6
-                => NormKernel::Layer, reference layernorm_reference;
-        }
-    };
+crate::op_table! { $
+    /// The norm family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)):
+    /// FlashInfer's name, the input tensors with their role and shape (`/ alias`: FlashInfer's Python
+    /// name), the outputs, the scalars with their defaults, the kernel and the f64 reference.
+    norm_ops, family norm;
+    /// `out = input / √(mean(input²) + eps) · weight` over the last dimension, in f32.
+    /// `out`: writable, `input`'s shape and dtype; it may be `input` itself (the identical
+    /// view: in place) but must not otherwise overlap `input`, nor overlap `weight`.
+    fn rmsnorm(input: In[Rows], weight: In[Row]) -> out: Out[Rows]; eps: f32 = 1e-6
+        => NormKernel::Rms, reference rmsnorm_reference;
+    /// Gemma's rmsnorm: as `rmsnorm` with `(1 + weight)`.
+    fn gemma_rmsnorm(input: In[Rows], weight: In[Row]) -> out: Out[Rows]; eps: f32 = 1e-6
+        => NormKernel::GemmaRms, reference gemma_rmsnorm_reference;
+    /// `residual += input; input = rmsnorm(residual) · weight`, both in place, as FlashInfer
+    /// does. The norm is of the residual as stored (rounded to the dtype). `input` and
+    /// `residual`: writable, one shape and dtype, disjoint, and neither may overlap `weight`.
+    fn fused_add_rmsnorm(input: InOut[Rows], residual: InOut[Rows], weight: In[Row]); eps: f32 = 1e-6
+        => NormKernel::FusedAddRms, reference fused_add_rmsnorm_reference;
+    /// Gemma's fused add + rmsnorm: as `fused_add_rmsnorm` with `(1 + weight)`.
+    fn gemma_fused_add_rmsnorm(input: InOut[Rows], residual: InOut[Rows], weight: In[Row]); eps: f32 = 1e-6
+        => NormKernel::GemmaFusedAddRms, reference gemma_fused_add_rmsnorm_reference;
+    /// `out = (input − mean) / √(var + eps) · gamma + beta` over the last dimension, in f32
+    /// (biased variance). `gamma` and `beta`: `[hidden]`, both of `input`'s dtype or both
+    /// f32. `out` as in `rmsnorm`, also disjoint from `beta`.
+    fn layernorm(input: In[Rows], gamma / gemma: In[Row | f32], beta: In[Row | f32]) -> out: Out[Rows]; eps: f32 = 1e-6
+        => NormKernel::Layer, reference layernorm_reference;
 }
-
-crate::norm_ops!(crate::define_ops);
 
 impl FamilyOp for NormKernel {
     fn run(&self, call: &Call) -> Result<(), Error> {

@@ -838,9 +838,29 @@ pub fn split_scalars<'a, const N: usize>(
     (scalars.map(|s| s.0), scalars.map(|s| s.1))
 }
 
+/// A family's op table, written once in its file: `op_table! { $ /// doc… NAME_ops, family
+/// FAMILY; OPS… }` (the leading `$` lets the macro write a macro) defines the family's typed
+/// functions through [`define_ops!`] and exports `NAME_ops!(CALLBACK, ADAPTER)`, which hands the
+/// same table to an adapter ([`all_ops!`](crate::all_ops)).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! op_table {
+    ($d:tt $(#[$meta:meta])* $table:ident, family $family:ident; $($ops:tt)+) => {
+        $(#[$meta])*
+        #[macro_export]
+        macro_rules! $table {
+            ($d callback:path, $d adapter:path) => {
+                $d callback! { @adapter $d adapter; family $family; $($ops)+ }
+            };
+        }
+
+        $crate::define_ops! { family $family; $($ops)+ }
+    };
+}
+
 /// Turns a family's op table into the typed public functions, their [`OpInfo`]s and `OPS`, or
 /// hands it to an adapter's macro: the one place the table's grammar is matched. A family
-/// invokes it once, `crate::norm_ops!(crate::define_ops);`; adapters through
+/// gets it from [`op_table!`](crate::op_table); adapters through
 /// [`all_ops!`](crate::all_ops), which gives each table to `define_ops!` with their macro.
 ///
 /// The table's grammar, one line per op:

@@ -42,48 +42,40 @@ use crate::op::{Call, FamilyExtent, FamilyOp, FixedValues, KV_HEADS, Problem, SE
 use crate::tuning;
 use crate::{Error, Stream, TensorView, cpu, logging};
 
-/// The page family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
-#[macro_export]
-macro_rules! page_ops {
-    ($callback:path $(, $adapter:path)?) => {
-        $callback! {
-            $(@adapter $adapter;)?
-            family page;
-            /// Appends keys and values to a paged KV cache, FlashInfer's `append_paged_kv_cache`:
-            /// token `i` (`append_key[i]`, `append_value[i]`: `[num_kv_heads, head_dim]`) goes to
-            /// sequence `batch_indices[i]` at position `positions[i]`, the entry
-            /// `divmod(kv_indptr[b] · page_size + positions[i], page_size)` of page
-            /// `kv_indices[…]`. The caches (`paged_kv_cache`: a `(k_cache, v_cache)` pair, or in
-            /// Python one `[max_num_pages, 2, …]` tensor) are `[max_num_pages, page_size,
-            /// num_kv_heads, head_dim]` (`kv_layout="NHD"`) or `[max_num_pages, num_kv_heads,
-            /// page_size, head_dim]` (`"HND"`); the index tensors int32 or int64.
-            fn append_paged_kv_cache(
-                append_key: In[KvHeads],
-                append_value: In[KvHeads],
-                batch_indices: In[Batch as index, PAGE_SEQUENCES],
-                positions: In[Batch as index, PAGE_POSITIONS],
-                paged_k_cache / paged_kv_cache: InOut[PAGED_CACHE],
-                paged_v_cache / paged_kv_cache: InOut[PAGED_CACHE],
-                kv_indices: In[PAGE_IDS as index, PAGE_ID_VALUES],
-                kv_indptr: In[SegmentBounds as index, PAGE_BOUNDS],
-                kv_last_page_len: In[Segments as index, LAST_PAGE_LENGTHS]
-            ) ; kv_layout: KvLayout = "NHD"
-                => PageOp::Append, reference append_reference;
-            /// Each appended token's sequence and position, FlashInfer's
-            /// `get_batch_indices_positions`: token `i` of sequence `b` (`append_indptr[b] ≤ i <
-            /// append_indptr[b + 1]`) is at position `seq_lens[b] − (append_indptr[b + 1] −
-            /// append_indptr[b]) + (i − append_indptr[b])`, `seq_lens` the lengths after the
-            /// append. Outputs int32 `[nnz]`; tokens past the bounds' last get −1 and −1.
-            fn get_batch_indices_positions(
-                append_indptr: In[SegmentBounds as index, segment_bounds],
-                seq_lens: In[Segments as index, sequence_lengths]
-            ) -> batch_indices: Out[Count as i32], positions: Out[Count as i32]; nnz: i32 (example rows)
-                => PageOp::BatchIndicesPositions, reference batch_indices_positions_reference;
-        }
-    };
+crate::op_table! { $
+    /// The page family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
+    page_ops, family page;
+    /// Appends keys and values to a paged KV cache, FlashInfer's `append_paged_kv_cache`:
+    /// token `i` (`append_key[i]`, `append_value[i]`: `[num_kv_heads, head_dim]`) goes to
+    /// sequence `batch_indices[i]` at position `positions[i]`, the entry
+    /// `divmod(kv_indptr[b] · page_size + positions[i], page_size)` of page
+    /// `kv_indices[…]`. The caches (`paged_kv_cache`: a `(k_cache, v_cache)` pair, or in
+    /// Python one `[max_num_pages, 2, …]` tensor) are `[max_num_pages, page_size,
+    /// num_kv_heads, head_dim]` (`kv_layout="NHD"`) or `[max_num_pages, num_kv_heads,
+    /// page_size, head_dim]` (`"HND"`); the index tensors int32 or int64.
+    fn append_paged_kv_cache(
+        append_key: In[KvHeads],
+        append_value: In[KvHeads],
+        batch_indices: In[Batch as index, PAGE_SEQUENCES],
+        positions: In[Batch as index, PAGE_POSITIONS],
+        paged_k_cache / paged_kv_cache: InOut[PAGED_CACHE],
+        paged_v_cache / paged_kv_cache: InOut[PAGED_CACHE],
+        kv_indices: In[PAGE_IDS as index, PAGE_ID_VALUES],
+        kv_indptr: In[SegmentBounds as index, PAGE_BOUNDS],
+        kv_last_page_len: In[Segments as index, LAST_PAGE_LENGTHS]
+    ) ; kv_layout: KvLayout = "NHD"
+        => PageOp::Append, reference append_reference;
+    /// Each appended token's sequence and position, FlashInfer's
+    /// `get_batch_indices_positions`: token `i` of sequence `b` (`append_indptr[b] ≤ i <
+    /// append_indptr[b + 1]`) is at position `seq_lens[b] − (append_indptr[b + 1] −
+    /// append_indptr[b]) + (i − append_indptr[b])`, `seq_lens` the lengths after the
+    /// append. Outputs int32 `[nnz]`; tokens past the bounds' last get −1 and −1.
+    fn get_batch_indices_positions(
+        append_indptr: In[SegmentBounds as index, segment_bounds],
+        seq_lens: In[Segments as index, sequence_lengths]
+    ) -> batch_indices: Out[Count as i32], positions: Out[Count as i32]; nnz: i32 (example rows)
+        => PageOp::BatchIndicesPositions, reference batch_indices_positions_reference;
 }
-
-crate::page_ops!(crate::define_ops);
 
 /// The entries a page of [`PAGED_CACHE`] holds in the problems the benchmark and the tests make.
 pub const PAGE_SIZE: usize = 16;

@@ -42,89 +42,81 @@ use crate::layout::{self, Named};
 use crate::op::{Call, FamilyOp, Problem};
 use crate::{Error, Stream, TensorView, cpu, logging, tuning};
 
-/// The rope family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
-#[macro_export]
-macro_rules! rope_ops {
-    ($callback:path $(, $adapter:path)?) => {
-        $callback! {
-            $(@adapter $adapter;)?
-            family rope;
-            /// Rotary position embedding of queries and keys at the positions `pos_ids`,
-            /// FlashInfer's `apply_rope_pos_ids`: `q` `[nnz, num_qo_heads, head_dim]`, `k`
-            /// `[nnz, num_kv_heads, head_dim]`, `pos_ids` `[nnz]` (int32 or int64) → `q_rope`,
-            /// `k_rope` shaped as `q`, `k`. The first `rotary_dim` (None: all) values of each head
-            /// turn in pairs — `(i, i + rotary_dim/2)`, or adjacent with `interleave` — pair `i`
-            /// by `pos · rope_theta^(−2i/rotary_dim) / rope_scale`; the rest are copied.
-            fn apply_rope_pos_ids(q: In[Heads], k: In[KvHeads], pos_ids: In[Batch as index, positions])
-                -> q_rope: Out[Heads], k_rope: Out[KvHeads];
-                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
-                => RopeOp::PLAIN, reference rope_reference;
-            /// `apply_rope_pos_ids` in place, FlashInfer's `apply_rope_pos_ids_inplace`: `q` and
-            /// `k` become their rotations.
-            fn apply_rope_pos_ids_inplace(q: InOut[Heads], k: InOut[KvHeads], pos_ids: In[Batch as index, positions]);
-                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
-                => RopeOp::PLAIN_IN_PLACE, reference rope_reference;
-            /// `apply_rope_pos_ids` with llama 3.1's frequencies, FlashInfer's
-            /// `apply_llama31_rope_pos_ids`: a frequency `f` whose wavelength `2π / f` is below
-            /// `old_context_len / high_freq_factor` is kept, one above `old_context_len /
-            /// low_freq_factor` divided by `rope_scale`, and one between blended smoothly.
-            fn apply_llama31_rope_pos_ids(q: In[Heads], k: In[KvHeads], pos_ids: In[Batch as index, positions])
-                -> q_rope: Out[Heads], k_rope: Out[KvHeads];
-                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
-                low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
-                => RopeOp::LLAMA31, reference rope_reference;
-            /// `apply_llama31_rope_pos_ids` in place, FlashInfer's
-            /// `apply_llama31_rope_pos_ids_inplace`.
-            fn apply_llama31_rope_pos_ids_inplace(q: InOut[Heads], k: InOut[KvHeads], pos_ids: In[Batch as index, positions]);
-                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
-                low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
-                => RopeOp::LLAMA31_IN_PLACE, reference rope_reference;
-            /// `apply_rope_pos_ids` over a ragged batch, FlashInfer's `apply_rope`: segment `b`
-            /// of the tokens (`indptr[b] ≤ t < indptr[b + 1]`; `indptr` `[batch_size + 1]`, from
-            /// 0 to nnz) starts at position `offsets[b]` (`offsets` `[batch_size]`, of
-            /// `indptr`'s int32 or int64), its tokens at consecutive positions.
-            fn apply_rope(q: In[Heads], k: In[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions])
-                -> q_rope: Out[Heads], k_rope: Out[KvHeads];
-                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
-                => RopeOp::PLAIN.segmented(), reference segments_reference;
-            /// `apply_rope` in place, FlashInfer's `apply_rope_inplace`.
-            fn apply_rope_inplace(q: InOut[Heads], k: InOut[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions]);
-                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
-                => RopeOp::PLAIN_IN_PLACE.segmented(), reference segments_reference;
-            /// `apply_rope` with llama 3.1's frequencies, FlashInfer's `apply_llama31_rope`.
-            fn apply_llama31_rope(q: In[Heads], k: In[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions])
-                -> q_rope: Out[Heads], k_rope: Out[KvHeads];
-                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
-                low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
-                => RopeOp::LLAMA31.segmented(), reference segments_reference;
-            /// `apply_llama31_rope` in place, FlashInfer's `apply_llama31_rope_inplace`.
-            fn apply_llama31_rope_inplace(q: InOut[Heads], k: InOut[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions]);
-                rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
-                low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
-                => RopeOp::LLAMA31_IN_PLACE.segmented(), reference segments_reference;
-            /// Rotary embedding with the angles read from a table, FlashInfer's
-            /// `apply_rope_with_cos_sin_cache` (vLLM's and SGLang's rope): `query` `[nnz,
-            /// num_q_heads · head_size]`, `key` `[nnz, num_k_heads · head_size]` (or three
-            /// dimensions, `[nnz, heads, head_size]`), `positions` `[nnz]` (int32 or int64), each
-            /// below the rows of `cos_sin_cache` `[max_seq_len, rotary_dim]` (f32), whose row `pos`
-            /// holds the cosines of pairs `0 … rotary_dim/2 − 1` at `pos`, then their sines → `query_out`,
-            /// `key_out` shaped as `query`, `key`. Pair `i` — `(i, i + rotary_dim/2)` with `is_neox`,
-            /// else adjacent values — turns by its row's cosine and sine; values past `rotary_dim`
-            /// are copied.
-            fn apply_rope_with_cos_sin_cache(positions: In[Batch as index, table_rows], query: In[FlatHeads], key: In[FlatKvHeads], cos_sin_cache: In[Table as f32])
-                -> query_out: Out[FlatHeads], key_out: Out[FlatKvHeads];
-                head_size: i32 (example hidden), is_neox: bool = true
-                => RopeOp::CACHED, reference cached_reference, order (positions, query, key, head_size, cos_sin_cache, is_neox);
-            /// `apply_rope_with_cos_sin_cache` in place, FlashInfer's
-            /// `apply_rope_with_cos_sin_cache_inplace`: `query` and `key` become their rotations.
-            fn apply_rope_with_cos_sin_cache_inplace(positions: In[Batch as index, table_rows], query: InOut[FlatHeads], key: InOut[FlatKvHeads], cos_sin_cache: In[Table as f32]);
-                head_size: i32 (example hidden), is_neox: bool = true
-                => RopeOp::CACHED_IN_PLACE, reference cached_reference, order (positions, query, key, head_size, cos_sin_cache, is_neox);
-        }
-    };
+crate::op_table! { $
+    /// The rope family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
+    rope_ops, family rope;
+    /// Rotary position embedding of queries and keys at the positions `pos_ids`,
+    /// FlashInfer's `apply_rope_pos_ids`: `q` `[nnz, num_qo_heads, head_dim]`, `k`
+    /// `[nnz, num_kv_heads, head_dim]`, `pos_ids` `[nnz]` (int32 or int64) → `q_rope`,
+    /// `k_rope` shaped as `q`, `k`. The first `rotary_dim` (None: all) values of each head
+    /// turn in pairs — `(i, i + rotary_dim/2)`, or adjacent with `interleave` — pair `i`
+    /// by `pos · rope_theta^(−2i/rotary_dim) / rope_scale`; the rest are copied.
+    fn apply_rope_pos_ids(q: In[Heads], k: In[KvHeads], pos_ids: In[Batch as index, positions])
+        -> q_rope: Out[Heads], k_rope: Out[KvHeads];
+        rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
+        => RopeOp::PLAIN, reference rope_reference;
+    /// `apply_rope_pos_ids` in place, FlashInfer's `apply_rope_pos_ids_inplace`: `q` and
+    /// `k` become their rotations.
+    fn apply_rope_pos_ids_inplace(q: InOut[Heads], k: InOut[KvHeads], pos_ids: In[Batch as index, positions]);
+        rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
+        => RopeOp::PLAIN_IN_PLACE, reference rope_reference;
+    /// `apply_rope_pos_ids` with llama 3.1's frequencies, FlashInfer's
+    /// `apply_llama31_rope_pos_ids`: a frequency `f` whose wavelength `2π / f` is below
+    /// `old_context_len / high_freq_factor` is kept, one above `old_context_len /
+    /// low_freq_factor` divided by `rope_scale`, and one between blended smoothly.
+    fn apply_llama31_rope_pos_ids(q: In[Heads], k: In[KvHeads], pos_ids: In[Batch as index, positions])
+        -> q_rope: Out[Heads], k_rope: Out[KvHeads];
+        rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
+        low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
+        => RopeOp::LLAMA31, reference rope_reference;
+    /// `apply_llama31_rope_pos_ids` in place, FlashInfer's
+    /// `apply_llama31_rope_pos_ids_inplace`.
+    fn apply_llama31_rope_pos_ids_inplace(q: InOut[Heads], k: InOut[KvHeads], pos_ids: In[Batch as index, positions]);
+        rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
+        low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
+        => RopeOp::LLAMA31_IN_PLACE, reference rope_reference;
+    /// `apply_rope_pos_ids` over a ragged batch, FlashInfer's `apply_rope`: segment `b`
+    /// of the tokens (`indptr[b] ≤ t < indptr[b + 1]`; `indptr` `[batch_size + 1]`, from
+    /// 0 to nnz) starts at position `offsets[b]` (`offsets` `[batch_size]`, of
+    /// `indptr`'s int32 or int64), its tokens at consecutive positions.
+    fn apply_rope(q: In[Heads], k: In[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions])
+        -> q_rope: Out[Heads], k_rope: Out[KvHeads];
+        rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
+        => RopeOp::PLAIN.segmented(), reference segments_reference;
+    /// `apply_rope` in place, FlashInfer's `apply_rope_inplace`.
+    fn apply_rope_inplace(q: InOut[Heads], k: InOut[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions]);
+        rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 1.0, rope_theta: f32 = 1e4
+        => RopeOp::PLAIN_IN_PLACE.segmented(), reference segments_reference;
+    /// `apply_rope` with llama 3.1's frequencies, FlashInfer's `apply_llama31_rope`.
+    fn apply_llama31_rope(q: In[Heads], k: In[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions])
+        -> q_rope: Out[Heads], k_rope: Out[KvHeads];
+        rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
+        low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
+        => RopeOp::LLAMA31.segmented(), reference segments_reference;
+    /// `apply_llama31_rope` in place, FlashInfer's `apply_llama31_rope_inplace`.
+    fn apply_llama31_rope_inplace(q: InOut[Heads], k: InOut[KvHeads], indptr: In[SegmentBounds as index, segment_bounds], offsets: In[Segments as index, positions]);
+        rotary_dim: Option<u32>, interleave: bool = false, rope_scale: f32 = 8.0, rope_theta: f32 = 5e5,
+        low_freq_factor: f32 = 1.0, high_freq_factor: f32 = 4.0, old_context_len: i32 = 8192
+        => RopeOp::LLAMA31_IN_PLACE.segmented(), reference segments_reference;
+    /// Rotary embedding with the angles read from a table, FlashInfer's
+    /// `apply_rope_with_cos_sin_cache` (vLLM's and SGLang's rope): `query` `[nnz,
+    /// num_q_heads · head_size]`, `key` `[nnz, num_k_heads · head_size]` (or three
+    /// dimensions, `[nnz, heads, head_size]`), `positions` `[nnz]` (int32 or int64), each
+    /// below the rows of `cos_sin_cache` `[max_seq_len, rotary_dim]` (f32), whose row `pos`
+    /// holds the cosines of pairs `0 … rotary_dim/2 − 1` at `pos`, then their sines → `query_out`,
+    /// `key_out` shaped as `query`, `key`. Pair `i` — `(i, i + rotary_dim/2)` with `is_neox`,
+    /// else adjacent values — turns by its row's cosine and sine; values past `rotary_dim`
+    /// are copied.
+    fn apply_rope_with_cos_sin_cache(positions: In[Batch as index, table_rows], query: In[FlatHeads], key: In[FlatKvHeads], cos_sin_cache: In[Table as f32])
+        -> query_out: Out[FlatHeads], key_out: Out[FlatKvHeads];
+        head_size: i32 (example hidden), is_neox: bool = true
+        => RopeOp::CACHED, reference cached_reference, order (positions, query, key, head_size, cos_sin_cache, is_neox);
+    /// `apply_rope_with_cos_sin_cache` in place, FlashInfer's
+    /// `apply_rope_with_cos_sin_cache_inplace`: `query` and `key` become their rotations.
+    fn apply_rope_with_cos_sin_cache_inplace(positions: In[Batch as index, table_rows], query: InOut[FlatHeads], key: InOut[FlatKvHeads], cos_sin_cache: In[Table as f32]);
+        head_size: i32 (example hidden), is_neox: bool = true
+        => RopeOp::CACHED_IN_PLACE, reference cached_reference, order (positions, query, key, head_size, cos_sin_cache, is_neox);
 }
-
-crate::rope_ops!(crate::define_ops);
 
 /// Which op of the family a call is (the table's selectors): all run the one rope kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -45,82 +45,74 @@ use crate::layout::{self, RowLayout};
 use crate::op::{Call, FamilyOp, Problem};
 use crate::{Error, PerRow, Stream, TensorView, cpu, logging, tuning};
 
-/// The sampling family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
-#[macro_export]
-macro_rules! sampling_ops {
-    ($callback:path $(, $adapter:path)?) => {
-        $callback! {
-            $(@adapter $adapter;)?
-            family sampling;
-            /// `out = softmax(logits / temperature)` over the last dimension, in f32 whatever
-            /// the logits' dtype. `temperature` 0 weighs every finite logit (|x| < 2^64) alike
-            /// and −∞ (a masked logit) not at all; a row of −∞ only, or with +∞ or NaN, gives
-            /// NaN. Deterministic: a row's result never depends on timing or on the other rows.
-            fn softmax(logits: In[Rows]) -> out: Out[Rows as f32]; temperature: [f32] = 1.0
-                => SamplingKernel::Softmax, reference softmax_reference;
-            /// `out` = `logits` where the logit is among the row's `top_k` largest (every logit
-            /// tied with the `top_k`-th too), −∞ elsewhere. Ranks follow IEEE 754's total order
-            /// (−0 below +0, NaN above +∞); `top_k ≥ vocab` copies the row. Deterministic.
-            fn top_k_mask_logits(logits: In[Rows]) -> out: Out[Rows]; top_k: [i32] (example 50)
-                => SamplingKernel::TopKMaskLogits, reference top_k_mask_reference;
-            /// `out` = `probs` divided by the sum of the row's `top_k` largest where the
-            /// probability is among them (ties with the `top_k`-th too), 0 elsewhere;
-            /// `top_k ≥ vocab` renormalises the whole row. Deterministic: the sum is taken in a
-            /// fixed tree.
-            fn top_k_renorm_probs(probs: In[Rows, nonnegative]) -> out: Out[Rows]; top_k: [i32] (example 50)
-                => SamplingKernel::TopKRenormProbs, reference top_k_renorm_reference;
-            /// `out` = `probs` divided by the sum of those it keeps, 0 elsewhere: a row keeps its
-            /// largest probabilities holding `top_p` of its sum — an entry is kept when the entries
-            /// above it hold less than `top_p` of the row's sum (its ties are kept with it; the
-            /// row need not sum to 1). `top_p = 1` renormalises the whole row. Deterministic: the
-            /// masses are summed as exact integers (the CPU keeps the same entries as the GPU).
-            fn top_p_renorm_probs(probs: In[Rows, nonnegative]) -> out: Out[Rows]; top_p: [f32] (example 0.9)
-                => SamplingKernel::TopPRenormProbs, reference top_p_renorm_reference;
-            /// `samples` = one token a row of `probs`, drawn with probability proportional to its
-            /// entry (the row need not sum to 1; entries ≤ 0 or NaN are never drawn), from
-            /// Philox's stream `(seed, row, offset)`. Deterministic: the draw is made in exact
-            /// integers (a fixed point of 2^−(62 − ⌈log2 vocab⌉) of the row's largest entry, or
-            /// of 1 for a row of probabilities: `MassScale`), so the CPU draws the GPU's token.
-            /// `seed` and `offset` are any u64, or int64 tensors (their bits as u64) read on the
-            /// device — `[rows]` (a value a row) or `[1]` (one for every row) — so that a captured
-            /// CUDA graph draws afresh once they change.
-            fn sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; seed: [u64] (example 42), offset: [u64] (example 0)
-                => SamplingKernel::SamplingFromProbs, reference sampling_reference;
-            /// `samples` = one token a row drawn as `sampling_from_probs` among the row's `top_k`
-            /// largest entries (ties with the `top_k`-th too, as `top_k_renorm_probs`).
-            fn top_k_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_k: [i32] (example 50), seed: [u64] (example 42), offset: [u64] (example 0)
-                => SamplingKernel::TopKSamplingFromProbs, reference top_k_sampling_reference;
-            /// `samples` = one token a row among the entries `top_p_renorm_probs` keeps, each as
-            /// likely as its mass: by exact rejection rounds (FlashInfer's scheme) — a draw as
-            /// `sampling_from_probs` among the entries above the last rejected token (at first
-            /// every one), kept when top-p keeps it; round `j > 0` reads Philox subsequence
-            /// `row + j · 2^32` (so `probs` has fewer than 2^32 rows).
-            fn top_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_p: [f32] (example 0.9), seed: [u64] (example 42), offset: [u64] (example 0)
-                => SamplingKernel::TopPSamplingFromProbs, reference top_p_sampling_reference;
-            /// `samples` = one token a row drawn as `sampling_from_probs` among the entries at least
-            /// `min_p` times the row's largest (FlashInfer's `p ≥ min_p · max p`, in f32).
-            fn min_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; min_p: [f32] (example 0.1), seed: [u64] (example 42), offset: [u64] (example 0)
-                => SamplingKernel::MinPSamplingFromProbs, reference min_p_sampling_reference;
-            /// `samples` = one token a row among the row's `top_k` largest entries (ties with the
-            /// `top_k`-th too), then among those the largest holding `top_p` of their mass
-            /// (FlashInfer's default order, "top_k_first": `top_p_sampling_from_probs` of
-            /// `top_k_renorm_probs`), each as likely as its mass: by top-p's exact rejection
-            /// rounds among the top-k entries (so `probs` has fewer than 2^32 rows).
-            fn top_k_top_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_k: [i32] (example 50), top_p: [f32] (example 0.9), seed: [u64] (example 42), offset: [u64] (example 0)
-                => SamplingKernel::TopKTopPSamplingFromProbs, reference top_k_top_p_sampling_reference;
-            /// `samples` = `top_k_top_p_sampling_from_probs` of `softmax(logits)` (FlashInfer's
-            /// "top_k_first": `top_k_mask_logits`, softmax, then top-p) in one kernel: an entry
-            /// weighs `2^(x · log2 e − m)`, `m` the row's largest logit times log2 e, by a
-            /// polynomial `exp2` that rounds alike on the CPU and the GPU (so both draw the same
-            /// token). A row whose largest logit is +∞, NaN or −∞ — or beyond ~2.4e38, where its
-            /// product with log2 e overflows — gives token 0.
-            fn top_k_top_p_sampling_from_logits(logits: In[Rows]) -> samples: Out[Batch as i32]; top_k: [i32] (example 50), top_p: [f32] (example 0.9), seed: [u64] (example 42), offset: [u64] (example 0)
-                => SamplingKernel::TopKTopPSamplingFromLogits, reference top_k_top_p_logits_sampling_reference;
-        }
-    };
+crate::op_table! { $
+    /// The sampling family's ops, one line each (grammar: [`define_ops!`](crate::define_ops)).
+    sampling_ops, family sampling;
+    /// `out = softmax(logits / temperature)` over the last dimension, in f32 whatever
+    /// the logits' dtype. `temperature` 0 weighs every finite logit (|x| < 2^64) alike
+    /// and −∞ (a masked logit) not at all; a row of −∞ only, or with +∞ or NaN, gives
+    /// NaN. Deterministic: a row's result never depends on timing or on the other rows.
+    fn softmax(logits: In[Rows]) -> out: Out[Rows as f32]; temperature: [f32] = 1.0
+        => SamplingKernel::Softmax, reference softmax_reference;
+    /// `out` = `logits` where the logit is among the row's `top_k` largest (every logit
+    /// tied with the `top_k`-th too), −∞ elsewhere. Ranks follow IEEE 754's total order
+    /// (−0 below +0, NaN above +∞); `top_k ≥ vocab` copies the row. Deterministic.
+    fn top_k_mask_logits(logits: In[Rows]) -> out: Out[Rows]; top_k: [i32] (example 50)
+        => SamplingKernel::TopKMaskLogits, reference top_k_mask_reference;
+    /// `out` = `probs` divided by the sum of the row's `top_k` largest where the
+    /// probability is among them (ties with the `top_k`-th too), 0 elsewhere;
+    /// `top_k ≥ vocab` renormalises the whole row. Deterministic: the sum is taken in a
+    /// fixed tree.
+    fn top_k_renorm_probs(probs: In[Rows, nonnegative]) -> out: Out[Rows]; top_k: [i32] (example 50)
+        => SamplingKernel::TopKRenormProbs, reference top_k_renorm_reference;
+    /// `out` = `probs` divided by the sum of those it keeps, 0 elsewhere: a row keeps its
+    /// largest probabilities holding `top_p` of its sum — an entry is kept when the entries
+    /// above it hold less than `top_p` of the row's sum (its ties are kept with it; the
+    /// row need not sum to 1). `top_p = 1` renormalises the whole row. Deterministic: the
+    /// masses are summed as exact integers (the CPU keeps the same entries as the GPU).
+    fn top_p_renorm_probs(probs: In[Rows, nonnegative]) -> out: Out[Rows]; top_p: [f32] (example 0.9)
+        => SamplingKernel::TopPRenormProbs, reference top_p_renorm_reference;
+    /// `samples` = one token a row of `probs`, drawn with probability proportional to its
+    /// entry (the row need not sum to 1; entries ≤ 0 or NaN are never drawn), from
+    /// Philox's stream `(seed, row, offset)`. Deterministic: the draw is made in exact
+    /// integers (a fixed point of 2^−(62 − ⌈log2 vocab⌉) of the row's largest entry, or
+    /// of 1 for a row of probabilities: `MassScale`), so the CPU draws the GPU's token.
+    /// `seed` and `offset` are any u64, or int64 tensors (their bits as u64) read on the
+    /// device — `[rows]` (a value a row) or `[1]` (one for every row) — so that a captured
+    /// CUDA graph draws afresh once they change.
+    fn sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; seed: [u64] (example 42), offset: [u64] (example 0)
+        => SamplingKernel::SamplingFromProbs, reference sampling_reference;
+    /// `samples` = one token a row drawn as `sampling_from_probs` among the row's `top_k`
+    /// largest entries (ties with the `top_k`-th too, as `top_k_renorm_probs`).
+    fn top_k_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_k: [i32] (example 50), seed: [u64] (example 42), offset: [u64] (example 0)
+        => SamplingKernel::TopKSamplingFromProbs, reference top_k_sampling_reference;
+    /// `samples` = one token a row among the entries `top_p_renorm_probs` keeps, each as
+    /// likely as its mass: by exact rejection rounds (FlashInfer's scheme) — a draw as
+    /// `sampling_from_probs` among the entries above the last rejected token (at first
+    /// every one), kept when top-p keeps it; round `j > 0` reads Philox subsequence
+    /// `row + j · 2^32` (so `probs` has fewer than 2^32 rows).
+    fn top_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_p: [f32] (example 0.9), seed: [u64] (example 42), offset: [u64] (example 0)
+        => SamplingKernel::TopPSamplingFromProbs, reference top_p_sampling_reference;
+    /// `samples` = one token a row drawn as `sampling_from_probs` among the entries at least
+    /// `min_p` times the row's largest (FlashInfer's `p ≥ min_p · max p`, in f32).
+    fn min_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; min_p: [f32] (example 0.1), seed: [u64] (example 42), offset: [u64] (example 0)
+        => SamplingKernel::MinPSamplingFromProbs, reference min_p_sampling_reference;
+    /// `samples` = one token a row among the row's `top_k` largest entries (ties with the
+    /// `top_k`-th too), then among those the largest holding `top_p` of their mass
+    /// (FlashInfer's default order, "top_k_first": `top_p_sampling_from_probs` of
+    /// `top_k_renorm_probs`), each as likely as its mass: by top-p's exact rejection
+    /// rounds among the top-k entries (so `probs` has fewer than 2^32 rows).
+    fn top_k_top_p_sampling_from_probs(probs: In[Rows, nonnegative]) -> samples: Out[Batch as i32]; top_k: [i32] (example 50), top_p: [f32] (example 0.9), seed: [u64] (example 42), offset: [u64] (example 0)
+        => SamplingKernel::TopKTopPSamplingFromProbs, reference top_k_top_p_sampling_reference;
+    /// `samples` = `top_k_top_p_sampling_from_probs` of `softmax(logits)` (FlashInfer's
+    /// "top_k_first": `top_k_mask_logits`, softmax, then top-p) in one kernel: an entry
+    /// weighs `2^(x · log2 e − m)`, `m` the row's largest logit times log2 e, by a
+    /// polynomial `exp2` that rounds alike on the CPU and the GPU (so both draw the same
+    /// token). A row whose largest logit is +∞, NaN or −∞ — or beyond ~2.4e38, where its
+    /// product with log2 e overflows — gives token 0.
+    fn top_k_top_p_sampling_from_logits(logits: In[Rows]) -> samples: Out[Batch as i32]; top_k: [i32] (example 50), top_p: [f32] (example 0.9), seed: [u64] (example 42), offset: [u64] (example 0)
+        => SamplingKernel::TopKTopPSamplingFromLogits, reference top_k_top_p_logits_sampling_reference;
 }
-
-crate::sampling_ops!(crate::define_ops);
 
 impl FamilyOp for SamplingKernel {
     fn run(&self, call: &Call) -> Result<(), Error> {
