@@ -20,11 +20,13 @@
 //! on a GPU they are not read before the launch, and no value makes the kernel read outside
 //! the caches (a page outside them is no key).
 
+use std::num::NonZeroU64;
+
 use ferrinfer_jit::decode::{DecodeModule, HEAD_DIMS, HEADS_PER_THREAD};
 use ferrinfer_jit::spec::IndexType;
 use ferrinfer_jit::{CudaArch, JitSpec};
 use ferrinfer_kernels::decode::{
-    DecodeParams, ITEM_THREADS, MAX_MMA_STAGES, MMA_ROWS, decode_item, item_shared_bytes, merge_request,
+    DecodeParams, ITEM_THREADS, MAX_MMA_STAGES, MMA_ROWS, MMA_TILE_KEYS, decode_item, item_shared_bytes, merge_request,
     mma_shared_bytes,
 };
 use ferrinfer_kernels::element::DType;
@@ -712,19 +714,43 @@ fn cpu_run(plan: &Plan) {
     });
 }
 
-/// A plan for a batch of requests of `kv_lengths` keys: which keys each work item takes, so
-/// that `kv_heads` blocks an item fill `multiprocessors` several times over. `(work,
-/// work_indptr)`: int32 `[items, 3]` (flattened) and `[batch + 1]`, for
-/// `batch_decode_with_paged_kv_cache`'s `work` and `work_indptr`; the workspace then needs
-/// `items · num_qo_heads · (head_dim + 1)` f32.
-pub fn plan(kv_lengths: &[u64], kv_heads: u32, multiprocessors: u32) -> (Vec<i32>, Vec<i32>) {
-    let chunk = chunk_tokens(kv_lengths, kv_heads, multiprocessors);
+/// How [`plan`] cuts each request's keys into work items.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    /// The planner's choice for a device of `multiprocessors`: the cut that its cost model
+    /// (`estimated_cost`) expects to finish first — long requests in equal items, tile-aligned,
+    /// where their blocks would otherwise leave multiprocessors idle.
+    Auto { multiprocessors: u32 },
+    /// Items of `keys` keys from each request's start (FlashInfer's `fixed_split_size`, which
+    /// counts pages): a request's items, so its result's bits, depend on its own length alone,
+    /// whatever else is in the batch.
+    Fixed { keys: NonZeroU64 },
+    /// Every request one item (FlashInfer's `disable_split_kv`): batch-invariant too.
+    Disabled,
+}
+
+/// A plan for a batch of requests of `kv_lengths` keys: which keys each work item takes, for
+/// `kv_heads` blocks an item. `(work, work_indptr)`: int32 `[items, 3]` (flattened) and
+/// `[batch + 1]`, for `batch_decode_with_paged_kv_cache`'s `work` and `work_indptr`; the
+/// workspace then needs `items · num_qo_heads · (head_dim + 1)` f32.
+pub fn plan(kv_lengths: &[u64], kv_heads: u32, split: Split) -> (Vec<i32>, Vec<i32>) {
+    let auto = match split {
+        Split::Auto { multiprocessors } => Some(auto_chunk(kv_lengths, kv_heads, multiprocessors)),
+        _ => None,
+    };
+    let item_keys = |len: u64| match (split, auto) {
+        // Equal items, not `chunk`-long ones and a short rest.
+        (_, Some(chunk)) => len.div_ceil(len.div_ceil(chunk).max(1)).next_multiple_of(TILE_KEYS).max(1),
+        (Split::Fixed { keys }, _) => keys.get(),
+        _ => u64::MAX,
+    };
     let mut work = Vec::new();
     let mut bounds = vec![0i32];
     for (b, &len) in kv_lengths.iter().enumerate() {
+        let step = item_keys(len);
         let mut begin = 0u64;
         loop {
-            let end = (begin + chunk).min(len);
+            let end = begin.saturating_add(step).min(len);
             work.extend([b as i32, begin as i32, end as i32]);
             begin = end;
             if begin >= len {
@@ -739,31 +765,70 @@ pub fn plan(kv_lengths: &[u64], kv_heads: u32, multiprocessors: u32) -> (Vec<i32
 /// The request of an item that does nothing: the rows of a plan padded to [`plan_capacity`].
 pub const IDLE_ITEM: i32 = -1;
 
-/// The most work items [`plan`] gives a batch of `batch` requests on `multiprocessors`, whatever
-/// their lengths and kv heads: a plan padded to it with idle items (`[IDLE_ITEM, 0, 0]`) keeps
-/// its tensors' shapes, and a CUDA graph's launches, from one plan to the next. (Split requests
-/// take `chunk` ≥ `total / (BLOCKS_PER_MULTIPROCESSOR · multiprocessors)` keys an item, so their
-/// items number at most `batch` plus that many.)
+/// The most work items an automatic plan ([`Split::Auto`]) gives a batch of `batch` requests on
+/// `multiprocessors`, whatever their lengths and kv heads: a plan padded to it with idle items
+/// (`[IDLE_ITEM, 0, 0]`) keeps its tensors' shapes, and a CUDA graph's launches, from one plan to
+/// the next. (Its items take at least `total keys / slots` keys each: at most one short item a
+/// request beyond `slots`.)
 pub fn plan_capacity(batch: usize, multiprocessors: u32) -> usize {
-    batch.max(1) + (BLOCKS_PER_MULTIPROCESSOR * multiprocessors.max(1) as u64) as usize
+    batch.max(1) + max_pieces(multiprocessors) as usize
 }
 
-/// Blocks each multiprocessor should get at least (several, so that short items even out).
-const BLOCKS_PER_MULTIPROCESSOR: u64 = 4;
-/// Keys an item takes at least: shorter items cost more in merging than they gain.
-const MIN_CHUNK: u64 = 256;
+/// Blocks a multiprocessor runs at once, as the cost model counts them (the tensor-core kernel's
+/// at head_dim ≤ 128 on sm_90).
+const RESIDENT_BLOCKS: u64 = 2;
+/// The keys of a tile of the tensor-core kernel: automatic items are whole tiles but the last.
+const TILE_KEYS: u64 = MMA_TILE_KEYS as u64;
+/// Keys an automatic item takes at least.
+const MIN_CHUNK: u64 = TILE_KEYS;
+/// What a block costs beyond its keys, in keys: staging the query, the pipeline's first tiles'
+/// latency, and writing its state.
+const BLOCK_OVERHEAD: u64 = 64;
+/// What merging split requests' states costs, in keys of one block: a second launch.
+const MERGE_OVERHEAD: u64 = 64;
 
-/// The keys an item takes: every request whole where the requests' blocks fill the machine and
-/// none is much longer than the rest, else the total's share of the blocks wanted.
-fn chunk_tokens(kv_lengths: &[u64], kv_heads: u32, multiprocessors: u32) -> u64 {
+/// The blocks running at once, the most items the longest request is cut into: more cannot
+/// finish sooner.
+fn max_pieces(multiprocessors: u32) -> u64 {
+    RESIDENT_BLOCKS * multiprocessors.max(1) as u64
+}
+
+/// The automatic plan's item length: among cuts of the longest request into 1, 2, … pieces
+/// (every 8th from 16 on), the one [`estimated_cost`] finds cheapest.
+fn auto_chunk(kv_lengths: &[u64], kv_heads: u32, multiprocessors: u32) -> u64 {
     let longest = kv_lengths.iter().copied().max().unwrap_or(0).max(1);
     let total: u64 = kv_lengths.iter().sum();
-    let wanted = multiprocessors.max(1) as u64 * BLOCKS_PER_MULTIPROCESSOR;
-    let blocks = kv_lengths.len() as u64 * kv_heads.max(1) as u64;
-    if blocks >= wanted && longest <= 2 * total.div_ceil(kv_lengths.len().max(1) as u64) {
-        return longest;
+    let slots = max_pieces(multiprocessors);
+    let mut best = (estimated_cost(kv_lengths, kv_heads, slots, longest), longest);
+    let mut pieces = 2;
+    while pieces <= slots {
+        let chunk = longest.div_ceil(pieces).next_multiple_of(TILE_KEYS);
+        // Items of at least `total / slots` keys number at most `batch + slots` (the capacity).
+        if chunk < MIN_CHUNK || chunk >= longest || chunk * slots < total {
+            break;
+        }
+        best = best.min((estimated_cost(kv_lengths, kv_heads, slots, chunk), chunk));
+        pieces += if pieces < 16 { 1 } else { pieces / 8 };
     }
-    (total * kv_heads.max(1) as u64).div_ceil(wanted).max(MIN_CHUNK).min(longest)
+    best.1
+}
+
+/// A plan's time in keys of one block: its blocks' work spread over the `slots` running at
+/// once, or its longest items' waves where that is longer (blocks of items over half the chunk
+/// long, in whole waves of `slots`), plus the merge where it splits a request.
+fn estimated_cost(kv_lengths: &[u64], kv_heads: u32, slots: u64, chunk: u64) -> u64 {
+    let (mut work, mut long_items, mut split) = (0u64, 0u64, false);
+    let longest_item = chunk.min(kv_lengths.iter().copied().max().unwrap_or(0));
+    for &len in kv_lengths {
+        let items = len.div_ceil(chunk).max(1);
+        work += len + items * BLOCK_OVERHEAD;
+        long_items += if 2 * len.div_ceil(items) > longest_item { items } else { 0 };
+        split |= items > 1;
+    }
+    let heads = kv_heads.max(1) as u64;
+    let spread = (work * heads).div_ceil(slots);
+    let waves = (long_items * heads).div_ceil(slots) * (longest_item + BLOCK_OVERHEAD);
+    spread.max(waves) + if split { MERGE_OVERHEAD } else { 0 }
 }
 
 // The problems the tests and the benchmark make: `rows` requests, each of `request_length`
@@ -1095,29 +1160,63 @@ fn batch_reference(p: &Problem) -> Vec<Vec<f64>> {
 mod tests {
     use super::*;
 
+    fn auto(lengths: &[u64], kv_heads: u32, multiprocessors: u32) -> (Vec<i32>, Vec<i32>) {
+        plan(lengths, kv_heads, Split::Auto { multiprocessors })
+    }
+
+    fn items(lengths: &[u64], kv_heads: u32) -> Vec<i32> {
+        let (work, _) = auto(lengths, kv_heads, 132);
+        work.chunks(3).map(|item| item[2] - item[1]).collect()
+    }
+
     #[test]
-    fn a_plan_keeps_requests_whole_where_they_fill_the_machine_and_splits_the_long_ones() {
-        let (work, bounds) = plan(&[1024; 128], 8, 132);
-        assert_eq!((work.len() / 3, bounds.len()), (128, 129), "1024 blocks ≥ 4 × 132: no split");
-        let (work, _) = plan(&[4096; 64], 8, 132);
-        assert_eq!(work.len() / 3, 128, "512 blocks < 4 × 132: each request in two");
-        let (work, bounds) = plan(&[4096], 8, 132);
-        assert_eq!(bounds, [0, 16], "one request: 4096 · 8 keys over 528 blocks, 256-key items");
-        assert_eq!(&work[..6], [0, 0, 256, 0, 256, 512]);
+    fn an_automatic_plan_keeps_requests_whole_where_their_blocks_fill_the_machine() {
+        for lengths in [&[1024; 128][..], &[4096; 64], &[16384; 64]] {
+            assert_eq!(items(lengths, 8).len(), lengths.len(), "{} × {}", lengths.len(), lengths[0]);
+        }
+    }
+
+    #[test]
+    fn an_automatic_plan_cuts_short_batches_into_equal_tile_aligned_items_over_the_machine() {
+        let one = items(&[4096], 8);
+        assert!((24..=48).contains(&one.len()), "1 × 4096 on 264 slots of 8 heads: {} items", one.len());
+        assert!(one.iter().all(|&n| n == one[0] && n % 64 == 0), "{one:?}");
+        let sixteen = items(&[4096; 16], 8);
+        assert_eq!(sixteen.len(), 32, "16 × 4096: 128 blocks, two items each fill 264 slots");
+        assert!(sixteen.iter().all(|&n| n == 2048));
+        let uneven = items(&[4000], 8);
+        assert!(uneven[..uneven.len() - 1].iter().all(|&n| n == uneven[0] && n % 64 == 0), "{uneven:?}");
+    }
+
+    #[test]
+    fn an_automatic_plan_splits_a_long_request_among_short_ones() {
         let skewed: Vec<u64> = [32768].into_iter().chain([512; 63]).collect();
-        let (work, bounds) = plan(&skewed, 8, 132);
-        assert!(bounds[1] > 1 && bounds[1] as usize * 3 <= work.len(), "the long request is split");
-        let (work, bounds) = plan(&[0, 5], 8, 132);
+        let (work, bounds) = auto(&skewed, 8, 132);
+        assert!(bounds[1] >= 8, "the long request in {} items", bounds[1]);
+        assert_eq!(work.len() / 3 - bounds[1] as usize, 63, "the short ones whole");
+        let (work, bounds) = auto(&[0, 5], 8, 132);
         assert_eq!((work, bounds), (vec![0, 0, 0, 1, 0, 5], vec![0, 1, 2]), "an empty request keeps an item");
     }
 
     #[test]
-    fn no_plan_has_more_items_than_its_capacity() {
+    fn fixed_and_disabled_splits_cut_a_request_by_its_own_length_alone() {
+        let fixed = Split::Fixed { keys: NonZeroU64::new(100).unwrap() };
+        let alone = plan(&[250], 8, fixed).0;
+        assert_eq!(alone, [0, 0, 100, 0, 100, 200, 0, 200, 250]);
+        let (among, bounds) = plan(&[7, 250, 100_000], 8, fixed);
+        let second: Vec<i32> = among[3 * bounds[1] as usize..3 * bounds[2] as usize].to_vec();
+        assert_eq!(second, alone.iter().enumerate().map(|(i, &v)| if i % 3 == 0 { 1 } else { v }).collect::<Vec<_>>());
+        assert_eq!(plan(&[0, 300_000], 8, Split::Disabled), (vec![0, 0, 0, 1, 0, 300_000], vec![0, 1, 2]));
+    }
+
+    #[test]
+    fn no_automatic_plan_has_more_items_than_its_capacity() {
         let skewed: Vec<u64> = [131072].into_iter().chain([1; 63]).collect();
-        let batches: [&[u64]; 6] = [&[4096], &[4096; 64], &[0; 7], &[1, 100_000, 3], &skewed, &[257; 500]];
+        let many: Vec<u64> = (0..3000).map(|i| 1 + (i * 7919) % 20_000).collect();
+        let batches: [&[u64]; 7] = [&[4096], &[4096; 64], &[0; 7], &[1, 100_000, 3], &skewed, &[257; 500], &many];
         for lengths in batches {
-            for (kv_heads, multiprocessors) in [(1, 132), (8, 132), (32, 20), (1, 1)] {
-                let (work, _) = plan(lengths, kv_heads, multiprocessors);
+            for (kv_heads, multiprocessors) in [(1, 132), (8, 132), (32, 20), (1, 1), (2, 1000)] {
+                let (work, _) = auto(lengths, kv_heads, multiprocessors);
                 let capacity = plan_capacity(lengths.len(), multiprocessors);
                 assert!(work.len() / 3 <= capacity, "{} items > {capacity}", work.len() / 3);
             }

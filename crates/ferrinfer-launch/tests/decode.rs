@@ -6,7 +6,7 @@
 
 mod support;
 
-use ferrinfer_launch::decode::plan;
+use ferrinfer_launch::decode::{Split, plan};
 use ferrinfer_launch::{Error, KvLayout, PosEncodingMode, Stream, TensorView, single_decode_with_kv_cache};
 use support::decode::{HEAD_DIMS, variants};
 use support::{Case, Cpu, assert_refused, family, run_cases_with};
@@ -29,7 +29,7 @@ fn decode_cpu_grid() {
 #[test]
 fn a_plan_covers_every_request_in_items_of_its_keys() {
     let lengths = [0u64, 1, 4096, 300, 70_000];
-    let (work, bounds) = plan(&lengths, 8, 132);
+    let (work, bounds) = plan(&lengths, 8, Split::Auto { multiprocessors: 132 });
     assert_eq!(bounds.len(), lengths.len() + 1);
     for (b, &len) in lengths.iter().enumerate() {
         let items: Vec<&[i32]> =

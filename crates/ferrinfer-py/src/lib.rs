@@ -2,6 +2,8 @@
 //! holds the functions (this crate is part of the ffi layer). Built as an abi3 wheel by maturin
 //! (`maturin build -m crates/ferrinfer-py/Cargo.toml`).
 
+use std::num::NonZeroU64;
+
 use pyo3::prelude::*;
 
 #[pymodule]
@@ -17,10 +19,24 @@ fn ferrinfer(module: &Bound<'_, PyModule>) -> PyResult<()> {
 }
 
 /// `ferrinfer_launch::decode::plan` for the decode wrapper's `plan` (python/ferrinfer/_decode.py):
-/// the work items of requests of `kv_lengths` keys, `(work, work_indptr)` as flat lists.
+/// the work items of requests of `kv_lengths` keys, `(work, work_indptr)` as flat lists; items of
+/// `fixed_split_keys` keys where given, whole requests with `disable_split`, else the planner's.
 #[pyfunction]
-fn _decode_plan(kv_lengths: Vec<u64>, kv_heads: u32, multiprocessors: u32) -> (Vec<i32>, Vec<i32>) {
-    ferrinfer_ffi::launch::decode::plan(&kv_lengths, kv_heads, multiprocessors)
+#[pyo3(signature = (kv_lengths, kv_heads, multiprocessors, fixed_split_keys=None, disable_split=false))]
+fn _decode_plan(
+    kv_lengths: Vec<u64>,
+    kv_heads: u32,
+    multiprocessors: u32,
+    fixed_split_keys: Option<NonZeroU64>,
+    disable_split: bool,
+) -> (Vec<i32>, Vec<i32>) {
+    use ferrinfer_ffi::launch::decode::{Split, plan};
+    let split = match (disable_split, fixed_split_keys) {
+        (true, _) => Split::Disabled,
+        (false, Some(keys)) => Split::Fixed { keys },
+        (false, None) => Split::Auto { multiprocessors },
+    };
+    plan(&kv_lengths, kv_heads, split)
 }
 
 /// `ferrinfer_launch::decode::plan_capacity`: the most work items a plan of `batch` requests has

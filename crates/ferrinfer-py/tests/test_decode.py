@@ -142,3 +142,38 @@ def test_graph_mode_keeps_its_buffers_and_pads_the_plan_with_idle_items():
             v = v_cache.reshape(-1, kv_heads, dim)[rows]
             want = attention_ref(q[b], k, v)[0]
             np.testing.assert_allclose(out[b], want, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("split", [dict(fixed_split_size=3), dict(disable_split_kv=True)])
+def test_a_fixed_or_disabled_split_gives_a_request_the_same_bits_alone_and_in_any_batch(split):
+    heads, kv_heads, d, page_size = 4, 2, 64, 16
+    lengths = [700, 5, 3000, 0, 129]
+    caches, indptr, indices, last, keys = paged(lengths, kv_heads, d, page_size, "NHD")
+    q = RNG.standard_normal((len(lengths), heads, d)).astype(np.float32)
+    wrapper = BatchDecodeWithPagedKVCacheWrapper(np.zeros(8 << 20, np.uint8))
+    wrapper.plan(indptr, indices, last, heads, kv_heads, d, page_size, **split)
+    together = wrapper.run(q, caches)
+    for b in range(len(lengths)):
+        alone = BatchDecodeWithPagedKVCacheWrapper(np.zeros(8 << 20, np.uint8))
+        alone.plan(indptr[b:b + 2] - indptr[b], indices[indptr[b]:indptr[b + 1]], last[b:b + 1],
+                   heads, kv_heads, d, page_size, **split)
+        assert np.array_equal(alone.run(q[b:b + 1], caches)[0], together[b]), f"request {b}"
+
+
+def test_fixed_split_size_counts_pages_and_cuts_at_its_multiples():
+    caches, indptr, indices, last, keys = paged([700, 40], 2, 64, 16, "NHD")
+    wrapper = BatchDecodeWithPagedKVCacheWrapper(np.zeros(8 << 20, np.uint8))
+    wrapper.plan(indptr, indices, last, 4, 2, 64, 16, fixed_split_size=3)
+    assert wrapper._plan["work"].tolist() == [[0, b, min(b + 48, 700)] for b in range(0, 700, 48)] + [[1, 0, 40]]
+
+
+def test_graph_mode_refuses_a_fixed_split_with_more_items_than_its_capacity():
+    batch = 2
+    buffers = dict(paged_kv_indptr_buffer=np.zeros(batch + 1, np.int32),
+                   paged_kv_indices_buffer=np.zeros(4000, np.int32),
+                   paged_kv_last_page_len_buffer=np.zeros(batch, np.int32))
+    wrapper = BatchDecodeWithPagedKVCacheWrapper(np.zeros(8 << 20, np.uint8), "NHD", use_cuda_graph=True, **buffers)
+    caches, indptr, indices, last, _ = paged([30000, 10], 1, 64, 16, "NHD")
+    with pytest.raises(ValueError, match="fixed_split_size"):
+        wrapper.plan(indptr, indices, last, 4, 1, 64, 16, fixed_split_size=1)
+    assert not buffers["paged_kv_indptr_buffer"].any(), "nothing written on the error path"

@@ -116,14 +116,17 @@ class BatchDecodeWithPagedKVCacheWrapper:
                              f"`num_kv_heads` ({num_kv_heads})")
         lengths = [0 if end <= begin else (end - begin - 1) * page_size + last
                    for begin, end, last in zip(bounds, bounds[1:], lasts)]
-        if disable_split_kv:
-            work = [v for b, n in enumerate(lengths) for v in (b, 0, n)]
-            work_bounds = list(range(len(lengths) + 1))
-        else:
-            work, work_bounds = _decode_plan(lengths, num_kv_heads, _multiprocessors(self._workspace))
+        # FlashInfer's `fixed_split_size` counts pages; a value ≤ 0 leaves the split to the planner.
+        fixed_keys = fixed_split_size * page_size if fixed_split_size is not None and fixed_split_size > 0 else None
+        work, work_bounds = _decode_plan(lengths, num_kv_heads, _multiprocessors(self._workspace),
+                                         fixed_keys, bool(disable_split_kv))
         if self._fixed is not None:
-            kv_indptr, indices, last_page_len = self._fill_page_table(indptr, indices, last_page_len, len(lasts))
             capacity = _decode_plan_capacity(len(lengths), _multiprocessors(self._workspace))
+            if len(work) // 3 > capacity:
+                raise ValueError(f"`fixed_split_size` {fixed_split_size} cuts this batch into {len(work) // 3} "
+                                 f"work items; with `use_cuda_graph=True` they are at most {capacity}: "
+                                 "a larger split size, or `disable_split_kv=True`")
+            kv_indptr, indices, last_page_len = self._fill_page_table(indptr, indices, last_page_len, len(lasts))
             work = work + _IDLE_ITEM * (capacity - len(work) // 3)
         else:
             kv_indptr = indptr
