@@ -46,10 +46,13 @@ impl DecodeModule {
     }
 
     /// The entry of the items' kernel on tensor cores (no RoPE), after the others: in modules
-    /// of f16 and bf16 for sm_80 on (mma.sync on 16-bit inputs, cp.async).
+    /// of f16 and bf16 for sm_80 on (mma.sync on 16-bit inputs, cp.async) — but bf16 at head_dim
+    /// 256, whose three terms of each weight do not fit the registers the output leaves (ptxas
+    /// spills at sm_80 and sm_90a, even with two of them waiting in shared memory).
     pub fn tensor_core_entry(&self, arch: CudaArch) -> Option<usize> {
         let ampere = CudaArch { major: 8, minor: 0 };
-        (self.dtype.size() == 2 && arch >= ampere).then_some(1 + 2 * HEADS_PER_THREAD.len())
+        let fits = !(self.dtype == DType::Bf16 && self.head_dim > 128);
+        (self.dtype.size() == 2 && arch >= ampere && fits).then_some(1 + 2 * HEADS_PER_THREAD.len())
     }
 
     /// The module's spec for `arch`: the merge, then [`DecodeModule::entry`]'s order, then
@@ -140,6 +143,9 @@ mod tests {
         );
         let turing = CudaArch { major: 7, minor: 5 };
         assert_eq!((module.tensor_core_entry(turing), module.spec(turing, false).entry_points.len()), (None, 7));
+        let wide =
+            |dtype| DecodeModule { dtype, index: IndexType::I32, head_dim: 256 }.tensor_core_entry(CudaArch::HOPPER);
+        assert_eq!((wide(DType::Bf16), wide(DType::F16).is_some()), (None, true), "bf16's three terms at 256");
         assert_eq!(
             DecodeModule { dtype: DType::F32, index: IndexType::I64, head_dim: 256 }.vec(),
             8,

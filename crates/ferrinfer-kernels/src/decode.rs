@@ -379,16 +379,36 @@ pub unsafe fn merge_request<T: Element>(p: &DecodeParams, b: u32, head: u32) {
 #[inline(always)]
 unsafe fn merged_value(p: &DecodeParams, (first, items): (u32, u32), head: u32, e: u32) -> (f32, f32) {
     let mut state = State::<1>::EMPTY;
-    for item in first..first + items {
-        let row = item as u64 * p.qo_heads as u64 + head as u64;
-        let lse = unsafe { Packed::<f32, 1>::load::<Reused>((p.partial_s as *const f32).add(row as usize)) }.get(0);
-        let at = (p.partial_v as *const f32).wrapping_add((row * p.head_dim as u64 + e as u64) as usize);
-        let o = unsafe { Packed::<f32, 1>::load::<Reused>(at) }.get(0);
-        state.merge(&State::of_finished([o], lse));
+    let end = first + items;
+    let mut item = first;
+    while item < end {
+        // A batch's loads all issued before its merges: one memory latency a batch, not an item.
+        let partial: [(f32, f32); MERGE_BATCH] = core::array::from_fn(|i| {
+            let here = item + i as u32;
+            let row = here as u64 * p.qo_heads as u64 + head as u64;
+            let at = (p.partial_v as *const f32).wrapping_add((row * p.head_dim as u64 + e as u64) as usize);
+            let lse = (p.partial_s as *const f32).wrapping_add(row as usize);
+            let (o, lse) = unsafe {
+                (
+                    Packed::<f32, 1>::load_if::<Reused>(here < end, at),
+                    Packed::<f32, 1>::load_if::<Reused>(here < end, lse),
+                )
+            };
+            (o.get(0), lse.get(0))
+        });
+        for (i, &(o, lse)) in partial.iter().enumerate() {
+            if item + (i as u32) < end {
+                state.merge(&State::of_finished([o], lse));
+            }
+        }
+        item += MERGE_BATCH as u32;
     }
     let ([o], lse) = state.finish(1.0);
     (o, lse)
 }
+
+/// Partial states [`merged_value`] loads at once.
+const MERGE_BATCH: usize = 8;
 
 /// The largest head size the family takes.
 pub const MAX_HEAD_DIM: usize = 256;
@@ -445,6 +465,7 @@ mod device_kernels {
         block_barrier, chain_after_prior_grids, dynamic_shared, load_shared_u32, load_shared_u64, shuffle_xor,
         store_shared_u32, store_shared_u64, thread_index,
     };
+    use crate::element::DType;
     use crate::matrix::{commit_copies, copy_async_16, load_tiles, multiply_add, swizzled, wait_copies};
     use crate::vector::Once;
 
@@ -901,24 +922,29 @@ mod device_kernels {
                 [w[0][2 * row], w[0][2 * row + 1], w[1][2 * row], w[1][2 * row + 1]] = weights;
             }
             // The weights as A fragments of P · V (keys are their columns): each weight the sum
-            // of its value in `T` and the rest, so that the products keep f32's precision
-            // rather than `T`'s (bf16's 8 bits would cost the output 3 of its own).
+            // of its value in `T` and what that rounding left, in `T` again — and for bf16 once
+            // more — so that the products keep f32's precision rather than `T`'s: f16's two
+            // terms hold 22 significant bits, bf16's three 24 (two held 16: the partial states
+            // then missed the f64 reference's f32 bound by up to 1.11× on an H100).
             let pairs = [(w[0][0], w[0][1]), (w[0][2], w[0][3]), (w[1][0], w[1][1]), (w[1][2], w[1][3])];
-            let split = pairs.map(|(a, b)| {
-                let high = T::pack_pair(a, b);
-                (high, T::pack_pair(a - T::half_to_f32(high, false), b - T::half_to_f32(high, true)))
-            });
-            let high_weights = split.map(|(high, _)| high);
-            let low_weights = split.map(|(_, low)| low);
+            let (high, rest) = split_weights::<T>(pairs);
+            let (middle, rest) = split_weights::<T>(rest);
+            let third = matches!(T::DTYPE, DType::Bf16);
+            let low = split_weights::<T>(rest).0;
             let v_row = key0 + 8 * ((lane / 8) % 2) + lane % 8;
             let (columns, _) = self.o.as_chunks_mut::<2>();
             for (step, [left, right]) in columns.iter_mut().enumerate() {
                 let column = 8 * (2 * step as u32 + lane / 16);
                 let v = load_tiles::<true>(swizzled(layout.values(stage), row_bytes, v_row, column));
-                multiply_add::<T>(left, high_weights, [v[0], v[1]]);
-                multiply_add::<T>(right, high_weights, [v[2], v[3]]);
-                multiply_add::<T>(left, low_weights, [v[0], v[1]]);
-                multiply_add::<T>(right, low_weights, [v[2], v[3]]);
+                let mut add = |weights| {
+                    multiply_add::<T>(left, weights, [v[0], v[1]]);
+                    multiply_add::<T>(right, weights, [v[2], v[3]]);
+                };
+                add(high);
+                add(middle);
+                if third {
+                    add(low);
+                }
             }
         }
 
@@ -947,6 +973,17 @@ mod device_kernels {
                 }
             }
         }
+    }
+
+    /// Pairs of weights packed into `T` (an mma's A fragment), and what that rounding left.
+    #[inline(always)]
+    fn split_weights<T: Element>(pairs: [(f32, f32); 4]) -> ([u32; 4], [(f32, f32); 4]) {
+        let packed = pairs.map(|(a, b)| T::pack_pair(a, b));
+        let mut rest = pairs;
+        for (pair, &word) in rest.iter_mut().zip(&packed) {
+            *pair = (pair.0 - T::half_to_f32(word, false), pair.1 - T::half_to_f32(word, true));
+        }
+        (packed, rest)
     }
 
     /// The largest of a row's four lanes' values in an accumulator (lanes `4r … 4r + 3`).
