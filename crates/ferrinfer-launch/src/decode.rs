@@ -734,15 +734,15 @@ pub enum Split {
 /// `[batch + 1]`, for `batch_decode_with_paged_kv_cache`'s `work` and `work_indptr`; the
 /// workspace then needs `items · num_qo_heads · (head_dim + 1)` f32.
 pub fn plan(kv_lengths: &[u64], kv_heads: u32, split: Split) -> (Vec<i32>, Vec<i32>) {
-    let auto = match split {
-        Split::Auto { multiprocessors } => Some(auto_chunk(kv_lengths, kv_heads, multiprocessors)),
-        _ => None,
+    let chunk = match split {
+        Split::Auto { multiprocessors } => auto_chunk(kv_lengths, kv_heads, multiprocessors),
+        Split::Fixed { keys } => keys.get(),
+        Split::Disabled => u64::MAX,
     };
-    let item_keys = |len: u64| match (split, auto) {
+    let item_keys = |len: u64| match split {
         // Equal items, not `chunk`-long ones and a short rest.
-        (_, Some(chunk)) => len.div_ceil(len.div_ceil(chunk).max(1)).next_multiple_of(TILE_KEYS).max(1),
-        (Split::Fixed { keys }, _) => keys.get(),
-        _ => u64::MAX,
+        Split::Auto { .. } => len.div_ceil(len.div_ceil(chunk).max(1)).next_multiple_of(TILE_KEYS).max(1),
+        _ => chunk,
     };
     let mut work = Vec::new();
     let mut bounds = vec![0i32];
@@ -799,7 +799,8 @@ fn auto_chunk(kv_lengths: &[u64], kv_heads: u32, multiprocessors: u32) -> u64 {
     let longest = kv_lengths.iter().copied().max().unwrap_or(0).max(1);
     let total: u64 = kv_lengths.iter().sum();
     let slots = max_pieces(multiprocessors);
-    let mut best = (estimated_cost(kv_lengths, kv_heads, slots, longest), longest);
+    let cost = |chunk: u64| estimated_cost(kv_lengths, kv_heads, slots, chunk.min(longest));
+    let mut best = (cost(longest), longest);
     let mut pieces = 2;
     while pieces <= slots {
         let chunk = longest.div_ceil(pieces).next_multiple_of(TILE_KEYS);
@@ -807,18 +808,19 @@ fn auto_chunk(kv_lengths: &[u64], kv_heads: u32, multiprocessors: u32) -> u64 {
         if chunk < MIN_CHUNK || chunk >= longest || chunk * slots < total {
             break;
         }
-        best = best.min((estimated_cost(kv_lengths, kv_heads, slots, chunk), chunk));
+        best = best.min((cost(chunk), chunk));
         pieces += if pieces < 16 { 1 } else { pieces / 8 };
     }
     best.1
 }
 
-/// A plan's time in keys of one block: its blocks' work spread over the `slots` running at
-/// once, or its longest items' waves where that is longer (blocks of items over half the chunk
-/// long, in whole waves of `slots`), plus the merge where it splits a request.
-fn estimated_cost(kv_lengths: &[u64], kv_heads: u32, slots: u64, chunk: u64) -> u64 {
+/// A plan's time in keys of one block, its items `longest_item` keys at most: its blocks' work
+/// spread over the `slots` running at once, or its longest items' waves where that is longer
+/// (blocks of items over half that long, in whole waves of `slots`), plus the merge where it
+/// splits a request.
+fn estimated_cost(kv_lengths: &[u64], kv_heads: u32, slots: u64, longest_item: u64) -> u64 {
     let (mut work, mut long_items, mut split) = (0u64, 0u64, false);
-    let longest_item = chunk.min(kv_lengths.iter().copied().max().unwrap_or(0));
+    let chunk = longest_item.max(1);
     for &len in kv_lengths {
         let items = len.div_ceil(chunk).max(1);
         work += len + items * BLOCK_OVERHEAD;
