@@ -6,12 +6,13 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::cache::{Cache, Module, index_entries, read_entry};
 use crate::{CudaArch, FAMILIES, JitConfig, JitError};
 
 /// Builds (or finds already built) every spec of `family` (all families if `None`) for each of
-/// `archs` into `out`, sharing `config`'s sysroot directory. With ptxas (`config.ptxas`) every
+/// `archs` into `out`, sharing `config`'s sysroot directory, one module a core at a time. With ptxas (`config.ptxas`) every
 /// entry gets its cubin; an entry built earlier without one is rebuilt.
 pub fn build(
     out: &Path,
@@ -35,8 +36,42 @@ pub fn build(
     aot_config.aot_dir = None;
     aot_config.disable_jit = false;
     let cache = Cache::new(aot_config, &[]).requiring_cubins();
-    let specs = families.iter().flat_map(|f| archs.iter().flat_map(move |&arch| (f.specs)(arch, config.debug)));
-    specs.map(|spec| cache.module(&spec)).collect()
+    let specs: Vec<_> =
+        families.iter().flat_map(|f| archs.iter().flat_map(move |&arch| (f.specs)(arch, config.debug))).collect();
+    let workers = std::thread::available_parallelism().map_or(1, usize::from);
+    on_workers(specs.len(), workers, |i| cache.module(&specs[i])).into_iter().collect()
+}
+
+/// `work(0..count)` on `workers` threads, each taking the next index as it finishes one (a
+/// module's build is one rustc and one ptxas, mostly single-threaded: one a core). After a
+/// failure no new index starts; the results come back in index order, those never started
+/// left out.
+fn on_workers<T: Send, E: Send>(
+    count: usize,
+    workers: usize,
+    work: impl Fn(usize) -> Result<T, E> + Sync,
+) -> Vec<Result<T, E>> {
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let mut done: Vec<(usize, Result<T, E>)> = std::thread::scope(|scope| {
+        let worker = || {
+            let mut results = Vec::new();
+            while !failed.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count {
+                    break;
+                }
+                let result = work(i);
+                failed.fetch_or(result.is_err(), Ordering::Relaxed);
+                results.push((i, result));
+            }
+            results
+        };
+        let handles: Vec<_> = (0..workers.clamp(1, count.max(1))).map(|_| scope.spawn(worker)).collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, result)| result).collect()
 }
 
 /// One valid entry of an AOT directory, as a build script embeds it.
@@ -62,4 +97,29 @@ pub fn embeddable(dir: &Path) -> Vec<Embeddable> {
         .collect();
     entries.sort();
     entries
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_return_every_result_in_index_order() {
+        let results = on_workers(50, 4, |i| Ok::<_, ()>(i * 2));
+        assert_eq!(results, (0..50).map(|i| Ok(i * 2)).collect::<Vec<_>>());
+        assert!(on_workers(0, 4, |_| Ok::<u8, ()>(0)).is_empty());
+    }
+
+    #[test]
+    fn after_a_failure_no_new_work_starts_and_the_failure_is_returned() {
+        let started = AtomicUsize::new(0);
+        let results = on_workers(1000, 2, |i| {
+            started.fetch_add(1, Ordering::Relaxed);
+            if i == 5 { Err(i) } else { Ok(i) }
+        });
+        assert!(results.contains(&Err(5)));
+        assert!(started.load(Ordering::Relaxed) < 1000, "work went on after the failure");
+        let collected: Result<Vec<usize>, usize> = results.into_iter().collect();
+        assert_eq!(collected, Err(5));
+    }
 }

@@ -10,7 +10,8 @@
 //! build directory: rustc reads no configuration file, so its arguments — all listed here and
 //! in [`crate::sysroot`], and hashed into every key — decide the PTX. Three crates, each with
 //! the spec's `-C target-cpu`: `core` (once per toolchain and arch, [`crate::sysroot`]), the
-//! kernels crate (an rlib) and the entry-point crate (`--emit=asm`: the PTX).
+//! kernels crate (an rlib, once per kernel sources, arch and flags) and the entry-point crate
+//! (`--emit=asm`: the PTX).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,6 +24,10 @@ pub(crate) use crate::rustc::Progress;
 use crate::rustc::{CODEGEN_FLAGS, run};
 use crate::sources::KernelSources;
 use crate::toolchain::Toolchain;
+use sha2::{Digest, Sha256};
+
+use crate::digest::hex;
+use crate::sysroot::Shared;
 use crate::{CudaArch, JitSpec, fsutil, sysroot};
 
 /// Edition of the kernels crate (its `Cargo.toml` inherits the workspace's; a test compares).
@@ -76,9 +81,9 @@ pub struct BuildOutput {
 }
 
 impl Builder<'_> {
-    /// Writes the kernels crate and `generated` under `build_dir` (replacing what is there),
-    /// compiles both for the spec's arch and checks the PTX: its target, every entry point, no
-    /// `.local` memory, no unresolved call.
+    /// Compiles `generated` under `build_dir` (replacing what is there) for the spec's arch,
+    /// against the kernels crate built from `sources` (once: [`Builder::kernels_library`]), and
+    /// checks the PTX: its target, every entry point, no `.local` memory, no unresolved call.
     pub fn build(
         &self,
         spec: &JitSpec,
@@ -90,72 +95,134 @@ impl Builder<'_> {
             return Err(BuildError::UnknownArch { arch: spec.arch });
         }
         let sysroot = sysroot::core_sysroot(self.toolchain, spec.arch, &self.sysroot_dir, self.lock_wait)?;
-        let io = |path: &Path| {
-            let path = path.to_owned();
-            move |source| BuildError::Io { path, source }
-        };
-        fsutil::remove_path(build_dir).map_err(io(build_dir))?;
-        sources.write_crate(&build_dir.join("kernels")).map_err(io(build_dir))?;
+        let compile = Compile { toolchain: self.toolchain, spec, sysroot: &sysroot };
+        let kernels = self.kernels_library(&compile, sources)?;
+        fsutil::remove_path(build_dir).map_err(io_error(build_dir))?;
         let entry_dir = build_dir.join("entry");
-        fsutil::ensure_dir(&entry_dir).map_err(io(&entry_dir))?;
-        std::fs::write(entry_dir.join("lib.rs"), &generated.lib_rs).map_err(io(&entry_dir))?;
-        let compile = Compile { toolchain: self.toolchain, spec, build_dir, sysroot: &sysroot };
-        let mut log = compile.kernels()?;
-        log += &compile.entry()?;
+        for dir in [&entry_dir, &build_dir.join("out")] {
+            fsutil::ensure_dir(dir).map_err(io_error(dir))?;
+        }
+        std::fs::write(entry_dir.join("lib.rs"), &generated.lib_rs).map_err(io_error(&entry_dir))?;
+        let log = kernels.log + &compile.entry(build_dir, &kernels.rlib)?;
         let path = build_dir.join("out/kernels.ptx");
-        let source = std::fs::read_to_string(&path).map_err(io(&path))?;
+        let source = std::fs::read_to_string(&path).map_err(io_error(&path))?;
         let ptx = Ptx { arch: spec.arch, source: with_register_caps(&source, spec) };
         let ptx_version = ptx.check_target(spec.debug).map_err(BuildError::WrongTarget)?;
         ptx.validate(spec.entry_points.iter().map(|e| e.name.as_str()))?;
         Ok(BuildOutput { ptx, ptx_version, log })
     }
+
+    /// The kernels crate as an rlib for the spec's arch, debug setting and flags, built once per
+    /// set of kernel sources and shared by every module built from them (most of a module's
+    /// build time was this crate): `<sysroot_dir>/kernels-<toolchain>-<sm_XY>-<hash>/`.
+    fn kernels_library(&self, compile: &Compile, sources: &KernelSources) -> Result<KernelsLibrary, BuildError> {
+        let cpu = compile.spec.arch.target_cpu();
+        let shared = Shared {
+            name: format!("kernels-{}-{cpu}-{}", self.toolchain.name, compile.kernels_hash(sources)),
+            what: format!("the kernels crate's build for {cpu}"),
+            progress: format!(
+                "building the kernels crate for {cpu} (once per kernel sources and architecture; cached in {})",
+                self.sysroot_dir.display()
+            ),
+        };
+        let dir = shared.get_or_build(&self.sysroot_dir, self.lock_wait, |root| {
+            let crate_dir = root.join("kernels");
+            sources.write_crate(&crate_dir).map_err(io_error(&crate_dir))?;
+            let log = compile.kernels(root)?;
+            let log_path = root.join(KERNELS_LOG);
+            std::fs::write(&log_path, log).map_err(io_error(&log_path))?;
+            fsutil::remove_path(&crate_dir).map_err(io_error(&crate_dir))
+        })?;
+        let log_path = dir.join(KERNELS_LOG);
+        let log = std::fs::read_to_string(&log_path).map_err(io_error(&log_path))?;
+        Ok(KernelsLibrary { rlib: dir.join(KERNELS_RLIB), log })
+    }
+}
+
+/// Where a kernels library keeps rustc's diagnostics of its build (each module's log starts
+/// with them).
+const KERNELS_LOG: &str = "rustc.log";
+
+/// The rlib in a kernels library's directory.
+const KERNELS_RLIB: &str = "out/libferrinfer_kernels.rlib";
+
+/// The kernels crate built for one arch: its rlib and rustc's diagnostics.
+struct KernelsLibrary {
+    rlib: PathBuf,
+    log: String,
+}
+
+/// `BuildError::Io` for `path`.
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError {
+    let path = path.to_owned();
+    move |source| BuildError::Io { path, source }
 }
 
 /// The two rustc runs of one module.
 struct Compile<'a> {
     toolchain: &'a Toolchain,
     spec: &'a JitSpec,
-    build_dir: &'a Path,
     sysroot: &'a Path,
 }
 
 impl Compile<'_> {
-    /// `<build>/kernels/src/lib.rs` → `<build>/out/libferrinfer_kernels.rlib`.
-    fn kernels(&self) -> Result<String, BuildError> {
-        let mut cmd = self.rustc("ferrinfer_kernels", "kernels/src/lib.rs");
+    /// `<dir>/kernels/src/lib.rs` → `<dir>/out/libferrinfer_kernels.rlib`.
+    fn kernels(&self, dir: &Path) -> Result<String, BuildError> {
+        let mut cmd = self.rustc(dir, "ferrinfer_kernels", "kernels/src/lib.rs");
         cmd.args(["--emit=metadata,link", "--out-dir=out"]);
         run(cmd, "the kernels crate", self.spec.arch)
     }
 
-    /// `<build>/entry/lib.rs` → `<build>/out/kernels.ptx`.
-    fn entry(&self) -> Result<String, BuildError> {
-        let mut cmd = self.rustc(&format!("ferrinfer_jit_{}", self.spec.name), "entry/lib.rs");
-        cmd.args([
-            "--extern",
-            "ferrinfer_kernels=out/libferrinfer_kernels.rlib",
-            "--emit=asm",
-            "-o",
-            "out/kernels.ptx",
-        ]);
+    /// `<dir>/entry/lib.rs` → `<dir>/out/kernels.ptx`, linking the kernels crate's `rlib`.
+    fn entry(&self, dir: &Path, rlib: &Path) -> Result<String, BuildError> {
+        let mut cmd = self.rustc(dir, &format!("ferrinfer_jit_{}", self.spec.name), "entry/lib.rs");
+        cmd.arg("--extern").arg(format!("ferrinfer_kernels={}", rlib.display()));
+        cmd.args(["--emit=asm", "-o", "out/kernels.ptx"]);
         run(cmd, &format!("module `{}`", self.spec.name), self.spec.arch)
     }
 
-    /// rustc for one crate of the spec, everything but what to emit.
-    fn rustc(&self, crate_name: &str, root: &str) -> Command {
+    /// What the kernels crate's rlib depends on besides the toolchain's name: the toolchain's
+    /// exact version, every kernel source and every flag of [`Compile::rustc`] (16 hex digits).
+    fn kernels_hash(&self, sources: &KernelSources) -> String {
+        let mut hash = Sha256::new();
+        let mut field = |name: &str, value: &str| {
+            hash.update(format!("{name} {}\n", value.len()));
+            hash.update(value);
+        };
+        field("toolchain", &self.toolchain.version);
+        field("sysroot", &sysroot::recipe());
+        field("edition", KERNELS_EDITION);
+        field("flags", &self.flags().join(" "));
+        for path in sources.paths() {
+            field(path, sources.get(path).unwrap_or_default());
+        }
+        hex(&hash.finalize()[..8])
+    }
+
+    /// Every flag of both crates but their names, paths and what to emit.
+    fn flags(&self) -> Vec<String> {
+        let fixed = CODEGEN_FLAGS.iter().chain(KERNEL_FLAGS).map(|f| f.to_string());
+        let debuginfo = if self.spec.debug { "-Cdebuginfo=line-tables-only" } else { "-Cdebuginfo=0" };
+        fixed
+            .chain([format!("-Ctarget-cpu={}", self.spec.arch.target_cpu())])
+            .chain(ptx_isa_flag(self.spec.arch))
+            .chain([debuginfo.to_owned()])
+            .chain(self.spec.flags.iter().cloned())
+            .collect()
+    }
+
+    /// rustc for one crate of the spec in `dir`, everything but what to emit. `dir` is called
+    /// [`REMAPPED_BUILD_DIR`] in the output, wherever it is.
+    fn rustc(&self, dir: &Path, crate_name: &str, root: &str) -> Command {
         let mut cmd = self.toolchain.rustc_command();
-        cmd.current_dir(self.build_dir)
+        cmd.current_dir(dir)
             .args(["--crate-name", crate_name, "--crate-type=rlib", &format!("--edition={KERNELS_EDITION}"), root])
-            .args(CODEGEN_FLAGS)
-            .args(KERNEL_FLAGS)
-            .arg(format!("-Ctarget-cpu={}", self.spec.arch.target_cpu()))
-            .args(ptx_isa_flag(self.spec.arch))
-            .arg(if self.spec.debug { "-Cdebuginfo=line-tables-only" } else { "-Cdebuginfo=0" })
+            .args(self.flags())
             .arg(format!("-Cmetadata={crate_name}"))
             .arg("--remap-path-prefix")
-            .arg(format!("{}={REMAPPED_BUILD_DIR}", self.build_dir.display()))
+            .arg(format!("{}={REMAPPED_BUILD_DIR}", dir.display()))
             .arg("--sysroot")
-            .arg(self.sysroot)
-            .args(&self.spec.flags);
+            .arg(self.sysroot);
         cmd
     }
 }

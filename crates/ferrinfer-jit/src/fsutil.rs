@@ -5,6 +5,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What every temporary's name starts with.
 const TEMPORARY_PREFIX: &str = ".tmp-";
@@ -36,8 +37,10 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
 /// Creates directory `dir` if missing ([`ensure_dir`]) and checks that a file can be created in
 /// it, so that work which ends in writing there fails before it starts, not after.
 pub fn check_writable(dir: &Path) -> io::Result<()> {
+    // One probe name a call: threads of one process (an AOT build) check the same directory.
+    static PROBES: AtomicU64 = AtomicU64::new(0);
     ensure_dir(dir)?;
-    let probe = temporary(dir, "probe");
+    let probe = temporary(dir, &format!("probe{}", PROBES.fetch_add(1, Ordering::Relaxed)));
     std::fs::write(&probe, b"")?;
     std::fs::remove_file(&probe)
 }

@@ -3,7 +3,9 @@
 //! `compiler_builtins` (rustc links one into every `#![no_std]` crate; PTX never calls it — an
 //! unresolved call is rejected anyway — so an empty one gives the same PTX and needs no build
 //! script of the real one's). Built once, under a lock, in a temporary directory renamed into
-//! place: `<sysroot_dir>/<toolchain>-<sm_XY>-<hash>/lib/rustlib/nvptx64-nvidia-cuda/lib/`.
+//! place: `<sysroot_dir>/<toolchain>-<sm_XY>-<hash>/lib/rustlib/nvptx64-nvidia-cuda/lib/`. The
+//! kernels crate's rlib, which every module of an arch links, is built once the same way
+//! ([`Shared`], used by [`crate::builder`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -46,42 +48,71 @@ pub fn core_sysroot(
 ) -> Result<PathBuf, BuildError> {
     let hash = Sha256::new().chain_update(&toolchain.version).chain_update(arch.target_cpu()).chain_update(recipe());
     let name = format!("{}-{}-{}", toolchain.name, arch.target_cpu(), hex(&hash.finalize()[..8]));
-    let dir = sysroot_dir.join(&name);
-    if dir.join(COMPLETE).is_file() {
-        return Ok(dir);
-    }
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| BuildError::Io { path, source }
+    let shared = Shared {
+        name,
+        what: format!("the `core` build for {}", arch.target_cpu()),
+        progress: format!(
+            "building `core` for {} with {} (once per toolchain and architecture; cached in {})",
+            arch.target_cpu(),
+            toolchain.name,
+            sysroot_dir.display()
+        ),
     };
-    fsutil::ensure_dir(sysroot_dir).map_err(io(sysroot_dir))?;
-    let lock_path = lock_path(sysroot_dir, &name);
-    let what = format!("the `core` build for {}", arch.target_cpu());
-    let _lock = lock::acquire(&lock_path, &what, lock_wait).map_err(|e| match e {
-        LockError::Io { path, source } => BuildError::Io { path, source },
-        other => BuildError::Lock(other),
-    })?;
-    sweep_dead_builds(sysroot_dir, &lock_path);
-    if dir.join(COMPLETE).is_file() {
-        return Ok(dir); // another process built it while we waited
+    shared.get_or_build(sysroot_dir, lock_wait, |root| build(toolchain, arch, root))
+}
+
+/// A directory of `sysroot_dir` that every module build of a toolchain and arch shares (`core`'s
+/// sysroot, the kernels crate's rlib): built once, under the lock `<name>.lock`, into a temporary
+/// directory renamed into place with a marker written last.
+pub(crate) struct Shared {
+    /// The directory's name (what its contents depend on, hashed in).
+    pub name: String,
+    /// What it is, for a lock error ("the `core` build for sm_90").
+    pub what: String,
+    /// The note on stderr while it builds.
+    pub progress: String,
+}
+
+impl Shared {
+    /// `<sysroot_dir>/<name>`, made by `build` (given the temporary directory to fill) unless it
+    /// is there — after waiting at most `lock_wait` for another process building it.
+    pub(crate) fn get_or_build(
+        &self,
+        sysroot_dir: &Path,
+        lock_wait: Option<Duration>,
+        build: impl FnOnce(&Path) -> Result<(), BuildError>,
+    ) -> Result<PathBuf, BuildError> {
+        let dir = sysroot_dir.join(&self.name);
+        if dir.join(COMPLETE).is_file() {
+            return Ok(dir);
+        }
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| BuildError::Io { path, source }
+        };
+        fsutil::ensure_dir(sysroot_dir).map_err(io(sysroot_dir))?;
+        let lock_path = lock_path(sysroot_dir, &self.name);
+        let _lock = lock::acquire(&lock_path, &self.what, lock_wait).map_err(|e| match e {
+            LockError::Io { path, source } => BuildError::Io { path, source },
+            other => BuildError::Lock(other),
+        })?;
+        sweep_dead_builds(sysroot_dir, &lock_path);
+        if dir.join(COMPLETE).is_file() {
+            return Ok(dir); // another process built it while we waited
+        }
+        // A half-built directory, or this process's own failed attempt (we hold the lock).
+        let tmp = fsutil::temporary(sysroot_dir, &self.name);
+        for path in [&dir, &tmp] {
+            fsutil::remove_path(path).map_err(io(path))?;
+        }
+        let progress = Progress::start(self.progress.clone());
+        let built = build(&tmp);
+        progress.finish();
+        built?;
+        std::fs::write(tmp.join(COMPLETE), &self.what).map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &dir).map_err(io(&dir))?;
+        Ok(dir)
     }
-    // A half-built sysroot, or this process's own failed attempt (we hold the lock).
-    let tmp = fsutil::temporary(sysroot_dir, &name);
-    for path in [&dir, &tmp] {
-        fsutil::remove_path(path).map_err(io(path))?;
-    }
-    let progress = Progress::start(format!(
-        "building `core` for {} with {} (once per toolchain and architecture; cached in {})",
-        arch.target_cpu(),
-        toolchain.name,
-        sysroot_dir.display()
-    ));
-    let built = build(toolchain, arch, &tmp);
-    progress.finish();
-    built?;
-    std::fs::write(tmp.join(COMPLETE), recipe()).map_err(io(&tmp))?;
-    std::fs::rename(&tmp, &dir).map_err(io(&dir))?;
-    Ok(dir)
 }
 
 /// The lock of the sysroot called `name`.

@@ -16,6 +16,12 @@ fn shared_sysroot_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jit-sysroot")
 }
 
+/// Where the tests that build every module keep them (jit_sass reuses sm_90's): an AOT
+/// directory kept between runs like the sysroot, keyed like any cache.
+fn shared_modules_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jit-modules")
+}
+
 #[test]
 fn jit_aot_assembles_every_declared_module_for_the_default_archs_without_spills() {
     let env = JitConfig::from_env().unwrap();
@@ -27,12 +33,12 @@ fn jit_aot_assembles_every_declared_module_for_the_default_archs_without_spills(
         );
         return;
     };
-    let (out, cache_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (out, cache_dir, scratch) = (shared_modules_dir(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let config =
         JitConfig { ptxas: Some(ptxas), sysroot_dir: shared_sysroot_dir(), ..JitConfig::new(cache_dir.path()) };
-    let modules = aot::build(out.path(), &CudaArch::AOT_DEFAULT, None, &config)
+    let modules = aot::build(&out, &CudaArch::AOT_DEFAULT, None, &config)
         .unwrap_or_else(|e| panic!("an AOT build with ptxas failed: {e}"));
-    let in_out = Cache::new(JitConfig { cache_dir: out.path().to_owned(), ..config.clone() }, &[]);
+    let in_out = Cache::new(JitConfig { cache_dir: out.clone(), ..config.clone() }, &[]);
     for module in &modules {
         let (spec, arch) = (&module.spec, module.spec.arch);
         let entry = in_out.entry_dir(&in_out.keys(spec).unwrap().1);
@@ -49,7 +55,7 @@ fn jit_aot_assembles_every_declared_module_for_the_default_archs_without_spills(
     // the very cubin a plain single-threaded ptxas makes.
     for arch in CudaArch::AOT_DEFAULT {
         let module = modules.iter().find(|m| m.spec.arch == arch).unwrap();
-        let (ptx, cubin) = (out.path().join("plain.ptx"), out.path().join("plain.cubin"));
+        let (ptx, cubin) = (scratch.path().join("plain.ptx"), scratch.path().join("plain.cubin"));
         std::fs::write(&ptx, module.ptx.as_bytes()).unwrap();
         let status = Command::new(config.ptxas.as_ref().unwrap())
             .arg(format!("-arch={}", arch.target_cpu()))
@@ -67,33 +73,39 @@ fn jit_aot_assembles_every_declared_module_for_the_default_archs_without_spills(
         );
     }
     // Found again from the AOT directory, cubin included, with no build allowed.
-    let from_aot = JitConfig { aot_dir: Some(out.path().to_owned()), disable_jit: true, ..config };
+    let from_aot = JitConfig { aot_dir: Some(out.clone()), disable_jit: true, ..config };
     let lookup = Cache::new(from_aot, &[]);
     for module in &modules {
         let found = lookup.module(&module.spec).unwrap();
         assert_eq!((found.origin, found.cubin(module.spec.arch)), (Origin::Aot, module.cubin(module.spec.arch)));
     }
     // A cubin damaged after the lookup (same size, one byte changed) is not loaded: the caller
-    // gets `None` and loads the PTX.
+    // gets `None` and loads the PTX. Damaged in a copy of the entry: the shared one stays whole.
     let module = &modules[0];
+    let entry = in_out.entry_dir(&in_out.keys(&module.spec).unwrap().1);
+    let copy = scratch.path().join("aot").join(entry.strip_prefix(&out).unwrap());
+    std::fs::create_dir_all(&copy).unwrap();
+    for file in std::fs::read_dir(&entry).unwrap() {
+        let file = file.unwrap();
+        std::fs::copy(file.path(), copy.join(file.file_name())).unwrap();
+    }
     let fresh = Cache::new(
-        JitConfig { aot_dir: Some(out.path().to_owned()), disable_jit: true, ..JitConfig::new(cache_dir.path()) },
+        JitConfig { aot_dir: Some(scratch.path().join("aot")), disable_jit: true, ..JitConfig::new(cache_dir.path()) },
         &[],
     );
     let found = fresh.module(&module.spec).unwrap();
-    let cubin = in_out
-        .entry_dir(&in_out.keys(&module.spec).unwrap().1)
-        .join(format!("kernels.{}.cubin", module.spec.arch.target_cpu()));
+    let cubin = copy.join(format!("kernels.{}.cubin", module.spec.arch.target_cpu()));
     let mut bytes = std::fs::read(&cubin).unwrap();
     bytes[100] ^= 0xff;
     std::fs::write(&cubin, bytes).unwrap();
     assert_eq!(found.cubin(module.spec.arch), None, "a damaged cubin was handed out");
 }
 
-/// `ferrinfer-jit aot` for the norm family on sm_90 with no ptxas anywhere, and `vars`.
+/// `ferrinfer-jit aot` for the cascade family (its few modules) on sm_90 with no ptxas anywhere,
+/// and `vars`.
 fn aot_without_ptxas(out: &Path, vars: &[(&str, &str)]) -> (bool, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_ferrinfer-jit"))
-        .args(["aot", "--family", "norm", "--arch", "9.0", "--out"])
+        .args(["aot", "--family", "cascade", "--arch", "9.0", "--out"])
         .arg(out)
         .env("FERRINFER_JIT_SYSROOT_DIR", shared_sysroot_dir())
         .env("PATH", "/usr/bin:/bin")
@@ -114,5 +126,8 @@ fn jit_aot_without_ptxas_says_cubins_were_skipped_unless_ptxas_is_required() {
     let (ok, text) = aot_without_ptxas(out.path(), &[]);
     assert!(ok, "{text}");
     assert!(text.contains("cubins: skipped, no ptxas"), "{text}");
-    assert_eq!(aot::embeddable(out.path()).len(), ferrinfer_jit::norm::declared_specs(CudaArch::HOPPER, false).len());
+    assert_eq!(
+        aot::embeddable(out.path()).len(),
+        ferrinfer_jit::cascade::declared_specs(CudaArch::HOPPER, false).len()
+    );
 }

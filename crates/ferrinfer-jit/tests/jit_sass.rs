@@ -11,9 +11,9 @@
 //! skipped.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use ferrinfer_jit::{Cache, CudaArch, FAMILIES, JitConfig, Ptx, ptxas, sass};
+use ferrinfer_jit::{Cache, CudaArch, FAMILIES, JitConfig, JitSpec, Ptx, ptxas, sass};
 
 /// `FERRINFER_NVDISASM`, else `nvdisasm` on PATH.
 fn nvdisasm() -> Option<PathBuf> {
@@ -34,42 +34,85 @@ fn jit_sass_every_kernel_keeps_the_codegen_rules() {
         );
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     let sysroot_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jit-sysroot");
-    let config = JitConfig { ptxas: Some(ptxas_path.clone()), sysroot_dir, ..JitConfig::new(dir.path()) };
+    let config = JitConfig { ptxas: Some(ptxas_path.clone()), sysroot_dir, ..JitConfig::new(shared_modules_dir()) };
     let cache = Cache::new(config, &[]);
+    let specs: Vec<(&str, JitSpec)> =
+        FAMILIES.iter().flat_map(|f| (f.specs)(CudaArch::HOPPER, false).into_iter().map(|s| (f.name, s))).collect();
+    let checked = on_every_core(&specs, |(_, spec)| check_module(&cache, spec, &ptxas_path, &nvdisasm));
     let mut failures = Vec::new();
     for family in FAMILIES {
         let mut report = String::new();
-        for spec in (family.specs)(CudaArch::HOPPER, false) {
-            let module = cache.module(&spec).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
-            let scratch = tempfile::tempdir().unwrap();
-            let ptx = Ptx { arch: spec.arch, source: module.ptx.to_string() };
-            let assembly = ptxas::assemble(&ptxas_path, &ptx, &spec.name, scratch.path()).unwrap();
-            let cubin = scratch.path().join("module.cubin");
-            std::fs::write(&cubin, &assembly.cubin).unwrap();
-            let functions = sass::disassemble(&nvdisasm, &cubin).unwrap();
-            let resources = assembly.resources;
-            report.push_str(&format!("{}\n", spec.name));
-            for entry in &spec.entry_points {
-                let used = resources.iter().find(|r| r.name == entry.name);
-                let (Some(used), Some(code)) = (used, functions.get(&entry.name)) else {
-                    failures.push(format!("{}: no ptxas report or SASS", entry.name));
-                    continue;
-                };
-                let spilled = used.spill_store_bytes + used.spill_load_bytes + used.stack_bytes;
-                if spilled > 0 {
-                    failures.push(format!("{}: {spilled} bytes of spills or stack", entry.name));
-                }
-                failures.extend(
-                    sass::violations(entry, code, used.registers, &ptx.source)
-                        .into_iter()
-                        .map(|v| format!("{}: {v}", entry.name)),
-                );
-                report.push_str(&format!("  {}\n", sass::report_line(&entry.name, code, used.registers, spilled)));
+        for ((owner, _), (module_report, module_failures)) in specs.iter().zip(&checked) {
+            if *owner == family.name {
+                report.push_str(module_report);
+                failures.extend(module_failures.iter().cloned());
             }
         }
         insta::assert_snapshot!(format!("{}_sm90", family.name), report);
     }
     assert!(failures.is_empty(), "{} codegen rule(s) broken:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Where the tests that build every module keep them: jit_ptxas builds them (for every default
+/// arch, with cubins) and this test finds sm_90's there, built only when run alone. Keyed like
+/// any cache, so a source change builds new entries.
+fn shared_modules_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jit-modules")
+}
+
+/// `check(item)` for every item, on every core, the results in the items' order (a module's
+/// ptxas and nvdisasm runs are single-threaded).
+fn on_every_core<T: Sync, R: Send>(items: &[T], check: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let mut results: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let stripes: Vec<_> = (0..cores)
+            .map(|core| {
+                let check = &check;
+                scope.spawn(move || {
+                    items
+                        .iter()
+                        .enumerate()
+                        .skip(core)
+                        .step_by(cores)
+                        .map(|(i, item)| (i, check(item)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        stripes.into_iter().flat_map(|stripe| stripe.join().unwrap()).collect()
+    });
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
+}
+
+/// The module of `spec` assembled and disassembled: its report lines (the module's name, then
+/// one line an entry) and every rule it breaks.
+fn check_module(cache: &Cache, spec: &JitSpec, ptxas_path: &Path, nvdisasm: &Path) -> (String, Vec<String>) {
+    let module = cache.module(spec).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+    let scratch = tempfile::tempdir().unwrap();
+    let ptx = Ptx { arch: spec.arch, source: module.ptx.to_string() };
+    let assembly = ptxas::assemble(ptxas_path, &ptx, &spec.name, scratch.path()).unwrap();
+    let cubin = scratch.path().join("module.cubin");
+    std::fs::write(&cubin, &assembly.cubin).unwrap();
+    let functions = sass::disassemble(nvdisasm, &cubin).unwrap();
+    let (mut report, mut failures) = (format!("{}\n", spec.name), Vec::new());
+    for entry in &spec.entry_points {
+        let used = assembly.resources.iter().find(|r| r.name == entry.name);
+        let (Some(used), Some(code)) = (used, functions.get(&entry.name)) else {
+            failures.push(format!("{}: no ptxas report or SASS", entry.name));
+            continue;
+        };
+        let spilled = used.spill_store_bytes + used.spill_load_bytes + used.stack_bytes;
+        if spilled > 0 {
+            failures.push(format!("{}: {spilled} bytes of spills or stack", entry.name));
+        }
+        failures.extend(
+            sass::violations(entry, code, used.registers, &ptx.source)
+                .into_iter()
+                .map(|v| format!("{}: {v}", entry.name)),
+        );
+        report.push_str(&format!("  {}\n", sass::report_line(&entry.name, code, used.registers, spilled)));
+    }
+    (report, failures)
 }
