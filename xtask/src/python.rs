@@ -17,10 +17,12 @@ pub fn run(root: &Path) -> Result<crate::ci::Counts> {
     let wheels = root.join("target/wheels-ci");
     let _ = std::fs::remove_dir_all(&wheels);
     let wheels_arg = wheels.to_string_lossy().into_owned();
+    // The dev profile, which `cargo test` shares: the crates under the extension are built once
+    // for both (the GPU wheel, `gpu_wheel`, is a release build).
     step(
         root,
         &python,
-        &["-m", "maturin", "build", "--release", "-m", "crates/ferrinfer-py/Cargo.toml", "-o", &wheels_arg],
+        &["-m", "maturin", "build", "--profile", "dev", "-m", "crates/ferrinfer-py/Cargo.toml", "-o", &wheels_arg],
     )?;
     let wheel = std::fs::read_dir(&wheels)?
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -22,7 +22,7 @@ use crate::codegen::{self, GeneratedCrate};
 use crate::embed::EmbeddedModule;
 use crate::entry::{self, CubinRecord, Expected, Manifest, NewEntry, Rejection};
 use crate::lock::LockError;
-use crate::ptxas::{self, Assembly};
+use crate::ptxas::{self, Assembly, EntryResources};
 use crate::sources::KernelSources;
 use crate::toolchain::Toolchain;
 use crate::{BuildError, CudaArch, JitConfig, JitError, JitSpec, fsutil, key, lock, sweep, sysroot};
@@ -146,6 +146,13 @@ impl Cache {
     /// The directory an entry with `key` lives in.
     pub fn entry_dir(&self, key: &str) -> PathBuf {
         self.config.cache_dir.join("ptx").join(key)
+    }
+
+    /// ptxas's report of every entry point of `spec`'s module as this cache's entry records it
+    /// (empty where it was built without ptxas); `None` when there is no readable entry.
+    pub fn ptxas_report(&self, spec: &JitSpec) -> Option<Vec<EntryResources>> {
+        let (_, key) = self.keys(spec).ok()?;
+        entry::read_manifest(&self.entry_dir(&key)).ok().map(|manifest| manifest.ptxas)
     }
 
     /// The module for `spec`, resolved at most once per process (threads asking meanwhile wait).

@@ -3,11 +3,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use ferrinfer_jit::{Cache, CudaArch, FAMILIES, JitConfig, JitError, Module, aot};
+use ferrinfer_jit::toolchain::Toolchain;
+use ferrinfer_jit::{Cache, CudaArch, FAMILIES, JitConfig, JitError, aot, sysroot};
 
 #[derive(Parser)]
 #[command(name = "ferrinfer-jit", about = "Build and inspect ferrinfer's kernel modules", version)]
@@ -37,8 +37,9 @@ enum Command {
         #[arg(long, default_value = "9.0")]
         arch: String,
     },
-    /// Time a cold build, a disk-cache hit (in this process and in a fresh one) and an
-    /// in-process hit of one norm module.
+    /// Time `core`, the first module of an arch (its kernels crate too), a cold build of the
+    /// same module, a disk-cache hit (in this process and in a fresh one) and an in-process hit
+    /// of one norm module, all in a sysroot of its own.
     BenchCache {
         /// Cache directory to use; it is emptied first (default: a fresh temporary directory).
         #[arg(long)]
@@ -140,35 +141,30 @@ fn bench_spec(arch: CudaArch) -> ferrinfer_jit::JitSpec {
     module.spec(arch, false)
 }
 
-/// The cache paths, each timed on its own: a cold build (`core` already built: another module
-/// is built first, untimed), a disk hit in a fresh cache object, a disk hit in a fresh process
-/// (toolchain identity included), and an in-process hit.
+/// The cache paths, each timed on its own, with a sysroot directory of the bench's own (so that
+/// nothing is already built): `core` for the arch; the first module of the arch, which builds
+/// the kernels crate too; the same module in a second cache, the kernels crate already built
+/// (what every later module of the arch costs); a disk hit in a fresh cache object; a disk hit
+/// in a fresh process (toolchain identity included); an in-process hit.
 fn bench_cache(config: JitConfig, dir: Option<PathBuf>) -> Result<(), JitError> {
     let temp = std::env::temp_dir().join(format!("ferrinfer-bench-cache-{}", std::process::id()));
     let dir = dir.unwrap_or(temp);
     let _ = std::fs::remove_dir_all(&dir);
-    let config = JitConfig { cache_dir: dir.clone(), aot_dir: None, disable_jit: false, ..config };
+    let (sysroot_dir, cache_dir) = (dir.join("sysroot"), dir.join("cache"));
+    let config = JitConfig { cache_dir: dir.join("first"), sysroot_dir, aot_dir: None, disable_jit: false, ..config };
     let spec = bench_spec(CudaArch::HOPPER);
-    let warm = Cache::new(config.clone(), &[]);
-    let mut other = spec.clone();
-    other.name.push_str("_warmup");
-    other.entry_points.truncate(1);
-    warm.module(&other)?; // resolves the toolchain and builds `core`, outside the timings
-    let time = |cache: &Cache| -> Result<(f64, Arc<Module>), JitError> {
-        let started = Instant::now();
-        let module = cache.module(&spec)?;
-        Ok((started.elapsed().as_secs_f64(), module))
-    };
-    let (cold, built) = time(&warm)?;
+    let toolchain = Toolchain::device(&config.sysroot_dir)?;
+    let (core, _) = timed(|| Ok(sysroot::core_sysroot(toolchain, spec.arch, &config.sysroot_dir, None)?))?;
+    let (first, _) = timed(|| Cache::new(config.clone(), &[]).module(&spec))?;
+    let config = JitConfig { cache_dir: cache_dir.clone(), ..config };
+    let (cold, built) = timed(|| Cache::new(config.clone(), &[]).module(&spec))?;
     let disk = Cache::new(config.clone(), &[]);
-    let (disk_hit, found) = time(&disk)?;
+    let (disk_hit, found) = timed(|| disk.module(&spec))?;
     let iterations = 1_000_000;
-    let started = Instant::now();
-    for _ in 0..iterations {
-        std::hint::black_box(disk.module(std::hint::black_box(&spec))?);
-    }
-    let in_process = started.elapsed().as_secs_f64() / iterations as f64;
-    let first_hit = first_hit_in_fresh_process(&dir);
+    let (in_process, _) = timed(|| {
+        (0..iterations).try_for_each(|_| disk.module(std::hint::black_box(&spec)).map(std::hint::black_box).map(drop))
+    })?;
+    let first_hit = first_hit_in_fresh_process(&cache_dir, &config.sysroot_dir);
     let cubin = built.cubin(spec.arch).map_or("none".into(), |c| format!("{} bytes", c.len()));
     println!(
         "spec {} ({} entry points, PTX {} bytes, cubin {cubin})",
@@ -176,19 +172,30 @@ fn bench_cache(config: JitConfig, dir: Option<PathBuf>) -> Result<(), JitError> 
         spec.entry_points.len(),
         built.ptx.len()
     );
-    println!("sysroot {}, ptxas {:?}", config.sysroot_dir.display(), config.ptxas);
-    println!("cold build ({:?}):      {:>10.3} ms", built.origin, cold * 1e3);
+    println!("toolchain {}, ptxas {:?}", toolchain.name, config.ptxas);
+    println!("core for {}:           {:>10.3} s", spec.arch.target_cpu(), core);
+    println!("first module of the arch: {:>8.3} ms (the kernels crate built too)", first * 1e3);
+    println!("cold build ({:?}):      {:>10.3} ms (the kernels crate already built)", built.origin, cold * 1e3);
     println!("disk-cache hit ({:?}):   {:>10.3} ms", found.origin, disk_hit * 1e3);
     println!("first hit, new process: {first_hit}");
-    println!("in-process hit:         {:>10.3} µs (mean of {iterations})", in_process * 1e6);
+    println!("in-process hit:         {:>10.3} µs (mean of {iterations})", in_process / iterations as f64 * 1e6);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
+/// `work()`'s result and its wall time in seconds.
+fn timed<T>(work: impl FnOnce() -> Result<T, JitError>) -> Result<(f64, T), JitError> {
+    let started = Instant::now();
+    let result = work()?;
+    Ok((started.elapsed().as_secs_f64(), result))
+}
+
 /// `bench-first-hit` in a child process: "<ms> <origin>", or why it failed.
-fn first_hit_in_fresh_process(dir: &Path) -> String {
-    let output = std::env::current_exe()
-        .and_then(|exe| std::process::Command::new(exe).arg("bench-first-hit").arg("--dir").arg(dir).output());
+fn first_hit_in_fresh_process(dir: &Path, sysroot_dir: &Path) -> String {
+    let output = std::env::current_exe().and_then(|exe| {
+        let mut child = std::process::Command::new(exe);
+        child.arg("bench-first-hit").arg("--dir").arg(dir).env("FERRINFER_JIT_SYSROOT_DIR", sysroot_dir).output()
+    });
     match output {
         Ok(out) if out.status.success() => {
             let text = String::from_utf8_lossy(&out.stdout);

@@ -1,5 +1,6 @@
 //! The static guard on the kernels' machine code, without a GPU: every module every family
-//! declares, built for sm_90, assembled by ptxas (registers, spills) and disassembled by nvdisasm.
+//! declares, built for sm_90 and assembled by ptxas (the cache keeps its cubin and report of
+//! registers and spills), disassembled by nvdisasm.
 //! It fails when a kernel spills or keeps a stack frame, issues a generic load or store, stores
 //! bf16/f16 without the hardware conversion, or uses more registers than its budget; and it
 //! snapshots one report line per entry point (registers, instruction mix), so that a change to
@@ -13,7 +14,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use ferrinfer_jit::{Cache, CudaArch, FAMILIES, JitConfig, JitSpec, Ptx, ptxas, sass};
+use ferrinfer_jit::{Cache, CudaArch, FAMILIES, JitConfig, JitSpec, sass};
 
 /// `FERRINFER_NVDISASM`, else `nvdisasm` on PATH.
 fn nvdisasm() -> Option<PathBuf> {
@@ -35,11 +36,11 @@ fn jit_sass_every_kernel_keeps_the_codegen_rules() {
         return;
     };
     let sysroot_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jit-sysroot");
-    let config = JitConfig { ptxas: Some(ptxas_path.clone()), sysroot_dir, ..JitConfig::new(shared_modules_dir()) };
+    let config = JitConfig { ptxas: Some(ptxas_path), sysroot_dir, ..JitConfig::new(shared_modules_dir()) };
     let cache = Cache::new(config, &[]);
     let specs: Vec<(&str, JitSpec)> =
         FAMILIES.iter().flat_map(|f| (f.specs)(CudaArch::HOPPER, false).into_iter().map(|s| (f.name, s))).collect();
-    let checked = on_every_core(&specs, |(_, spec)| check_module(&cache, spec, &ptxas_path, &nvdisasm));
+    let checked = on_every_core(&specs, |(_, spec)| check_module(&cache, spec, &nvdisasm));
     let mut failures = Vec::new();
     for family in FAMILIES {
         let mut report = String::new();
@@ -62,7 +63,7 @@ fn shared_modules_dir() -> PathBuf {
 }
 
 /// `check(item)` for every item, on every core, the results in the items' order (a module's
-/// ptxas and nvdisasm runs are single-threaded).
+/// nvdisasm run is single-threaded).
 fn on_every_core<T: Sync, R: Send>(items: &[T], check: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let mut results: Vec<(usize, R)> = std::thread::scope(|scope| {
@@ -86,19 +87,19 @@ fn on_every_core<T: Sync, R: Send>(items: &[T], check: impl Fn(&T) -> R + Sync) 
     results.into_iter().map(|(_, r)| r).collect()
 }
 
-/// The module of `spec` assembled and disassembled: its report lines (the module's name, then
-/// one line an entry) and every rule it breaks.
-fn check_module(cache: &Cache, spec: &JitSpec, ptxas_path: &Path, nvdisasm: &Path) -> (String, Vec<String>) {
+/// The module of `spec` as the cache assembled it (its cubin and ptxas's report), disassembled:
+/// its report lines (the module's name, then one line an entry) and every rule it breaks.
+fn check_module(cache: &Cache, spec: &JitSpec, nvdisasm: &Path) -> (String, Vec<String>) {
     let module = cache.module(spec).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+    let image = module.cubin(spec.arch).unwrap_or_else(|| panic!("{}: built without a cubin", spec.name));
+    let resources = cache.ptxas_report(spec).unwrap_or_else(|| panic!("{}: no ptxas report", spec.name));
     let scratch = tempfile::tempdir().unwrap();
-    let ptx = Ptx { arch: spec.arch, source: module.ptx.to_string() };
-    let assembly = ptxas::assemble(ptxas_path, &ptx, &spec.name, scratch.path()).unwrap();
     let cubin = scratch.path().join("module.cubin");
-    std::fs::write(&cubin, &assembly.cubin).unwrap();
+    std::fs::write(&cubin, &image).unwrap();
     let functions = sass::disassemble(nvdisasm, &cubin).unwrap();
     let (mut report, mut failures) = (format!("{}\n", spec.name), Vec::new());
     for entry in &spec.entry_points {
-        let used = assembly.resources.iter().find(|r| r.name == entry.name);
+        let used = resources.iter().find(|r| r.name == entry.name);
         let (Some(used), Some(code)) = (used, functions.get(&entry.name)) else {
             failures.push(format!("{}: no ptxas report or SASS", entry.name));
             continue;
@@ -108,7 +109,7 @@ fn check_module(cache: &Cache, spec: &JitSpec, ptxas_path: &Path, nvdisasm: &Pat
             failures.push(format!("{}: {spilled} bytes of spills or stack", entry.name));
         }
         failures.extend(
-            sass::violations(entry, code, used.registers, &ptx.source)
+            sass::violations(entry, code, used.registers, &module.ptx)
                 .into_iter()
                 .map(|v| format!("{}: {v}", entry.name)),
         );

@@ -785,10 +785,17 @@ fn computed_at(p: &Problem, positions: &[f64]) -> Vec<Vec<f64>> {
             ((1.0 - smooth) * f / scale + smooth * f) as f32
         })
         .collect();
-    let turn = |token: usize, pair: usize| {
-        let (sin, cos) = ((positions[token] as f32 * frequencies[pair]) as f64).sin_cos();
-        (cos, sin)
-    };
+    // Every head of a token turns by the same angles: one sine-cosine a (token, pair).
+    let angles: Vec<(f64, f64)> = positions
+        .iter()
+        .flat_map(|&position| {
+            frequencies.iter().map(move |&frequency| {
+                let (sin, cos) = ((position as f32 * frequency) as f64).sin_cos();
+                (cos, sin)
+            })
+        })
+        .collect();
+    let turn = |token: usize, pair: usize| angles[token * frequencies.len() + pair];
     let heads = Heads { head_dim: p.hidden, rotary_dim, interleave: p.scalar("interleave"), tokens: positions.len() };
     vec![heads.turned(&p.tensors[0], turn), heads.turned(&p.tensors[1], turn)]
 }
