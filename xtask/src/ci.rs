@@ -67,15 +67,16 @@ pub fn changed_families(root: &Path, changed: &[&str]) -> Result<Vec<String>> {
     Ok(chosen.into_iter().collect())
 }
 
-/// The `cargo` argument lists to run, in order. All tests, or the crate `ffi`'s, include the
-/// framework adapters' (`adapter_runs`); torch's only where `libtorch` is available.
+/// The `cargo` argument lists to run, in order. All tests, or the crate `ffi`'s, run with the
+/// framework adapters' features (`adapter_features`; torch's only where `libtorch` is
+/// available), in the same cargo run as the rest.
 pub fn plan(root: &Path, family: Option<&str>, release: bool, libtorch: bool) -> Result<Vec<Vec<String>>> {
     let mut runs = match family {
         None => vec![args("test --workspace")],
         Some(f) => family_runs(root, f)?,
     };
     if matches!(family, None | Some("ffi")) {
-        runs.extend(adapter_runs(libtorch));
+        runs[0].extend(["--features".to_owned(), adapter_features(libtorch)]);
     }
     if release {
         // Before any `--`, where cargo (not the test binary) reads it.
@@ -163,13 +164,13 @@ fn is_unpacked_package(dir: &str, name: &str) -> bool {
 
 /// ferrinfer-ffi's framework adapters, whose test targets compile empty without their feature.
 /// candle builds from crates.io alone; torch needs libtorch (`LIBTORCH`, which
-/// `source scripts/torch/libtorch.sh` provides; .ci/run does).
-pub fn adapter_runs(libtorch: bool) -> Vec<Vec<String>> {
-    let mut runs = vec![args("test -p ferrinfer-ffi --features candle")];
-    if libtorch {
-        runs.push(args("test -p ferrinfer-ffi --features torch"));
-    }
-    runs
+/// `source scripts/torch/libtorch.sh` provides; .ci/run does). Given to the workspace's own test
+/// run, not to a run of ferrinfer-ffi alone: cargo resolves a package's features over what one
+/// run builds, so a separate `-p ferrinfer-ffi --features candle` run gave shared dependencies
+/// other features and built ferrinfer-jit, ferrinfer-launch and their dependencies again.
+pub fn adapter_features(libtorch: bool) -> String {
+    let adapters: &[&str] = if libtorch { &["candle", "torch"] } else { &["candle"] };
+    adapters.iter().map(|a| format!("ferrinfer-ffi/{a}")).collect::<Vec<_>>().join(",")
 }
 
 /// Crates by short name (`jit` → `ferrinfer-jit`, `xtask` → `xtask`).
@@ -450,14 +451,19 @@ mod tests {
     }
 
     #[test]
-    fn no_family_runs_everything() {
+    fn no_family_runs_everything_and_the_adapters_in_one_run() {
         let dir = layout();
         assert_eq!(
             plan(dir.path(), None, false, false).unwrap(),
-            [args("test --workspace"), args("test -p ferrinfer-ffi --features candle")]
+            [args("test --workspace --features ferrinfer-ffi/candle")]
         );
         let with_torch = plan(dir.path(), None, true, true).unwrap();
-        assert_eq!(with_torch.last().unwrap(), &args("test -p ferrinfer-ffi --features torch --release"));
+        assert_eq!(
+            with_torch,
+            [args("test --workspace --features ferrinfer-ffi/candle,ferrinfer-ffi/torch --release")]
+        );
+        let ffi = plan(dir.path(), Some("ffi"), false, false).unwrap();
+        assert_eq!(ffi[0], args("test -p ferrinfer-ffi --features ferrinfer-ffi/candle"), "the crate's own run");
     }
 
     #[test]

@@ -137,7 +137,7 @@ fn run(command: Command) -> Result<()> {
     }
 }
 
-/// Whether libtorch is provided for the torch adapter (see `ci::adapter_runs`).
+/// Whether libtorch is provided for the torch adapter (see `ci::adapter_features`).
 fn libtorch() -> bool {
     std::env::var_os("LIBTORCH").is_some()
 }

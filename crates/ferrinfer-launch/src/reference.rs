@@ -157,8 +157,7 @@ pub fn random_normal<T: HostElement>(len: usize, seed: u64) -> Vec<T> {
     values
 }
 
-/// splitmix64 seeded from (seed, stream), through Box–Muller: both of a pair's values, so one
-/// logarithm and one sine-cosine make two (drawing inputs was a third of the RoPE grid's time).
+/// splitmix64 seeded from (seed, stream), through Box–Muller.
 fn fill_normal<T: HostElement>(values: &mut [T], seed: u64, stream: u64) {
     let mut state = seed ^ stream.wrapping_mul(0xd1b5_4a32_d192_ed03);
     let mut uniform = move || {
@@ -168,14 +167,9 @@ fn fill_normal<T: HostElement>(values: &mut [T], seed: u64, stream: u64) {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
     };
-    for pair in values.chunks_mut(2) {
+    for value in values {
         let (u1, u2) = (1.0 - uniform(), uniform());
-        let radius = (-2.0 * u1.ln()).sqrt();
-        let (sin, cos) = (std::f64::consts::TAU * u2).sin_cos();
-        pair[0] = T::from_f64(radius * cos);
-        if let Some(second) = pair.get_mut(1) {
-            *second = T::from_f64(radius * sin);
-        }
+        *value = T::from_f64((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos());
     }
 }
 
