@@ -67,15 +67,18 @@ pub fn changed_families(root: &Path, changed: &[&str]) -> Result<Vec<String>> {
     Ok(chosen.into_iter().collect())
 }
 
-/// The `cargo` argument lists to run, in order. All tests, or the crate `ffi`'s, run with the
-/// framework adapters' features (`adapter_features`; torch's only where `libtorch` is
-/// available), in the same cargo run as the rest.
+/// The `cargo` argument lists to run, in order. All tests, a family's, or the crate `ffi`'s run
+/// with the framework adapters' features (`adapter_features`; torch's only where `libtorch` is
+/// available), all tests in one cargo run, a family's over the whole workspace too: cargo
+/// resolves features per run, and one with other packages or features builds shared crates again
+/// (`-p ferrinfer-launch --test norm` rebuilt ferrinfer-launch after a full run).
 pub fn plan(root: &Path, family: Option<&str>, release: bool, libtorch: bool) -> Result<Vec<Vec<String>>> {
+    let workspace = format!("test --workspace --features {}", adapter_features(libtorch));
     let mut runs = match family {
-        None => vec![args("test --workspace")],
-        Some(f) => family_runs(root, f)?,
+        None => vec![args(&workspace)],
+        Some(f) => family_runs(root, f, &workspace)?,
     };
-    if matches!(family, None | Some("ffi")) {
+    if family == Some("ffi") {
         runs[0].extend(["--features".to_owned(), adapter_features(libtorch)]);
     }
     if release {
@@ -185,11 +188,21 @@ pub fn crate_suites(root: &Path) -> Result<Vec<(String, String)>> {
     Ok(suites)
 }
 
-fn family_runs(root: &Path, name: &str) -> Result<Vec<Vec<String>>> {
+/// A family's runs (`workspace`: the full run's command, packages and features): its unit tests
+/// in every crate, then its integration tests, in two runs over the workspace. A crate's: its
+/// every test, then its named tests elsewhere.
+fn family_runs(root: &Path, name: &str, workspace: &str) -> Result<Vec<Vec<String>>> {
     let (known, suites) = (families(root)?, crate_suites(root)?);
-    let mut runs = if known.iter().any(|f| f == name) {
-        vec![args(&format!("test --workspace --lib --bins -- {name}::"))]
-    } else if let Some((_, package)) = suites.iter().find(|(short, _)| short == name) {
+    if known.iter().any(|f| f == name) {
+        let mut runs = vec![args(&format!("{workspace} --lib --bins -- {name}::"))];
+        let targets: BTreeSet<String> = integration_tests(root, name)?.into_iter().map(|(_, t)| t).collect();
+        if !targets.is_empty() {
+            let named: Vec<String> = targets.iter().map(|t| format!("--test {t}")).collect();
+            runs.push(args(&format!("{workspace} {}", named.join(" "))));
+        }
+        return Ok(runs);
+    }
+    let mut runs = if let Some((_, package)) = suites.iter().find(|(short, _)| short == name) {
         vec![args(&format!("test -p {package}"))]
     } else {
         let list = if known.is_empty() { "none".into() } else { known.join(", ") };
@@ -403,10 +416,8 @@ mod tests {
         assert_eq!(
             runs,
             [
-                "test --workspace --lib --bins --release -- norm::",
-                "test -p ferrinfer-ffi --test norm --release",
-                "test -p ferrinfer-launch --test norm_gpu --release",
-                "test -p xtask --test norm --release",
+                "test --workspace --features ferrinfer-ffi/candle --lib --bins --release -- norm::",
+                "test --workspace --features ferrinfer-ffi/candle --test norm --test norm_gpu --release",
             ]
         );
     }
