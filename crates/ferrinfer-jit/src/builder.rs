@@ -97,15 +97,15 @@ impl Builder<'_> {
         let sysroot = sysroot::core_sysroot(self.toolchain, spec.arch, &self.sysroot_dir, self.lock_wait)?;
         let compile = Compile { toolchain: self.toolchain, spec, sysroot: &sysroot };
         let kernels = self.kernels_library(&compile, sources)?;
-        fsutil::remove_path(build_dir).map_err(io_error(build_dir))?;
+        fsutil::remove_path(build_dir).map_err(BuildError::io(build_dir))?;
         let entry_dir = build_dir.join("entry");
         for dir in [&entry_dir, &build_dir.join("out")] {
-            fsutil::ensure_dir(dir).map_err(io_error(dir))?;
+            fsutil::ensure_dir(dir).map_err(BuildError::io(dir))?;
         }
-        std::fs::write(entry_dir.join("lib.rs"), &generated.lib_rs).map_err(io_error(&entry_dir))?;
+        std::fs::write(entry_dir.join("lib.rs"), &generated.lib_rs).map_err(BuildError::io(&entry_dir))?;
         let log = kernels.log + &compile.entry(build_dir, &kernels.rlib)?;
         let path = build_dir.join("out/kernels.ptx");
-        let source = std::fs::read_to_string(&path).map_err(io_error(&path))?;
+        let source = std::fs::read_to_string(&path).map_err(BuildError::io(&path))?;
         let ptx = Ptx { arch: spec.arch, source: with_register_caps(&source, spec) };
         let ptx_version = ptx.check_target(spec.debug).map_err(BuildError::WrongTarget)?;
         ptx.validate(spec.entry_points.iter().map(|e| e.name.as_str()))?;
@@ -127,14 +127,14 @@ impl Builder<'_> {
         };
         let dir = shared.get_or_build(&self.sysroot_dir, self.lock_wait, |root| {
             let crate_dir = root.join("kernels");
-            sources.write_crate(&crate_dir).map_err(io_error(&crate_dir))?;
+            sources.write_crate(&crate_dir).map_err(BuildError::io(&crate_dir))?;
             let log = compile.kernels(root)?;
             let log_path = root.join(KERNELS_LOG);
-            std::fs::write(&log_path, log).map_err(io_error(&log_path))?;
-            fsutil::remove_path(&crate_dir).map_err(io_error(&crate_dir))
+            std::fs::write(&log_path, log).map_err(BuildError::io(&log_path))?;
+            fsutil::remove_path(&crate_dir).map_err(BuildError::io(&crate_dir))
         })?;
         let log_path = dir.join(KERNELS_LOG);
-        let log = std::fs::read_to_string(&log_path).map_err(io_error(&log_path))?;
+        let log = std::fs::read_to_string(&log_path).map_err(BuildError::io(&log_path))?;
         Ok(KernelsLibrary { rlib: dir.join(KERNELS_RLIB), log })
     }
 }
@@ -150,12 +150,6 @@ const KERNELS_RLIB: &str = "out/libferrinfer_kernels.rlib";
 struct KernelsLibrary {
     rlib: PathBuf,
     log: String,
-}
-
-/// `BuildError::Io` for `path`.
-fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError {
-    let path = path.to_owned();
-    move |source| BuildError::Io { path, source }
 }
 
 /// The two rustc runs of one module.

@@ -2,7 +2,7 @@
 //! module that builds (the toolchain lookup, the sysroot, the builder, ptxas), so that each of
 //! them can fail with it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::CudaArch;
 use crate::config::{PTXAS_VAR, REQUIRE_PTXAS_VAR};
@@ -57,6 +57,14 @@ pub enum BuildError {
     PtxasFailed { spec: String, log: String },
     #[error("ptxas {ptxas} cannot assemble for {arch} (too old for it); install a newer one and set {PTXAS_VAR}")]
     PtxasTooOld { ptxas: String, arch: String },
+}
+
+impl BuildError {
+    /// For `map_err`: an I/O error on `path` as [`BuildError::Io`].
+    pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError {
+        let path = path.to_owned();
+        move |source| BuildError::Io { path, source }
+    }
 }
 
 /// The command that installs `toolchain` with what device builds need.

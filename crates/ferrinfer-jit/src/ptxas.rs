@@ -35,13 +35,9 @@ pub struct Assembly {
 
 /// Assembles `ptx` with `ptxas -v` (in `scratch`): each entry's resources and the cubin.
 pub fn assemble(ptxas: &Path, ptx: &Ptx, spec_name: &str, scratch: &Path) -> Result<Assembly, BuildError> {
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| BuildError::Io { path, source }
-    };
-    std::fs::create_dir_all(scratch).map_err(io(scratch))?;
+    std::fs::create_dir_all(scratch).map_err(BuildError::io(scratch))?;
     let (input, cubin) = (scratch.join("check.ptx"), scratch.join("check.cubin"));
-    std::fs::write(&input, &ptx.source).map_err(io(&input))?;
+    std::fs::write(&input, &ptx.source).map_err(BuildError::io(&input))?;
     // An empty environment, as for rustc: nothing the caller sets can change the cubin.
     let mut command = child::command(ptxas);
     command.env_clear().arg(format!("-arch={}", ptx.arch.target_cpu())).arg("-v");
@@ -50,7 +46,7 @@ pub fn assemble(ptxas: &Path, ptx: &Ptx, spec_name: &str, scratch: &Path) -> Res
         // ptxas 12.9 on the norm modules), in ~0.36 s instead of ~0.46 on 2 cores.
         command.args(["--split-compile", "0"]);
     }
-    let output = command.arg(&input).arg("-o").arg(&cubin).output().map_err(io(ptxas))?;
+    let output = command.arg(&input).arg("-o").arg(&cubin).output().map_err(BuildError::io(ptxas))?;
     let log = String::from_utf8_lossy(&output.stderr).into_owned() + &String::from_utf8_lossy(&output.stdout);
     let ptxas_version = version(ptxas);
     if !output.status.success() {
@@ -59,7 +55,7 @@ pub fn assemble(ptxas: &Path, ptx: &Ptx, spec_name: &str, scratch: &Path) -> Res
         }
         return Err(BuildError::PtxasFailed { spec: spec_name.to_owned(), log });
     }
-    let cubin = std::fs::read(&cubin).map_err(io(&cubin))?;
+    let cubin = std::fs::read(&cubin).map_err(BuildError::io(&cubin))?;
     Ok(Assembly { resources: parse(&log), cubin, ptxas_version })
 }
 

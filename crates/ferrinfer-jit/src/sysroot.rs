@@ -86,11 +86,7 @@ impl Shared {
         if dir.join(COMPLETE).is_file() {
             return Ok(dir);
         }
-        let io = |path: &Path| {
-            let path = path.to_owned();
-            move |source| BuildError::Io { path, source }
-        };
-        fsutil::ensure_dir(sysroot_dir).map_err(io(sysroot_dir))?;
+        fsutil::ensure_dir(sysroot_dir).map_err(BuildError::io(sysroot_dir))?;
         let lock_path = lock_path(sysroot_dir, &self.name);
         let _lock = lock::acquire(&lock_path, &self.what, lock_wait).map_err(|e| match e {
             LockError::Io { path, source } => BuildError::Io { path, source },
@@ -103,14 +99,14 @@ impl Shared {
         // A half-built directory, or this process's own failed attempt (we hold the lock).
         let tmp = fsutil::temporary(sysroot_dir, &self.name);
         for path in [&dir, &tmp] {
-            fsutil::remove_path(path).map_err(io(path))?;
+            fsutil::remove_path(path).map_err(BuildError::io(path))?;
         }
         let progress = Progress::start(self.progress.clone());
         let built = build(&tmp);
         progress.finish();
         built?;
-        std::fs::write(tmp.join(COMPLETE), &self.what).map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &dir).map_err(io(&dir))?;
+        std::fs::write(tmp.join(COMPLETE), &self.what).map_err(BuildError::io(&tmp))?;
+        std::fs::rename(&tmp, &dir).map_err(BuildError::io(&dir))?;
         Ok(dir)
     }
 }
